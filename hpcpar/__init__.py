@@ -1,0 +1,12 @@
+"""hpcpar: a teachable 3D-parallel (tensor x pipeline x data) training engine on MPI.
+
+Reading order for students: grid.py (who talks to whom), comm.py (how they talk), ops/ and nn/ (the
+math of one rank), tensor_parallel/, pipeline/, data_parallel.py, then train.py (all of it at once).
+"""
+from hpcpar import runtime as _runtime
+
+__version__ = "0.1.0"
+
+# Must run before numpy is imported anywhere: one BLAS thread per MPI rank, and MPICH told to stop
+# busy-polling when a rank waits (ranks share cores on laptops and CI machines).
+_runtime.set_launch_defaults()

@@ -1,0 +1,332 @@
+"""Thin, counted wrappers over mpi4py's buffer-based calls.
+
+Every hot-path message goes through the uppercase mpi4py methods (``Allreduce``, ``Send``, ...),
+which hand MPI a pointer to contiguous memory - no pickling.  The wrappers add exactly three things:
+
+1. **Safety**: a non-contiguous input is copied to a contiguous one (and counted as a copy); an
+   in-place target or receive buffer that is not contiguous is refused.  Never silently wrong.
+2. **Counters**: calls and payload bytes per operation and communicator (``stats``).  "Payload" is
+   what this rank hands to MPI (for an all-gather its own part, for a reduce-scatter the whole
+   input); what a ring algorithm puts on the wire is derived in docs/performance.md.
+3. **Device buffers**: a cupy array goes to MPI as it is when MPI is CUDA-aware (after synchronising
+   the current stream, so MPI reads finished data); otherwise it is staged through a pinned host
+   buffer that is reused across steps.
+
+A communicator of size 1 is a no-op for every collective (nothing is counted, nothing is copied).
+"""
+from collections import defaultdict
+
+from mpi4py import MPI
+
+from hpcpar import backend
+
+OPS = {"sum": MPI.SUM, "max": MPI.MAX, "min": MPI.MIN}
+
+
+class Stats:
+    """Calls and payload bytes per operation name."""
+
+    def __init__(self):
+        self.calls = defaultdict(int)
+        self.bytes = defaultdict(int)
+
+    def add(self, op, nbytes):
+        self.calls[op] += 1
+        self.bytes[op] += int(nbytes)
+
+    def reset(self):
+        self.calls.clear()
+        self.bytes.clear()
+
+    def total_bytes(self):
+        return sum(self.bytes.values())
+
+    def as_dict(self):
+        return {op: {"calls": self.calls[op], "bytes": self.bytes[op]} for op in sorted(self.calls)}
+
+
+class Request:
+    """A pending non-blocking operation, keeping its buffers alive until it completes."""
+
+    def __init__(self, mpi_request, keep=(), finish=None):
+        self.mpi_request = mpi_request
+        self._keep = keep          # arrays MPI still reads or writes: must outlive the request
+        self._finish = finish      # e.g. copy a staged host buffer back to the device
+
+    def wait(self):
+        self.mpi_request.Wait()
+        self._complete()
+
+    def test(self):
+        done = self.mpi_request.Test()
+        if done:
+            self._complete()
+        return done
+
+    def _complete(self):
+        if self._finish is not None:
+            self._finish()
+            self._finish = None
+        self._keep = ()
+
+
+def wait_all(requests):
+    """Wait for every request (one MPI_Waitall), then run their completions."""
+    requests = [r for r in requests if r is not None]
+    if requests:
+        MPI.Request.Waitall([r.mpi_request for r in requests])
+        for r in requests:
+            r._complete()
+
+
+class _Staging:
+    """Pinned host buffers for device arrays when MPI is not CUDA-aware, reused by (dtype, size)."""
+
+    def __init__(self):
+        self._buffers = {}
+        self.bytes = 0    # bytes moved between device and host for MPI's sake
+
+    def host(self, x, slot):
+        import cupyx
+        key = (slot, x.dtype.str, x.size)
+        buf = self._buffers.get(key)
+        if buf is None:
+            buf = self._buffers[key] = cupyx.empty_pinned((x.size,), dtype=x.dtype)
+        return buf.reshape(x.shape)
+
+    def down(self, x, slot):
+        """Device -> host copy of ``x`` into a staging buffer."""
+        h = self.host(x, slot)
+        x.get(out=h)
+        self.bytes += x.nbytes
+        return h
+
+    def up(self, h, x):
+        """Host -> device copy back into ``x``."""
+        x.set(h)
+        self.bytes += x.nbytes
+
+
+class Communicator:
+    """An MPI communicator with counted, buffer-based collectives and point-to-point calls."""
+
+    def __init__(self, mpi_comm, name="comm"):
+        self.mpi = mpi_comm
+        self.name = name
+        self.rank = mpi_comm.rank
+        self.size = mpi_comm.size
+        self.stats = Stats()
+        self._staging = None
+        self._cuda_aware = None
+
+    # --- buffers ------------------------------------------------------------------------------
+
+    def _contiguous(self, x):
+        if x.flags.c_contiguous:
+            return x
+        self.stats.add("copy", x.nbytes)
+        return backend.array_module(x).ascontiguousarray(x)
+
+    @staticmethod
+    def _require_contiguous(x, what):
+        if not x.flags.c_contiguous:
+            raise ValueError(f"{what} must be a C-contiguous array (got strides {x.strides})")
+
+    def _device(self, x):
+        """None for host arrays; else whether x may be passed to MPI directly (CUDA-aware)."""
+        if not backend.is_device_array(x):
+            return None
+        if self._cuda_aware is None:
+            self._cuda_aware = backend.cuda_aware_mpi()
+            self._staging = _Staging()
+        import cupy
+        cupy.cuda.get_current_stream().synchronize()   # MPI must see finished kernels
+        return self._cuda_aware
+
+    def _in(self, x, slot):
+        """A buffer MPI may read that holds x's values."""
+        if self._device(x) is False:
+            return self._staging.down(x, slot)
+        return x
+
+    def _out(self, y, slot):
+        """(buffer MPI may write, function that moves it into y afterwards)."""
+        if self._device(y) is False:
+            h = self._staging.host(y, slot)
+            return h, (lambda: self._staging.up(h, y))
+        return y, None
+
+    @property
+    def staging_bytes(self):
+        return self._staging.bytes if self._staging else 0
+
+    # --- collectives --------------------------------------------------------------------------
+
+    def all_reduce(self, x, op="sum"):
+        """Elementwise reduction over the group; a new array (x itself when size is 1)."""
+        if self.size == 1:
+            return x
+        x = self._contiguous(x)
+        y = backend.array_module(x).empty_like(x)
+        return self._all_reduce(x, y, op)
+
+    def all_reduce_(self, x, op="sum"):
+        """In-place all-reduce of a contiguous array."""
+        self._require_contiguous(x, "all_reduce_ target")
+        if self.size == 1:
+            return x
+        return self._all_reduce(MPI.IN_PLACE, x, op)
+
+    def _all_reduce(self, x, y, op):
+        self.stats.add("all_reduce", y.nbytes)
+        send = x if x is MPI.IN_PLACE else self._in(x, "send")
+        recv, finish = self._out(y, "recv")
+        if send is MPI.IN_PLACE and recv is not y:
+            y.get(out=recv)
+        self.mpi.Allreduce(send, recv, op=OPS[op])
+        if finish:
+            finish()
+        return y
+
+    def iall_reduce_(self, x, op="sum"):
+        """Start an in-place all-reduce of a contiguous array; returns a Request (or None if size 1)."""
+        self._require_contiguous(x, "iall_reduce_ target")
+        if self.size == 1:
+            return None
+        self.stats.add("all_reduce", x.nbytes)
+        recv, finish = self._out(x, "iall_reduce")
+        if recv is not x:
+            x.get(out=recv)
+        return Request(self.mpi.Iallreduce(MPI.IN_PLACE, recv, op=OPS[op]), (x, recv), finish)
+
+    def all_gather(self, x, axis=0):
+        """Concatenate every rank's x along ``axis`` (same shape on every rank)."""
+        if self.size == 1:
+            return x
+        m = backend.array_module(x)
+        x = self._contiguous(x)
+        self.stats.add("all_gather", x.nbytes)
+        y = m.empty((self.size,) + x.shape, dtype=x.dtype)         # (size, *x.shape)
+        recv, finish = self._out(y, "gather")
+        self.mpi.Allgather(self._in(x, "send"), recv)
+        if finish:
+            finish()
+        # (size, ..., n, ...) -> (..., size * n, ...): bring the rank axis next to `axis` and merge
+        y = m.moveaxis(y, 0, axis)
+        shape = x.shape[:axis] + (self.size * x.shape[axis],) + x.shape[axis + 1:]
+        return y.reshape(shape)
+
+    def reduce_scatter(self, x, axis=0, op="sum"):
+        """Sum over ranks, then rank i keeps the i-th of ``size`` equal slices along ``axis``."""
+        if self.size == 1:
+            return x
+        n = x.shape[axis]
+        if n % self.size:
+            raise ValueError(f"reduce_scatter: dimension {axis} of length {n} is not divisible "
+                             f"by the group size {self.size}")
+        m = backend.array_module(x)
+        # (..., size * k, ...) -> (size, ..., k, ...), contiguous, so each rank's block is one run
+        blocks = m.moveaxis(x.reshape(x.shape[:axis] + (self.size, n // self.size) + x.shape[axis + 1:]),
+                            axis, 0)
+        blocks = m.ascontiguousarray(blocks) if axis else self._contiguous(blocks)
+        self.stats.add("reduce_scatter", blocks.nbytes)
+        y = m.empty(blocks.shape[1:], dtype=x.dtype)
+        recv, finish = self._out(y, "scatter")
+        self.mpi.Reduce_scatter_block(self._in(blocks, "send"), recv, op=OPS[op])
+        if finish:
+            finish()
+        return y
+
+    def ireduce_scatter(self, x, y, op="sum"):
+        """Start a reduce-scatter of flat x (size * len(y)) into flat y; returns a Request."""
+        self._require_contiguous(x, "ireduce_scatter input")
+        self._require_contiguous(y, "ireduce_scatter output")
+        if x.size != y.size * self.size:
+            raise ValueError(f"ireduce_scatter: input of {x.size} elements is not {self.size} x {y.size}")
+        if self.size == 1:
+            y[...] = x
+            return None
+        self.stats.add("reduce_scatter", x.nbytes)
+        recv, finish = self._out(y, "ireduce_scatter")
+        send = self._in(x, "ireduce_scatter_in")
+        return Request(self.mpi.Ireduce_scatter_block(send, recv, op=OPS[op]), (x, y, send, recv), finish)
+
+    def iall_gather(self, x, y):
+        """Start an all-gather of flat x into flat y (size * len(x)); returns a Request."""
+        self._require_contiguous(x, "iall_gather input")
+        self._require_contiguous(y, "iall_gather output")
+        if y.size != x.size * self.size:
+            raise ValueError(f"iall_gather: output of {y.size} elements is not {self.size} x {x.size}")
+        if self.size == 1:
+            y[...] = x
+            return None
+        self.stats.add("all_gather", x.nbytes)
+        recv, finish = self._out(y, "iall_gather")
+        send = self._in(x, "iall_gather_in")
+        return Request(self.mpi.Iallgather(send, recv), (x, y, send, recv), finish)
+
+    def bcast_(self, x, root=0):
+        """In-place broadcast of a contiguous array from ``root``."""
+        self._require_contiguous(x, "bcast_ target")
+        if self.size == 1:
+            return x
+        self.stats.add("bcast", x.nbytes)
+        buf, finish = self._out(x, "bcast")
+        if buf is not x and self.rank == root:
+            x.get(out=buf)
+        self.mpi.Bcast(buf, root=root)
+        if finish:
+            finish()
+        return x
+
+    def barrier(self):
+        self.mpi.Barrier()
+
+    # --- point to point -----------------------------------------------------------------------
+
+    def send(self, x, dest, tag=0):
+        x = self._contiguous(x)
+        self.stats.add("send", x.nbytes)
+        self.mpi.Send(self._in(x, "p2p_send"), dest=dest, tag=tag)
+
+    def recv_(self, out, source, tag=0):
+        """Receive into ``out`` (contiguous, of the sender's shape and dtype)."""
+        self._require_contiguous(out, "receive buffer")
+        self.stats.add("recv", out.nbytes)
+        buf, finish = self._out(out, "p2p_recv")
+        self.mpi.Recv(buf, source=source, tag=tag)
+        if finish:
+            finish()
+        return out
+
+    def isend(self, x, dest, tag=0):
+        """Start sending x; the Request keeps x alive until it completes (do not modify x before)."""
+        x = self._contiguous(x)
+        self.stats.add("send", x.nbytes)
+        buf = self._in(x, ("isend", dest, tag))
+        return Request(self.mpi.Isend(buf, dest=dest, tag=tag), (x, buf))
+
+    def irecv_(self, out, source, tag=0):
+        """Post a receive into ``out``; its values are valid after the Request's wait()."""
+        self._require_contiguous(out, "receive buffer")
+        self.stats.add("recv", out.nbytes)
+        buf, finish = self._out(out, ("irecv", source, tag))
+        return Request(self.mpi.Irecv(buf, source=source, tag=tag), (out, buf), finish)
+
+    def sendrecv(self, x, dest, out, source, tag=0):
+        """Send x to ``dest`` and receive ``out`` from ``source`` in one deadlock-free call."""
+        x = self._contiguous(x)
+        self._require_contiguous(out, "receive buffer")
+        self.stats.add("send", x.nbytes)
+        self.stats.add("recv", out.nbytes)
+        buf, finish = self._out(out, "sendrecv")
+        self.mpi.Sendrecv(self._in(x, "sendrecv_send"), dest=dest, sendtag=tag,
+                          recvbuf=buf, source=source, recvtag=tag)
+        if finish:
+            finish()
+        return out
+
+
+def world():
+    return Communicator(MPI.COMM_WORLD, "world")
+

@@ -1,0 +1,93 @@
+"""Process-level facts and failure policy, independent of MPI initialisation.
+
+Two kinds of failure, two policies (docs/reliability.md):
+
+* ``UsageError`` - a bad configuration.  It is detected from the command line alone, identically on
+  every rank and *before any collective*, so every rank can simply exit with status 2.  Only rank 0
+  prints the one-line message, so the user sees it once.
+* anything else - a fault that may strike one rank while the others wait inside a collective.  That
+  rank prints its message and calls ``MPI_Abort``, which ends the whole job at once; a plain
+  ``sys.exit`` on one rank would leave the others blocked forever.
+"""
+import os
+import sys
+import traceback
+
+# Environment variables through which the common launchers tell a process its rank and world size.
+_RANK_VARS = ("PMI_RANK", "OMPI_COMM_WORLD_RANK", "PMIX_RANK", "SLURM_PROCID")
+_SIZE_VARS = ("PMI_SIZE", "OMPI_COMM_WORLD_SIZE", "SLURM_NTASKS")
+
+EXIT_USAGE = 2       # bad configuration or input
+EXIT_FAILURE = 1     # a fault during the run (the job was aborted)
+EXIT_PREEMPTED = 3   # stopped by a signal after writing a checkpoint: requeue me
+
+
+class UsageError(Exception):
+    """A configuration the user must change; raised identically on every rank before any collective."""
+
+
+def launch_rank():
+    """This process's rank as told by the launcher's environment (0 when not launched by MPI)."""
+    for var in _RANK_VARS:
+        if var in os.environ:
+            return int(os.environ[var])
+    return 0
+
+
+def launched_by_mpi():
+    return any(var in os.environ for var in _RANK_VARS)
+
+
+def set_launch_defaults():
+    """Defaults for processes started by mpiexec/srun; a user's own setting always wins."""
+    if not launched_by_mpi():
+        return
+    for var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
+        os.environ.setdefault(var, "1")
+    # MPICH spins while it waits for a message.  With more ranks than cores the spinning ranks starve
+    # the ones computing; the throttle inserts a usleep(1) after a run of empty polls (docs/mpi.md).
+    os.environ.setdefault("MPIR_CVAR_CH4_PROGRESS_THROTTLE", "1")
+
+
+def mpi_initialized():
+    """True when mpi4py.MPI has been imported (which initialises MPI) and MPI is not yet finalised."""
+    mod = sys.modules.get("mpi4py.MPI")
+    return bool(mod and mod.Is_initialized() and not mod.Is_finalized())
+
+
+def abort(code):
+    """End every rank of the job now (only if MPI is running with more than one rank)."""
+    if mpi_initialized():
+        from mpi4py import MPI
+        if MPI.COMM_WORLD.size > 1:
+            sys.stdout.flush()
+            sys.stderr.flush()
+            MPI.COMM_WORLD.Abort(code)
+    sys.exit(code)
+
+
+def run_guarded(fn, *args, debug=False, who=None):
+    """Run ``fn(*args)`` under the failure policy above and return its exit status.
+
+    ``who`` is a callable giving a short label of this rank (e.g. its grid coordinates) for messages.
+    """
+    try:
+        return fn(*args) or 0
+    except UsageError as err:
+        if debug:
+            traceback.print_exc()
+        if launch_rank() == 0:
+            print(f"hpcpar: error: {err}", file=sys.stderr, flush=True)
+        return EXIT_USAGE
+    except KeyboardInterrupt:
+        print(f"hpcpar: interrupted on rank {launch_rank()}", file=sys.stderr, flush=True)
+        abort(130)
+    except SystemExit:
+        raise
+    except BaseException as err:  # noqa: BLE001 - every other fault ends the whole job
+        label = who() if who else f"rank {launch_rank()}"
+        if debug:
+            traceback.print_exc()
+        hint = "" if debug else " (--debug shows the traceback)"
+        print(f"hpcpar: error on {label}: {type(err).__name__}: {err}{hint}", file=sys.stderr, flush=True)
+        abort(EXIT_FAILURE)

@@ -1,0 +1,151 @@
+"""Every communication wrapper against numpy, on real ranks, at any world size."""
+import numpy as np
+import pytest
+
+from hpcpar.comm import Communicator, wait_all
+
+DTYPES = [np.float32, np.float64]
+LENGTHS = [1, 7, 1001]
+
+
+def data(rank, shape, dtype, salt=0):
+    """What rank `rank` contributes; every rank can compute every rank's data."""
+    return np.random.default_rng([salt, rank]).standard_normal(shape).astype(dtype)
+
+
+def tol(dtype):
+    return dict(rtol=1e-5, atol=1e-5) if dtype == np.float32 else dict(rtol=1e-13, atol=1e-13)
+
+
+@pytest.fixture
+def world(comm):
+    return Communicator(comm, "world")
+
+
+@pytest.mark.mpi(min_size=1)
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("n", LENGTHS)
+def test_all_reduce(world, dtype, n):
+    parts = [data(r, (n, 3), dtype) for r in range(world.size)]
+    np.testing.assert_allclose(world.all_reduce(parts[world.rank]), np.sum(parts, 0), **tol(dtype))
+    np.testing.assert_allclose(world.all_reduce(parts[world.rank], op="max"), np.max(parts, 0))
+    x = parts[world.rank].copy()
+    assert world.all_reduce_(x) is x
+    np.testing.assert_allclose(x, np.sum(parts, 0), **tol(dtype))
+    y = parts[world.rank].copy()
+    wait_all([world.iall_reduce_(y)])
+    np.testing.assert_allclose(y, np.sum(parts, 0), **tol(dtype))
+
+
+@pytest.mark.mpi(min_size=1)
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("axis", [0, 1, 2])
+def test_all_gather_along_any_axis(world, dtype, axis):
+    parts = [data(r, (3, 5, 2), dtype) for r in range(world.size)]
+    got = world.all_gather(parts[world.rank], axis=axis)
+    np.testing.assert_array_equal(got, np.concatenate(parts, axis=axis))
+
+
+@pytest.mark.mpi(min_size=1)
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("axis", [0, 1])
+def test_reduce_scatter_along_any_axis(world, dtype, axis):
+    shape = [3, 5]
+    shape[axis] = 3 * world.size
+    parts = [data(r, tuple(shape), dtype) for r in range(world.size)]
+    got = world.reduce_scatter(parts[world.rank], axis=axis)
+    want = np.split(np.sum(parts, 0), world.size, axis=axis)[world.rank]
+    np.testing.assert_allclose(got, want, **tol(dtype))
+
+
+@pytest.mark.mpi(min_size=2)
+def test_reduce_scatter_refuses_indivisible(world):
+    with pytest.raises(ValueError, match="not divisible"):
+        world.reduce_scatter(np.zeros((world.size + 1, 2)))
+
+
+@pytest.mark.mpi(min_size=1)
+def test_flat_nonblocking_reduce_scatter_and_all_gather(world):
+    k = 5
+    parts = [data(r, (k * world.size,), np.float64) for r in range(world.size)]
+    shard = np.empty(k)
+    wait_all([world.ireduce_scatter(parts[world.rank], shard)])
+    np.testing.assert_allclose(shard, np.split(np.sum(parts, 0), world.size)[world.rank], rtol=1e-13)
+    whole = np.empty(k * world.size)
+    wait_all([world.iall_gather(shard, whole)])
+    np.testing.assert_allclose(whole, np.sum(parts, 0), rtol=1e-13)
+
+
+@pytest.mark.mpi(min_size=1)
+def test_non_contiguous_inputs_are_copied_and_targets_refused(world):
+    parts = [data(r, (6, 4), np.float64) for r in range(world.size)]
+    view = parts[world.rank][:, ::2]            # strided: not C-contiguous
+    assert not view.flags.c_contiguous
+    got = world.all_reduce(view)
+    np.testing.assert_allclose(got, np.sum(parts, 0)[:, ::2], rtol=1e-13)
+    np.testing.assert_array_equal(world.all_gather(view.T, axis=1),
+                                  np.concatenate([p[:, ::2].T for p in parts], axis=1))
+    if world.size > 1:
+        assert world.stats.calls["copy"] >= 1
+        with pytest.raises(ValueError, match="C-contiguous"):
+            world.all_reduce_(view)
+        with pytest.raises(ValueError, match="C-contiguous"):
+            world.irecv_(view, source=0)
+
+
+@pytest.mark.mpi(min_size=1)
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_bcast(world, dtype):
+    root = world.size - 1
+    x = data(root, (11,), dtype) if world.rank == root else np.zeros(11, dtype)
+    np.testing.assert_array_equal(world.bcast_(x, root=root), data(root, (11,), dtype))
+
+
+@pytest.mark.mpi(min_size=2)
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_p2p_ring(world, dtype):
+    right, left = (world.rank + 1) % world.size, (world.rank - 1) % world.size
+    mine = data(world.rank, (1000,), dtype)
+    out = np.empty_like(mine)
+    wait_all([world.irecv_(out, left, tag=5), world.isend(mine, right, tag=5)])
+    np.testing.assert_array_equal(out, data(left, (1000,), dtype))
+    out2 = world.sendrecv(mine, right, np.empty_like(mine), left, tag=6)
+    np.testing.assert_array_equal(out2, out)
+    # blocking Send/Recv with even/odd ordering (a ring of blocking pairs would deadlock otherwise)
+    out3 = np.empty_like(mine)
+    if world.rank % 2 == 0:
+        world.send(mine, right, tag=8)
+        world.recv_(out3, left, tag=8)
+    else:
+        world.recv_(out3, left, tag=8)
+        world.send(mine, right, tag=8)
+    np.testing.assert_array_equal(out3, out)
+
+
+@pytest.mark.mpi(min_size=2)
+def test_counters_are_exact(comm):
+    c = Communicator(comm, "counted")
+    x = np.ones(100, dtype=np.float32)                    # 400 bytes
+    c.all_reduce(x)
+    c.all_reduce(x)
+    c.all_gather(x)
+    c.reduce_scatter(np.ones(10 * c.size))                # 80 * size bytes
+    right, left = (c.rank + 1) % c.size, (c.rank - 1) % c.size
+    c.sendrecv(x, right, np.empty_like(x), left)
+    assert dict(c.stats.calls) == {"all_reduce": 2, "all_gather": 1, "reduce_scatter": 1,
+                                   "send": 1, "recv": 1}
+    assert c.stats.bytes["all_reduce"] == 800
+    assert c.stats.bytes["all_gather"] == 400
+    assert c.stats.bytes["reduce_scatter"] == 80 * c.size
+    assert c.stats.total_bytes() == 800 + 400 + 80 * c.size + 800
+    c.stats.reset()
+    assert c.stats.total_bytes() == 0
+
+
+@pytest.mark.mpi(min_size=1)
+def test_size_one_collectives_are_free(comm):
+    solo = Communicator(comm.Split(comm.rank, 0), "solo")
+    x = np.arange(4.0)
+    assert solo.all_reduce(x) is x and solo.all_gather(x) is x
+    assert solo.stats.total_bytes() == 0
+    solo.mpi.Free()

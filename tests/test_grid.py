@@ -1,0 +1,73 @@
+"""The pure grid arithmetic (no MPI): rank maps, groups and refusals, for worlds 1, 2, 4, 8."""
+import pytest
+
+from hpcpar.grid import GridLayout, factorisations
+from hpcpar.runtime import UsageError
+from mpitools import hpcpar, run
+
+
+@pytest.mark.parametrize("world", [1, 2, 4, 8])
+def test_every_factorisation_partitions_the_world(world):
+    for tp, pp, dp in factorisations(world):
+        g = GridLayout(tp, pp, dp, world)
+        for axis, size in (("tp", tp), ("pp", pp), ("dp", dp)):
+            groups = g.groups(axis)
+            assert sorted(r for grp in groups for r in grp) == list(range(world))
+            assert all(len(grp) == size for grp in groups)
+        # tensor-fastest order: a TP group is `tp` consecutive ranks
+        for grp in g.groups("tp"):
+            assert list(grp) == list(range(grp[0], grp[0] + tp))
+        for r in range(world):
+            c = g.coord(r)
+            assert g.rank(c.tp, c.pp, c.dp) == r
+            assert r == c.tp + tp * (c.dp + dp * c.pp)   # DESIGN.md section 2
+
+
+def test_factorisations_of_8():
+    assert len(factorisations(8)) == 10
+    assert (2, 2, 2) in factorisations(8) and (8, 1, 1) in factorisations(8)
+
+
+def test_pipeline_neighbours_are_tp_times_dp_apart():
+    g = GridLayout(2, 4, 3, 24)
+    for r in range(24):
+        prev, nxt = g.pipeline_neighbours(r)
+        c = g.coord(r)
+        assert (prev is None) == (c.pp == 0) and (nxt is None) == (c.pp == 3)
+        if nxt is not None:
+            assert nxt - r == 2 * 3
+
+
+def test_other_orders():
+    g = GridLayout(2, 2, 2, 8, order="dp-tp-pp")
+    assert g.group(0, "dp") == [0, 1]
+    assert g.group(0, "tp") == [0, 2]
+    with pytest.raises(UsageError, match="name tp, pp and dp once"):
+        GridLayout(2, 2, 2, 8, order="tp-tp-pp")
+
+
+@pytest.mark.parametrize("sizes, world, msg", [
+    ((4, 2, 1), 6, "4 x 2 x 1 = 8 does not match the world size 6"),
+    ((0, 1, 1), 1, "tp must be a positive integer"),
+    ((1, -2, 1), 1, "pp must be a positive integer"),
+])
+def test_bad_sizes_refused(sizes, world, msg):
+    with pytest.raises(UsageError, match=msg):
+        GridLayout(*sizes, world)
+
+
+def test_describe_2x2x2_table():
+    text = GridLayout(2, 2, 2, 8).describe()
+    lines = text.splitlines()
+    assert len(lines) == 3 + 8
+    # rank 5 = tp 1, pp 1, dp 0; TP group 4,5; previous stage rank 1
+    assert lines[3 + 5].split() == ["5", "1", "1", "0", "4,5", "1,5", "5,7", "1", "-"]
+
+
+def test_grid_command_without_mpi():
+    proc, _ = run(hpcpar() + ["grid", "--tp", "4", "--pp", "4", "--dp", "8", "--world", "128"])
+    assert proc.returncode == 0, proc.stderr
+    assert "128 ranks" in proc.stdout and len(proc.stdout.splitlines()) > 128
+    proc, _ = run(hpcpar() + ["grid", "--tp", "3", "--world", "4"])
+    assert proc.returncode == 2
+    assert proc.stderr.strip() == "hpcpar: error: tp x pp x dp = 3 x 1 x 1 = 3 does not match the world size 4"

@@ -1,0 +1,34 @@
+"""ParallelGrid on real ranks: communicators agree with the pure layout for every factorisation."""
+import numpy as np
+import pytest
+
+from hpcpar.grid import GridLayout, ParallelGrid, factorisations
+
+
+@pytest.mark.mpi(min_size=1)
+def test_every_factorisation_builds_matching_communicators(comm):
+    for tp, pp, dp in factorisations(comm.size):
+        grid = ParallelGrid(tp, pp, dp, comm=comm)
+        layout = GridLayout(tp, pp, dp, comm.size)
+        c = layout.coord(comm.rank)
+        assert grid.coords == c
+        for axis in ("tp", "pp", "dp"):
+            sub = getattr(grid, f"{axis}_comm")
+            # the members of my sub-communicator, in its rank order, are the layout's group
+            members = sub.mpi.allgather(comm.rank)
+            assert members == layout.group(comm.rank, axis)
+            assert sub.rank == getattr(c, axis)
+        assert grid.mp_comm.size == tp * pp
+        mp_members = grid.mp_comm.mpi.allgather(comm.rank)
+        assert all(layout.coord(r).dp == c.dp for r in mp_members)
+        assert (grid.embed_comm is not None) == (pp > 1 and c.pp in (0, pp - 1))
+        if grid.embed_comm is not None:
+            firstlast = grid.embed_comm.mpi.allgather(comm.rank)
+            assert firstlast == [layout.rank(c.tp, 0, c.dp), layout.rank(c.tp, pp - 1, c.dp)]
+        # pipeline neighbours are really reachable: pass my rank down the pipeline
+        if grid.next_rank is not None:
+            grid.pp_comm.send(np.array([comm.rank]), dest=grid.pp_rank + 1, tag=3)
+        if grid.prev_rank is not None:
+            got = grid.pp_comm.recv_(np.empty(1, dtype=int), source=grid.pp_rank - 1, tag=3)
+            assert got[0] == grid.prev_rank
+        grid.free()
