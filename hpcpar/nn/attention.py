@@ -1,0 +1,49 @@
+"""Causal self-attention block: fused QKV projection, per-head attention, output projection.
+
+    [Q | K | V] = x W_attn + b_attn         x (B, T, C) -> (B, T, 3C)
+    O_h = attention(Q_h, K_h, V_h)          each head h on its HS = C / NH columns
+    y = dropout(concat_h(O_h) W_proj + b_proj)
+
+The head count is read off the projection's output width, so the same code runs on a tensor-parallel
+rank that holds only NH / tp heads (c_attn column-parallel, c_proj row-parallel).
+"""
+import math
+
+from hpcpar.backend import array_module
+from hpcpar.nn.dropout import Dropout
+from hpcpar.nn.linear import Linear
+from hpcpar.nn.module import Module
+from hpcpar.ops.attention import attention_backward, attention_forward, merge_heads, split_heads
+
+
+class Attention(Module):
+    def __init__(self, prefix, d_model, n_head, n_layer, dropout, seed, dtype):
+        self.head_size = d_model // n_head
+        self.n_head = n_head            # heads of the whole layer
+        self.head_offset = 0            # first head on this rank (tensor parallelism moves it)
+        self.c_attn = Linear(f"{prefix}.c_attn", d_model, 3 * d_model, 0.02, seed, dtype)
+        self.c_proj = Linear(f"{prefix}.c_proj", d_model, d_model, 0.02 / math.sqrt(2 * n_layer), seed, dtype)
+        self.attn_drop = Dropout(f"{prefix}.attn_dropout", dropout)
+        self.resid_drop = Dropout(f"{prefix}.resid_dropout", dropout)
+
+    def forward(self, x, ctx=None):
+        qkv, c_attn = self.c_attn.forward(x, ctx)             # (B, T, 3 * C_local)
+        B, T, three_c = qkv.shape
+        c = three_c // 3
+        nh = c // self.head_size                              # heads on this rank
+        q, k, v = (split_heads(qkv[..., i * c:(i + 1) * c], nh) for i in range(3))   # (B, nh, T, HS)
+        heads = slice(self.head_offset, self.head_offset + nh)
+        drop = self.attn_drop.mask(ctx, B, (self.n_head, T, T), (heads,), x.dtype, array_module(x))
+        o, c_core = attention_forward(q, k, v, drop)          # (B, nh, T, HS)
+        y, c_proj = self.c_proj.forward(merge_heads(o), ctx)  # (B, T, C)
+        y, mask = self.resid_drop.forward_tokens(y, ctx)
+        return y, (c_attn, c_core, c_proj, mask, nh)
+
+    def backward(self, dy, cache, defer=None):
+        c_attn, c_core, c_proj, mask, nh = cache
+        dy = self.resid_drop.backward(dy, mask)
+        do = split_heads(self.c_proj.backward(dy, c_proj, defer), nh)       # (B, nh, T, HS)
+        dq, dk, dv = attention_backward(do, c_core)
+        xp = array_module(dy)
+        dqkv = xp.concatenate([merge_heads(dq), merge_heads(dk), merge_heads(dv)], axis=-1)  # (B, T, 3C_l)
+        return self.c_attn.backward(dqkv, c_attn, defer)

@@ -1,0 +1,49 @@
+"""GPT-2 transformer block (pre-LayerNorm):
+
+    x1 = x  + attn(ln_1(x))
+    y  = x1 + mlp(ln_2(x1))
+
+Backward runs the same lines in reverse; each residual sends the gradient both through its branch and
+straight past it (ops/residual.py).  With ``recompute`` the forward keeps only its input, and the
+backward runs the forward again to rebuild the cache: about a third more compute for a block's worth
+of activations less memory per micro-batch in flight.
+"""
+from hpcpar.nn.attention import Attention
+from hpcpar.nn.layernorm import LayerNorm
+from hpcpar.nn.mlp import MLP
+from hpcpar.nn.module import Module
+from hpcpar.ops.residual import residual_backward, residual_forward
+
+
+class TransformerBlock(Module):
+    def __init__(self, cfg, layer, seed, dtype):
+        prefix = f"h.{layer}"
+        self.layer = layer
+        self.ln_1 = LayerNorm(f"{prefix}.ln_1", cfg.d_model, seed, dtype, cfg.ln_eps)
+        self.attn = Attention(f"{prefix}.attn", cfg.d_model, cfg.n_head, cfg.n_layer, cfg.dropout, seed, dtype)
+        self.ln_2 = LayerNorm(f"{prefix}.ln_2", cfg.d_model, seed, dtype, cfg.ln_eps)
+        self.mlp = MLP(f"{prefix}.mlp", cfg.d_model, cfg.d_ff, cfg.n_layer, cfg.dropout, seed, dtype)
+        self.recompute = False
+
+    def forward(self, x, ctx=None):
+        if self.recompute:
+            return self._forward(x, ctx)[0], ("recompute", x, ctx)
+        return self._forward(x, ctx)
+
+    def _forward(self, x, ctx):
+        a, c_ln1 = self.ln_1.forward(x, ctx)
+        a, c_attn = self.attn.forward(a, ctx)
+        x1 = residual_forward(x, a)
+        m, c_ln2 = self.ln_2.forward(x1, ctx)
+        m, c_mlp = self.mlp.forward(m, ctx)
+        return residual_forward(x1, m), (c_ln1, c_attn, c_ln2, c_mlp)
+
+    def backward(self, dy, cache, defer=None):
+        if cache[0] == "recompute":
+            _, x, ctx = cache
+            cache = self._forward(x, ctx)[1]
+        c_ln1, c_attn, c_ln2, c_mlp = cache
+        dm = self.ln_2.backward(self.mlp.backward(dy, c_mlp, defer), c_ln2, defer)
+        dx1 = residual_backward(dy, dm)
+        da = self.ln_1.backward(self.attn.backward(dx1, c_attn, defer), c_ln1, defer)
+        return residual_backward(dx1, da)

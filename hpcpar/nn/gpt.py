@@ -1,0 +1,106 @@
+"""GPT: token and position embedding, a stack of transformer blocks, final LayerNorm, LM head, loss.
+
+A ``GPT`` object is one *pipeline stage*: it holds a contiguous run of blocks, plus the embedding if
+it is the first stage and the head (final LayerNorm, output projection, cross-entropy) if it is the
+last.  The single-rank model is simply the stage that holds everything, so the reference and every
+parallel layout run the very same code.
+
+    forward(ids (B, T) or hidden (B, T, C), ctx, targets (B, T) if last) -> loss sum | hidden (B, T, C)
+    backward(dloss scale | dhidden, cache) -> dhidden (B, T, C) | None on the first stage
+
+The loss is the *sum* of per-token cross-entropies; the caller's dloss = 1 / (tokens in the global
+batch) turns the sum over micro-batches and data-parallel ranks into exactly the single-rank mean.
+"""
+from dataclasses import dataclass, replace
+
+from hpcpar.nn.block import TransformerBlock
+from hpcpar.nn.embedding import Embedding
+from hpcpar.nn.layernorm import LayerNorm
+from hpcpar.nn.module import Module, run_or_defer
+from hpcpar.nn.parameter import Parameter, init_full
+from hpcpar.nn.stage import Stage
+from hpcpar.ops.cross_entropy import cross_entropy_backward, cross_entropy_forward
+from hpcpar.ops.linear import linear_backward_input, linear_backward_weight, linear_forward
+
+
+@dataclass(frozen=True)
+class GPTConfig:
+    vocab_size: int = 64
+    seq_len: int = 64            # the longest sequence (rows of the position embedding)
+    n_layer: int = 2
+    n_head: int = 4
+    d_model: int = 64
+    d_ff: int = 0                # 0 means 4 * d_model
+    dropout: float = 0.0
+    tied: bool = True            # output projection shares the token embedding (GPT-2)
+    ln_eps: float = 1e-5
+
+    def __post_init__(self):
+        if not self.d_ff:
+            object.__setattr__(self, "d_ff", 4 * self.d_model)
+
+    def n_params(self):
+        C, F, L, V, T = self.d_model, self.d_ff, self.n_layer, self.vocab_size, self.seq_len
+        block = 2 * 2 * C + (C * 3 * C + 3 * C) + (C * C + C) + (C * F + F) + (F * C + C)
+        return V * C + T * C + L * block + 2 * C + (0 if self.tied else V * C)
+
+
+# Presets: dims only; the vocabulary comes from the data unless the preset fixes it (gpt2).
+PRESETS = {
+    "tiny": GPTConfig(vocab_size=0, seq_len=64, n_layer=2, n_head=4, d_model=64),
+    "small": GPTConfig(vocab_size=0, seq_len=128, n_layer=4, n_head=8, d_model=256),
+    "gpt2": GPTConfig(vocab_size=50257, seq_len=1024, n_layer=12, n_head=12, d_model=768),
+}
+
+
+def preset(name, **overrides):
+    return replace(PRESETS[name], **{k: v for k, v in overrides.items() if v is not None})
+
+
+class LMHead(Module):
+    """Final LayerNorm, logits = h W^T with W (V, C) the (tied) token embedding, summed cross-entropy."""
+
+    def __init__(self, cfg, weight, seed, dtype):
+        self.ln_f = LayerNorm("ln_f", cfg.d_model, seed, dtype, cfg.ln_eps)
+        self.weight = weight
+
+    def forward(self, x, targets, ctx=None):
+        h, c_ln = self.ln_f.forward(x, ctx)                        # (B, T, C)
+        h2 = h.reshape(-1, h.shape[-1])                            # (N, C)
+        logits = linear_forward(h2, self.weight.data.T)            # (N, V)
+        losses, c_ce = cross_entropy_forward(logits, targets.reshape(-1))
+        return losses.sum(), (x.shape, h2, c_ln, c_ce)
+
+    def backward(self, dloss, cache, defer=None):
+        shape, h2, c_ln, c_ce = cache
+        dlogits = cross_entropy_backward(dloss, c_ce)              # (N, V)
+        run_or_defer(lambda: self._weight_grad(dlogits, h2), defer)
+        dh = linear_backward_input(dlogits, self.weight.data.T)    # (N, C)
+        return self.ln_f.backward(dh.reshape(shape), c_ln, defer)
+
+    def _weight_grad(self, dlogits, h2):
+        self.weight.grad += linear_backward_weight(dlogits, h2)[0].T   # (V, C)
+
+
+class GPT(Stage):
+    def __init__(self, cfg, seed=0, dtype="float32", layers=None, first=True, last=True):
+        from hpcpar.backend import resolve_dtype
+        dtype = resolve_dtype(dtype)
+        self.cfg = cfg
+        layers = range(cfg.n_layer) if layers is None else layers
+        self.embed = Embedding(cfg, seed, dtype) if first else None
+        self.blocks = [TransformerBlock(cfg, i, seed, dtype) for i in layers]
+        self.head = None
+        if last:
+            if not cfg.tied:
+                weight = Parameter("lm_head.weight", init_full("lm_head.weight", (cfg.vocab_size, cfg.d_model),
+                                                               0.02, seed, dtype))
+            elif first:
+                weight = self.embed.wte                            # the same object: one gradient
+            else:
+                # the last stage of a pipeline holds its own copy of the tied embedding; the two
+                # copies start equal and stay equal because their gradients are summed every step
+                weight = Parameter("wte.weight", init_full("wte.weight", (cfg.vocab_size, cfg.d_model),
+                                                           0.02, seed, dtype))
+                weight.counted = False                             # the first stage's copy counts
+            self.head = LMHead(cfg, weight, seed, dtype)

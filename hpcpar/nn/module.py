@@ -1,0 +1,68 @@
+"""The module protocol: explicit caches instead of an autograd graph.
+
+    y, cache = module.forward(x, ctx)
+    dx = module.backward(dy, cache)                  # accumulates into every parameter's .grad
+    dx = module.backward(dy, cache, defer=work)      # dx now; weight gradients queued in `work`
+    for fn in work: fn()                             # ... and computed later (a "W" pass)
+
+A cache is a plain value, so any number of micro-batches can be in flight at once (1F1B), a cache
+can be dropped and recomputed from the input (activation recomputation), and the weight-gradient half
+of backward can wait (zero-bubble schedules).
+"""
+from dataclasses import dataclass
+from typing import Any
+
+
+@dataclass
+class Context:
+    """Facts about the current micro-batch that a few layers need (dropout, sequence parallelism).
+
+    step          optimizer step (dropout masks change every step)
+    sample_ids    global indices of this micro-batch's samples in the step's batch (dropout keys)
+    seed          the run's seed
+    training      False disables dropout
+    seq_slice     with sequence parallelism, the positions of the full sequence this rank holds
+    seq_len       ... and the length of the full sequence
+    """
+    step: int = 0
+    sample_ids: Any = None
+    seed: int = 0
+    training: bool = True
+    seq_slice: Any = None
+    seq_len: int = 0
+
+
+class Module:
+    """Base class: parameter discovery and gradient zeroing. Subclasses define forward/backward."""
+
+    def parameters(self):
+        """Every Parameter reachable through attributes, in definition order, each once."""
+        from hpcpar.nn.parameter import Parameter
+        seen, out = set(), []
+
+        def visit(obj):
+            if isinstance(obj, Parameter):
+                if id(obj) not in seen:
+                    seen.add(id(obj))
+                    out.append(obj)
+            elif isinstance(obj, Module):
+                for value in vars(obj).values():
+                    visit(value)
+            elif isinstance(obj, (list, tuple)):
+                for value in obj:
+                    visit(value)
+
+        visit(self)
+        return out
+
+    def zero_grad(self):
+        for p in self.parameters():
+            p.grad[...] = 0
+
+
+def run_or_defer(fn, defer):
+    """Compute a weight gradient now, or queue it for a later W pass."""
+    if defer is None:
+        fn()
+    else:
+        defer.append(fn)

@@ -1,0 +1,50 @@
+"""A model as a pipeline stage: optional input layer, a run of blocks, optional head with the loss.
+
+    forward(x, ctx, targets) -> (out, caches)   x: model input on the first stage, else hidden states;
+                                                out: the summed loss on the last stage, else hidden states
+    backward(dy, caches) -> dx                   dy: the loss scale on the last stage, else d(hidden);
+                                                dx: None on the first stage (inputs need no gradient)
+
+The single-rank model is the stage that holds everything.
+"""
+from hpcpar.nn.module import Module, run_or_defer
+
+
+class Stage(Module):
+    embed = None      # input layer, first stage only
+    blocks = ()       # this stage's blocks
+    head = None       # output layer and loss, last stage only
+
+    def modules(self):
+        """The stage's parts in forward order."""
+        return ([self.embed] if self.embed else []) + list(self.blocks) + ([self.head] if self.head else [])
+
+    def set_recompute(self, on):
+        for b in self.blocks:
+            b.recompute = on
+
+    def forward(self, x, ctx=None, targets=None):
+        caches = []
+        for module in self.modules():
+            x, c = module.forward(x, targets, ctx) if module is self.head else module.forward(x, ctx)
+            caches.append(c)
+        return x, caches
+
+    def backward(self, dy, caches, defer=None, on_grads_ready=None):
+        """Backward through the stage, last part first.
+
+        ``on_grads_ready(params)`` is called as each part's parameter gradients become final - data
+        parallelism starts its all-reduces there, overlapping the rest of the backward pass.  A
+        parameter shared by two parts (a tied embedding) is final only after the backward of the
+        earlier one, so each part reports only the parameters no earlier part holds.
+        """
+        modules = self.modules()
+        final, earlier = [], set()
+        for module in modules:
+            final.append([p for p in module.parameters() if id(p) not in earlier])
+            earlier.update(id(p) for p in module.parameters())
+        for module, cache, params in zip(reversed(modules), reversed(caches), reversed(final)):
+            dy = module.backward(dy, cache, defer)
+            if on_grads_ready is not None and params:
+                run_or_defer(lambda ps=params: on_grads_ready(ps), defer)
+        return dy

@@ -1,0 +1,56 @@
+"""Draw a timeline: one row per device, one box per action, as a PNG (matplotlib, no display needed).
+
+The input is plain data, so the same picture serves the simulator (``SimResult.rows()``) and
+timelines measured by the engine: per row, a list of ``(start, end, op, mb, chunk)``.  Forward,
+backward and weight-gradient boxes get their own colour, anything else (send, recv, allreduce ...)
+is grey; a later chunk of the same rank is drawn lighter; the micro-batch number is written inside.
+"""
+from matplotlib.colors import to_rgb
+from matplotlib.figure import Figure
+from matplotlib.patches import Patch
+
+COLOURS = {"F": "#4c72b0", "B": "#55a868", "W": "#dd8452"}
+OTHER = "#9a9a9a"
+NAMES = {"F": "forward", "B": "backward", "W": "weight gradient"}
+
+
+def _shade(colour, chunk, chunks):
+    """Chunk 0 in full colour, later chunks mixed with white (up to 60%)."""
+    mix = 0.6 * chunk / max(chunks - 1, 1)
+    return tuple(c + (1 - c) * mix for c in to_rgb(colour))
+
+
+def plot_timeline(rows, path, title="", unit_label="time units", labels=None):
+    """Write the timeline of ``rows`` to the PNG ``path``; ``labels`` names the rows (default
+    "dev 0", "dev 1", ...; e.g. "rank 5 tp1.pp1.dp0" for a measured run)."""
+    labels = labels or [f"dev {r}" for r in range(len(rows))]
+    boxes = [box for row in rows for box in row]
+    end = max((box[1] for box in boxes), default=1.0)
+    chunks = 1 + max((box[4] or 0 for box in boxes), default=0)
+    fig = Figure(figsize=(min(max(6.0, 0.32 * len(boxes) / max(len(rows), 1) + 2), 24),
+                          0.45 * len(rows) + 1.4))
+    ax = fig.add_subplot()
+    # the longest box name must fit in a box of the shortest duration: shrink the font to fit
+    span = min((b - a for a, b, *_ in boxes if b > a), default=end)
+    font = max(4.0, min(9.0, 0.8 * fig.get_figwidth() * 72 * span / end))
+    for y, row in enumerate(rows):
+        for start, stop, op, mb, chunk in row:
+            colour = _shade(COLOURS.get(op, OTHER), chunk or 0, chunks)
+            ax.barh(y, stop - start, left=start, height=0.8, color=colour, edgecolor="white",
+                    linewidth=0.6)
+            if mb is not None and stop > start:
+                ax.text((start + stop) / 2, y, str(mb), ha="center", va="center", fontsize=font,
+                        color="white" if chunk == 0 and op in COLOURS else "black")
+    ax.set_yticks(range(len(rows)), labels)
+    ax.invert_yaxis()                  # device 0 on top, like the ASCII timeline
+    ax.set_xlim(0, end)
+    ax.set_xlabel(unit_label)
+    ax.set_title(title, fontsize=10)
+    ops = sorted({box[2] for box in boxes}, key=lambda op: (op not in COLOURS, list(COLOURS).index(op)
+                                                             if op in COLOURS else 0, op))
+    legend = [Patch(color=COLOURS.get(op, OTHER), label=NAMES.get(op, op)) for op in ops]
+    if chunks > 1:
+        legend.append(Patch(color=_shade(OTHER, chunks - 1, chunks), label="lighter: later chunk"))
+    ax.legend(handles=legend, loc="upper left", bbox_to_anchor=(1.0, 1.0), fontsize=8, frameon=False)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)

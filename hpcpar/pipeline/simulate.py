@@ -1,0 +1,216 @@
+"""Run a schedule's instruction lists in simulated time: timeline, bubble, memory, deadlocks.
+
+Every rank executes its list (``Schedule.with_communication``) in order on its own clock:
+
+* compute takes its cost (a B that is not split also does W's work: B + W);
+* SEND is an ``Isend``: it costs nothing and the message arrives ``latency`` later;
+* RECV blocks until its message has arrived: clock = max(clock, arrival).
+
+A rank's clock depends only on its own list and the arrival times of its messages, so the result
+does not depend on the order in which the simulator advances the ranks.  When no rank can advance
+and some have instructions left, the schedule deadlocks, and the error says who waits for what.
+
+With ``blocking_sends`` a SEND is a rendezvous (a blocking ``Send`` of a large message): sender and
+receiver both wait until the other reaches the matching instruction.  1F1B written naively with
+blocking sends deadlocks (docs/pipeline.md); the fix is non-blocking sends with receives posted ahead.
+
+Statistics: makespan T; busy time of each rank; bubble = 1 - sum(busy) / (p T), the share of device
+time spent waiting; peak in-flight = the most micro-batch chunks whose activations a rank holds at
+once (forwarded, backward not yet run), which sets the activation memory.
+"""
+from dataclasses import dataclass
+from fractions import Fraction
+from math import ceil, gcd
+
+from hpcpar.pipeline.schedules import virtual_stage
+
+
+@dataclass
+class Costs:
+    """Time of one action (one micro-batch through one chunk) and of one message's flight."""
+    F: float = 1.0
+    B: float = 1.0
+    W: float = 1.0
+    latency: float = 0.0
+
+    def of(self, action, split_backward):
+        if action.op == "B" and not split_backward:
+            return self.B + self.W   # an unsplit backward computes both gradients
+        return getattr(self, action.op)
+
+
+class DeadlockError(Exception):
+    """No rank can take its next instruction; the message names each stuck rank and why."""
+
+
+@dataclass
+class Event:
+    rank: int
+    start: float
+    end: float
+    action: object
+
+
+@dataclass
+class SimResult:
+    schedule: object
+    costs: Costs
+    events: list          # per rank, its compute events in order
+    makespan: float
+    busy: list            # per rank, time spent computing
+    busy_share: list      # busy / makespan
+    bubble: float         # 1 - sum(busy) / (p * makespan)
+    peak_inflight: list   # per rank, most (mb, chunk) holding activations for a backward at once
+
+    def rows(self):
+        """The timeline as ``plot.plot_timeline`` draws it: per rank (start, end, op, mb, chunk)."""
+        return [[(e.start, e.end, e.action.op, e.action.mb, e.action.chunk) for e in evs]
+                for evs in self.events]
+
+    def summary(self):
+        busy = "  ".join(f"dev {r} {share:.0%}" for r, share in enumerate(self.busy_share))
+        return "\n".join([
+            f"makespan  {self.makespan:g} time units",
+            f"busy      {busy}",
+            f"bubble    {self.bubble:.0%} of device time",
+            "peak in-flight micro-batches (activations held for backward): "
+            + " ".join(str(n) for n in self.peak_inflight)])
+
+
+def _message(rank, action, p):
+    """Key matching a SEND with its RECV: (kind, mb, source rank, target rank, target stage)."""
+    kind = action.op[-1]
+    s = virtual_stage(rank, action.chunk, p)
+    if action.op.startswith("SEND"):
+        return kind, action.mb, rank, action.peer, s + 1 if kind == "F" else s - 1
+    return kind, action.mb, action.peer, rank, s
+
+
+def simulate(schedule, costs=Costs(), blocking_sends=False, program=None):
+    """Execute ``program`` (default: ``schedule.with_communication()``) and measure it."""
+    program = schedule.with_communication() if program is None else program
+    p = schedule.stages
+    pc = [0] * p                    # next instruction of each rank
+    clock = [0.0] * p
+    arrival = {}                    # message key -> time it arrives (posted, not yet received)
+    events = [[] for _ in range(p)]
+    inflight, peak = [0] * p, [0] * p
+
+    def waiting(r, ops):
+        """The instruction rank r stands at, if it is one of ``ops``."""
+        return program[r][pc[r]] if pc[r] < len(program[r]) and program[r][pc[r]].op in ops else None
+
+    def step(r):
+        """Execute rank r's next instruction if it can run now; return whether it did."""
+        a = program[r][pc[r]]
+        if a.op in ("F", "B", "W"):
+            end = clock[r] + costs.of(a, schedule.split_backward)
+            events[r].append(Event(r, clock[r], end, a))
+            clock[r] = end
+            if not schedule.forward_only and a.op != "W":
+                inflight[r] += 1 if a.op == "F" else -1
+                peak[r] = max(peak[r], inflight[r])
+        elif blocking_sends:
+            # rendezvous: both sides leave together once both have arrived and the data has flown
+            other = waiting(a.peer, ("RECV_F", "RECV_B") if a.op.startswith("SEND") else
+                            ("SEND_F", "SEND_B"))
+            if other is None or _message(a.peer, other, p) != _message(r, a, p):
+                return False
+            clock[r] = clock[a.peer] = max(clock[r], clock[a.peer]) + costs.latency
+            pc[a.peer] += 1
+        elif a.op.startswith("SEND"):
+            arrival[_message(r, a, p)] = clock[r] + costs.latency
+        else:
+            key = _message(r, a, p)
+            if key not in arrival:
+                return False
+            clock[r] = max(clock[r], arrival.pop(key))
+        pc[r] += 1
+        return True
+
+    progress = True
+    while progress:
+        progress = False
+        for r in range(p):
+            while pc[r] < len(program[r]) and step(r):
+                progress = True
+    if any(pc[r] < len(program[r]) for r in range(p)) or arrival:
+        raise DeadlockError(_explain(program, pc, arrival, p))
+
+    makespan = max(clock)
+    busy = [sum(e.end - e.start for e in evs) for evs in events]
+    return SimResult(schedule, costs, events, makespan, busy,
+                     [b / makespan if makespan else 0.0 for b in busy],
+                     1 - sum(busy) / (p * makespan) if makespan else 0.0, peak)
+
+
+def _explain(program, pc, arrival, p):
+    """Why the run cannot finish: each stuck rank, its instruction, and either the missing partner
+    instruction or the cycle of ranks waiting for each other; or, if every rank finished, the
+    messages nobody received (their senders' requests would never complete)."""
+    stuck = [r for r in range(p) if pc[r] < len(program[r])]
+    if not stuck:
+        return "\n".join(["every rank finished, but messages were never received:"] + [
+            f"  rank {src} sent {kind} of micro-batch {mb} to rank {dst} (stage {stage})"
+            for kind, mb, src, dst, stage in arrival])
+    lines = ["deadlock: no rank can take its next instruction"]
+    waits_for = {}
+    for r in stuck:
+        a = program[r][pc[r]]
+        key = _message(r, a, p)
+        later = program[a.peer][pc[a.peer]:] if 0 <= a.peer < p else []
+        partner = ("SEND_" if a.op.startswith("RECV") else "RECV_") + a.op[-1]
+        if not any(b.op == partner and _message(a.peer, b, p) == key for b in later):
+            verb = "sends it" if partner.startswith("SEND") else "receives it"
+            lines.append(f"  rank {r} waits at instruction #{pc[r]} {a}: no matching "
+                         f"{partner} anywhere (rank {a.peer} never {verb})")
+        else:
+            lines.append(f"  rank {r} waits at instruction #{pc[r]} {a} for rank {a.peer}")
+            waits_for[r] = a.peer
+    for start in waits_for:
+        path = [start]
+        while path[-1] in waits_for and waits_for[path[-1]] not in path:
+            path.append(waits_for[path[-1]])
+        if waits_for.get(path[-1]) == start:
+            lines.append("  cycle of waits: " + " -> ".join(f"rank {r}" for r in path + [start]))
+            break
+    return "\n".join(lines)
+
+
+def _auto_unit(result):
+    """The largest time step that every start and end is a whole multiple of (rational costs),
+    or the shortest action when that would make the timeline unreadably wide."""
+    times = [Fraction(t).limit_denominator(1000) for evs in result.events for e in evs
+             for t in (e.start, e.end)]
+    unit = Fraction(0)
+    for t in times:
+        unit = Fraction(gcd(unit.numerator * t.denominator, t.numerator * unit.denominator),
+                        unit.denominator * t.denominator)
+    if unit == 0 or result.makespan / unit > 200:
+        return min((e.end - e.start for evs in result.events for e in evs if e.end > e.start),
+                   default=1.0)
+    return float(unit)
+
+
+def ascii_timeline(result, unit=None):
+    """A row per device, a column per ``unit`` of time; a cell shows the action running at the
+    column's midpoint ("F1", "B3", "W0", chunk c > 0 as "F1.c") or "." when the device is idle;
+    then the statistics."""
+    unit = unit or _auto_unit(result)
+    columns = ceil(result.makespan / unit - 1e-9)
+    cells = []
+    for evs in result.events:
+        row, i = [], 0
+        for c in range(columns):
+            mid = (c + 0.5) * unit
+            while i < len(evs) and evs[i].end <= mid:
+                i += 1
+            row.append(str(evs[i].action) if i < len(evs) and evs[i].start <= mid else ".")
+        cells.append(row)
+    width = max([len(s) for row in cells for s in row] + [len(str(columns - 1))])
+    lines = ["time   " + " ".join(str(c).ljust(width) for c in range(columns))]
+    lines += [f"dev {r:<2} " + " ".join(s.ljust(width) for s in row).rstrip()
+              for r, row in enumerate(cells)]
+    if unit != 1:
+        lines.append(f"(one column = {unit:g} time units)")
+    return "\n".join(lines) + "\n" + result.summary()
