@@ -251,19 +251,19 @@ class Communicator:
         send = self._in(x, "ireduce_scatter_in")
         return Request(self.mpi.Ireduce_scatter_block(send, recv, op=OPS[op]), (x, y, send, recv), finish)
 
-    def iall_gather(self, x, y):
-        """Start an all-gather of flat x into flat y (size * len(x)); returns a Request."""
-        self._require_contiguous(x, "iall_gather input")
-        self._require_contiguous(y, "iall_gather output")
-        if y.size != x.size * self.size:
-            raise ValueError(f"iall_gather: output of {y.size} elements is not {self.size} x {x.size}")
+    def iall_gather_(self, y):
+        """Start an in-place all-gather of flat y: rank i's block y[i*k:(i+1)*k] (k = len(y) / size) is
+        already in place and every block is filled in on completion. Returns a Request."""
+        self._require_contiguous(y, "iall_gather_ buffer")
+        if y.size % self.size:
+            raise ValueError(f"iall_gather_: {y.size} elements do not split into {self.size} blocks")
         if self.size == 1:
-            y[...] = x
             return None
-        self.stats.add("all_gather", x.nbytes)
+        self.stats.add("all_gather", y.nbytes // self.size)
         recv, finish = self._out(y, "iall_gather")
-        send = self._in(x, "iall_gather_in")
-        return Request(self.mpi.Iallgather(send, recv), (x, y, send, recv), finish)
+        if recv is not y:
+            y.get(out=recv)
+        return Request(self.mpi.Iallgather(MPI.IN_PLACE, recv), (y, recv), finish)
 
     def bcast_(self, x, root=0):
         """In-place broadcast of a contiguous array from ``root``."""

@@ -71,8 +71,9 @@ def test_flat_nonblocking_reduce_scatter_and_all_gather(world):
     shard = np.empty(k)
     wait_all([world.ireduce_scatter(parts[world.rank], shard)])
     np.testing.assert_allclose(shard, np.split(np.sum(parts, 0), world.size)[world.rank], rtol=1e-13)
-    whole = np.empty(k * world.size)
-    wait_all([world.iall_gather(shard, whole)])
+    whole = np.zeros(k * world.size)
+    whole[world.rank * k:(world.rank + 1) * k] = shard
+    wait_all([world.iall_gather_(whole)])
     np.testing.assert_allclose(whole, np.sum(parts, 0), rtol=1e-13)
 
 

@@ -27,12 +27,13 @@ def plot_timeline(rows, path, title="", unit_label="time units", labels=None):
     boxes = [box for row in rows for box in row]
     end = max((box[1] for box in boxes), default=1.0)
     chunks = 1 + max((box[4] or 0 for box in boxes), default=0)
-    fig = Figure(figsize=(min(max(6.0, 0.32 * len(boxes) / max(len(rows), 1) + 2), 24),
-                          0.45 * len(rows) + 1.4))
-    ax = fig.add_subplot()
-    # the longest box name must fit in a box of the shortest duration: shrink the font to fit
+    # about 0.3 inch per shortest box (plus 2.5 inches of labels and legend)
     span = min((b - a for a, b, *_ in boxes if b > a), default=end)
-    font = max(4.0, min(9.0, 0.8 * fig.get_figwidth() * 72 * span / end))
+    fig = Figure(figsize=(min(max(6.0, 0.3 * end / span + 2.5), 24), 0.45 * len(rows) + 1.4))
+    ax = fig.add_subplot()
+    digits = max((len(str(box[3])) for box in boxes), default=1)
+    box_points = (fig.get_figwidth() - 2.5) * 72 * span / end     # the shortest box, in points
+    font = max(4.0, min(9.0, box_points / (0.6 * digits + 0.6)))   # a digit is ~0.6 font size wide
     for y, row in enumerate(rows):
         for start, stop, op, mb, chunk in row:
             colour = _shade(COLOURS.get(op, OTHER), chunk or 0, chunks)
@@ -46,9 +47,10 @@ def plot_timeline(rows, path, title="", unit_label="time units", labels=None):
     ax.set_xlim(0, end)
     ax.set_xlabel(unit_label)
     ax.set_title(title, fontsize=10)
-    ops = sorted({box[2] for box in boxes}, key=lambda op: (op not in COLOURS, list(COLOURS).index(op)
-                                                             if op in COLOURS else 0, op))
-    legend = [Patch(color=COLOURS.get(op, OTHER), label=NAMES.get(op, op)) for op in ops]
+    present = {box[2] for box in boxes}
+    legend = [Patch(color=c, label=NAMES[op]) for op, c in COLOURS.items() if op in present]
+    if present - set(COLOURS):
+        legend.append(Patch(color=OTHER, label=", ".join(sorted(present - set(COLOURS)))))
     if chunks > 1:
         legend.append(Patch(color=_shade(OTHER, chunks - 1, chunks), label="lighter: later chunk"))
     ax.legend(handles=legend, loc="upper left", bbox_to_anchor=(1.0, 1.0), fontsize=8, frameon=False)

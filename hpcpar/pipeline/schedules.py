@@ -9,20 +9,21 @@ the weights (which nobody waits for, so it can fill idle time).
 
 A schedule says only *in which order* each rank runs its actions; the sends and receives follow
 from the neighbours (``Schedule.with_communication``) and the timing from the simulator
-(simulate.py).  With uniform costs and t = F + B per stage and micro-batch:
+(simulate.py).  With uniform costs, t = F + B + W for one micro-batch's forward and whole backward
+on one rank, and memory counted in micro-batches whose activations a rank holds (rank 0, the most):
 
-    gpipe        all forwards, then all backwards        makespan (m + p - 1) t   memory m
-    1f1b         warm-up forwards, then one F one B       makespan (m + p - 1) t   memory <= p
-    interleaved  1f1b over v chunks of 1/v the layers     bubble (p - 1)/(v m) of the ideal m t
-    zb-h1        1f1b with W postponed into the bubbles   bubble (p - 1)(F + B - W) instead of
-                                                          (p - 1)(F + B + W), memory <= p
+    gpipe        all forwards, then all backwards      makespan (m + p - 1) t        memory m
+    1f1b         warm-up forwards, then one F one B     makespan (m + p - 1) t        memory p
+    interleaved  1f1b over v chunks of 1/v the layers   idle (p - 1)/(v m) of m t     p + (p - 1)/v
+    zb-h1        1f1b with W postponed into bubbles     idle (p - 1)(F + B - W)       memory p
+                                                        instead of (p - 1)(F + B + W)
+(the last two for m >= p; see docs/pipeline.md and tests/test_simulate.py).
 """
 from collections import Counter, deque
 from dataclasses import dataclass
 
 SCHEDULES = ("gpipe", "1f1b", "interleaved", "zb-h1")
 COMPUTE = ("F", "B", "W")
-COMMUNICATION = ("SEND_F", "RECV_F", "SEND_B", "RECV_B")
 
 
 @dataclass(frozen=True)
@@ -201,7 +202,7 @@ def validate(schedule):
     for rank, acts in enumerate(s.actions):
         seen = Counter()
         for a in acts:
-            if a.op not in expected or not 0 <= a.mb < s.microbatches or not 0 <= a.chunk < s.chunks:
+            if not expected.get(a.op) or not 0 <= a.mb < s.microbatches or not 0 <= a.chunk < s.chunks:
                 raise ValueError(f"rank {rank}: {a} is not an action of this schedule "
                                  f"(ops {'/'.join(op for op, n in expected.items() if n)}, "
                                  f"m={s.microbatches}, v={s.chunks})")

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from fractions import Fraction
 from math import ceil, gcd
 
-from hpcpar.pipeline.schedules import virtual_stage
+from hpcpar.pipeline.schedules import COMPUTE, virtual_stage
 
 
 @dataclass
@@ -69,12 +69,15 @@ class SimResult:
 
     def summary(self):
         busy = "  ".join(f"dev {r} {share:.0%}" for r, share in enumerate(self.busy_share))
+        idle_per_busy = self.bubble / (1 - self.bubble) if self.bubble < 1 else float("inf")
+        peak = ("none (forward only: nothing is kept for a backward)" if self.schedule.forward_only
+                else " ".join(str(n) for n in self.peak_inflight))
         return "\n".join([
             f"makespan  {self.makespan:g} time units",
             f"busy      {busy}",
-            f"bubble    {self.bubble:.0%} of device time",
-            "peak in-flight micro-batches (activations held for backward): "
-            + " ".join(str(n) for n in self.peak_inflight)])
+            f"bubble    {self.bubble:.0%} of device time = {idle_per_busy:.0%} of the ideal "
+            f"(busy) time",
+            f"peak in-flight micro-batches (activations held for backward): {peak}"])
 
 
 def _message(rank, action, p):
@@ -103,7 +106,7 @@ def simulate(schedule, costs=Costs(), blocking_sends=False, program=None):
     def step(r):
         """Execute rank r's next instruction if it can run now; return whether it did."""
         a = program[r][pc[r]]
-        if a.op in ("F", "B", "W"):
+        if a.op in COMPUTE:
             end = clock[r] + costs.of(a, schedule.split_backward)
             events[r].append(Event(r, clock[r], end, a))
             clock[r] = end
@@ -208,7 +211,7 @@ def ascii_timeline(result, unit=None):
             row.append(str(evs[i].action) if i < len(evs) and evs[i].start <= mid else ".")
         cells.append(row)
     width = max([len(s) for row in cells for s in row] + [len(str(columns - 1))])
-    lines = ["time   " + " ".join(str(c).ljust(width) for c in range(columns))]
+    lines = ["time   " + " ".join(str(c).ljust(width) for c in range(columns)).rstrip()]
     lines += [f"dev {r:<2} " + " ".join(s.ljust(width) for s in row).rstrip()
               for r, row in enumerate(cells)]
     if unit != 1:

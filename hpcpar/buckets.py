@@ -1,0 +1,61 @@
+"""Flat parameter and gradient buffers, cut into buckets.
+
+Every parameter of a rank lives inside a few large contiguous arrays: ``p.data`` and ``p.grad`` become
+views into a bucket's ``data`` and ``grad``.  That makes three things cheap:
+
+* data parallelism reduces a whole bucket with one MPI call on one contiguous buffer, as soon as all
+  of its gradients are final (buckets are filled in backward order, so the first ones finish first);
+* ZeRO-1 cuts each bucket into ``dp`` equal shards (buckets are padded to a multiple of ``dp``), and a
+  rank updates only its shard;
+* the optimizer updates a bucket with a handful of vectorised operations instead of one per tensor.
+"""
+from hpcpar import backend
+
+
+class Bucket:
+    def __init__(self, params, align):
+        xp = backend.array_module(params[0].data)
+        dtype = params[0].data.dtype
+        n = sum(p.data.size for p in params)
+        self.size = -(-n // align) * align                      # padded to a multiple of `align`
+        self.data = xp.zeros(self.size, dtype=dtype)            # (size,)
+        self.grad = xp.zeros(self.size, dtype=dtype)            # (size,)
+        self.segments = []                                      # (param, start, stop)
+        start = 0
+        for p in params:
+            stop = start + p.data.size
+            self.data[start:stop] = p.data.reshape(-1)
+            self.grad[start:stop] = p.grad.reshape(-1)
+            p.data = self.data[start:stop].reshape(p.data.shape)
+            p.grad = self.grad[start:stop].reshape(p.grad.shape)
+            self.segments.append((p, start, stop))
+            start = stop
+        self.params = list(params)
+
+    def shard(self, index, parts):
+        """[lo, hi) of shard ``index`` of ``parts``."""
+        k = self.size // parts
+        return index * k, (index + 1) * k
+
+    def ranges(self, lo, hi, predicate):
+        """Parts of [lo, hi) covered by parameters for which ``predicate(p)`` holds, as (a, b) pairs."""
+        out = []
+        for p, a, b in self.segments:
+            a, b = max(a, lo), min(b, hi)
+            if a < b and predicate(p):
+                out.append((a, b))
+        return out
+
+
+def make_buckets(params, bucket_bytes, align=1):
+    """Bucket ``params`` in the given order, each bucket about ``bucket_bytes`` (never splitting one)."""
+    buckets, current, size = [], [], 0
+    for p in params:
+        current.append(p)
+        size += p.data.nbytes
+        if size >= bucket_bytes:
+            buckets.append(Bucket(current, align))
+            current, size = [], 0
+    if current:
+        buckets.append(Bucket(current, align))
+    return buckets

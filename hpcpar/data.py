@@ -1,0 +1,157 @@
+"""Training data, with a batch order fixed by (seed, step) alone.
+
+Sample ``s`` of step ``t``'s global batch is the same sequence whichever rank asks for it, so a data-
+parallel rank asks for its own sample ids (``dp_rank * B/dp ...``) and the union over ranks is exactly
+the single-rank batch.  Three sources:
+
+* ``MarkovLanguage`` - a synthetic language: a seeded random Markov chain of order k over V tokens.
+  Its entropy rate is computed exactly, so the best loss any model can reach (the *entropy floor*) is
+  known and a training run can be judged against it.  Sample (t, s) is generated from the key
+  (seed, t, s): endless fresh data, no files.
+* ``TokenFile`` - a token stream: a character-level text file (vocabulary = its sorted characters) or a
+  uint16/uint32 token file in nanoGPT's ``.bin`` layout, read through ``np.memmap``.  Order "random":
+  step t's B window starts are drawn from the key (seed, t); order "sequential": sample s of step t
+  starts at ((t * B + s) * T) modulo the usable length - consecutive windows from the start of the file.
+* ``Regression`` - inputs and targets of a fixed random teacher, for the deep MLP model.
+
+``batch(step, sample_ids)`` returns (inputs, targets): token windows (n, T) and the same shifted by one,
+or (n, D_in) and (n, D_out) arrays.
+"""
+from pathlib import Path
+
+import numpy as np
+
+from hpcpar.runtime import UsageError
+
+
+def _entropy(p):
+    p = p[p > 0]
+    return float(-(p * np.log(p)).sum())
+
+
+class MarkovLanguage:
+    """Order-k Markov chain over ``vocab`` tokens; each context allows ``branching`` next tokens with
+    Dirichlet(alpha) probabilities (small alpha: peaked, low-entropy distributions)."""
+
+    def __init__(self, vocab=32, order=2, branching=4, alpha=0.5, seq_len=64, seed=0):
+        if vocab < 2 or order < 1 or not 1 <= branching <= vocab:
+            raise UsageError(f"synthetic language needs vocab >= 2, order >= 1 and 1 <= branching <= vocab "
+                             f"(got {vocab}, {order}, {branching})")
+        self.vocab_size, self.order, self.seq_len, self.seed = vocab, order, seq_len, seed
+        self.n_ctx = vocab ** order                                # contexts = the last k tokens
+        rng = np.random.default_rng([seed, 1234])
+        self.succ = np.stack([rng.choice(vocab, branching, replace=False) for _ in range(self.n_ctx)])
+        self.prob = rng.dirichlet(np.full(branching, alpha), size=self.n_ctx)      # (n_ctx, branching)
+        self.cum = np.cumsum(self.prob, axis=1)
+        self.cum[:, -1] = 1.0
+        self.stationary = self._stationary()
+        self.entropy_rate = float(self.stationary @ np.array([_entropy(p) for p in self.prob]))
+        self.entropy_floor = self._floor(seq_len)
+
+    def _next_ctx(self, ctx, token):
+        return (ctx * self.vocab_size) % self.n_ctx + token
+
+    def _stationary(self, iters=2000, tol=1e-13):
+        """pi = pi P by (lazy) power iteration: 1/2 (pi + pi P) converges even for a periodic chain."""
+        pi = np.full(self.n_ctx, 1.0 / self.n_ctx)
+        ctx = np.arange(self.n_ctx)
+        for _ in range(iters):
+            nxt = np.zeros(self.n_ctx)
+            for j in range(self.succ.shape[1]):
+                np.add.at(nxt, self._next_ctx(ctx, self.succ[:, j]), pi * self.prob[:, j])
+            new = 0.5 * (pi + nxt)
+            if np.abs(new - pi).sum() < tol:
+                return new
+            pi = new
+        return pi
+
+    def _floor(self, T):
+        """Mean over the T predicted positions of H(x_j | x_0..x_{j-1}), windows starting in stationarity.
+
+        Positions j >= k know their whole context: H = entropy rate.  Positions j < k lie inside the
+        initial context drawn from pi:  H(x_j | x_<j) = H(x_0..x_j) - H(x_0..x_{j-1}), which sums to
+        H(first k tokens) - H(first token) over j = 1..k-1.
+        """
+        k, V = self.order, self.vocab_size
+        joint = self.stationary.reshape((V,) * k)                  # pi over (x_0, ..., x_{k-1})
+        h = [_entropy(joint.sum(axis=tuple(range(m, k))).ravel()) for m in range(1, k + 1)]   # H_1..H_k
+        warm = min(k - 1, T)
+        return (h[warm] - h[0] + max(0, T - warm) * self.entropy_rate) / T
+
+    def batch(self, step, sample_ids):
+        """Windows of seq_len + 1 tokens, sample s drawn from the key (seed, step, s)."""
+        T = self.seq_len
+        u = np.stack([np.random.default_rng([self.seed, step, int(s)]).random(T + 2) for s in sample_ids])
+        ctx = np.searchsorted(np.cumsum(self.stationary), u[:, 0] * self.stationary.sum())
+        ctx = np.minimum(ctx, self.n_ctx - 1)
+        tokens = np.empty((len(sample_ids), T + 1), dtype=np.int64)
+        digits = [(ctx // self.vocab_size ** (self.order - 1 - i)) % self.vocab_size for i in range(self.order)]
+        for j in range(min(self.order, T + 1)):
+            tokens[:, j] = digits[j]
+        for j in range(self.order, T + 1):
+            pick = (u[:, j + 1, None] > self.cum[ctx]).sum(axis=1)      # inverse CDF
+            tok = self.succ[ctx, np.minimum(pick, self.succ.shape[1] - 1)]
+            tokens[:, j] = tok
+            ctx = self._next_ctx(ctx, tok)
+        return tokens[:, :-1], tokens[:, 1:]
+
+
+class TokenFile:
+    """A token stream on disk: char-level text (.txt and anything not .bin) or nanoGPT .bin tokens."""
+
+    def __init__(self, path, seq_len, batch_size, seed=0, order="random", token_dtype="uint16"):
+        path = Path(path)
+        if not path.is_file():
+            raise UsageError(f"data file {path} not found")
+        if order not in ("random", "sequential"):
+            raise UsageError(f"--data-order must be random or sequential, not {order!r}")
+        if path.suffix == ".bin":
+            if token_dtype not in ("uint16", "uint32"):
+                raise UsageError(f"token files are uint16 or uint32, not {token_dtype!r}")
+            itemsize = np.dtype(token_dtype).itemsize
+            if path.stat().st_size % itemsize:
+                raise UsageError(f"{path}: {path.stat().st_size} bytes is not a whole number of {token_dtype}")
+            self.tokens = np.memmap(path, dtype=token_dtype, mode="r")
+            self.vocab_size = int(self.tokens.max()) + 1 if self.tokens.size else 0
+            self.chars = None
+        else:
+            try:
+                text = path.read_text(encoding="utf-8")
+            except (UnicodeDecodeError, OSError) as err:
+                raise UsageError(f"cannot read {path} as UTF-8 text: {err}") from None
+            self.chars = sorted(set(text))
+            lookup = {c: i for i, c in enumerate(self.chars)}
+            self.tokens = np.array([lookup[c] for c in text], dtype=np.uint32)
+            self.vocab_size = len(self.chars)
+        if self.tokens.size < seq_len + 2:
+            raise UsageError(f"{path} holds {self.tokens.size} tokens; a window of --seq-len {seq_len} needs "
+                             f"at least {seq_len + 2}")
+        self.seq_len, self.batch_size, self.seed, self.order = seq_len, batch_size, seed, order
+        self.entropy_floor = None
+
+    def starts(self, step, sample_ids):
+        span = self.tokens.size - self.seq_len - 1             # last valid window start + 1
+        ids = np.asarray(sample_ids)
+        if self.order == "sequential":
+            return ((step * self.batch_size + ids) * self.seq_len) % span
+        return np.random.default_rng([self.seed, step]).integers(0, span, size=self.batch_size)[ids]
+
+    def batch(self, step, sample_ids):
+        T = self.seq_len
+        win = np.stack([np.asarray(self.tokens[s:s + T + 1], dtype=np.int64) for s in self.starts(step, sample_ids)])
+        return win[:, :-1], win[:, 1:]
+
+
+class Regression:
+    """y = tanh(x A) B for x ~ N(0, 1): a smooth target for the deep MLP (its floor is 0)."""
+
+    def __init__(self, d_in, d_out, seed=0):
+        rng = np.random.default_rng([seed, 99])
+        self.A = rng.standard_normal((d_in, d_in)) / np.sqrt(d_in)
+        self.B = rng.standard_normal((d_in, d_out)) / np.sqrt(d_in)
+        self.d_in, self.seed, self.entropy_floor = d_in, seed, None
+
+    def batch(self, step, sample_ids):
+        x = np.stack([np.random.default_rng([self.seed, step, int(s)]).standard_normal(self.d_in)
+                      for s in sample_ids])
+        return x, np.tanh(x @ self.A) @ self.B

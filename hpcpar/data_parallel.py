@@ -1,0 +1,111 @@
+"""Data parallelism: replicas average their gradients, in buckets, overlapped with the backward pass.
+
+Each replica (a DP rank) runs the same model on its own share of the global batch.  Gradients arrive
+pre-scaled by 1 / (tokens in the global batch), so *summing* them over the DP group gives exactly the
+gradient of the single-rank step.  The sum runs bucket by bucket: the parameters live in flat buckets
+filled in backward order (buckets.py), and as soon as the last micro-batch's backward has finished
+every parameter of a bucket, a non-blocking ``Iallreduce`` on that bucket starts - while the backward
+of the earlier layers continues.  ``finish()`` waits for all of them before the optimizer step.
+
+ZeRO-1 (Rajbhandari et al. 2020): instead of an all-reduce, each bucket is *reduce-scattered*, so DP
+rank i receives the summed gradient of its 1/dp slice only; it keeps optimizer state for that slice
+only and updates it; an all-gather of the parameters then gives every replica the whole new model.
+Same bytes on the wire as one all-reduce (which *is* a reduce-scatter followed by an all-gather),
+1/dp of the optimizer memory.
+
+Some gradients are not final when the backward ends: the two copies of a tied embedding (first and
+last pipeline stage) must first be summed, and under sequence parallelism the replicated LayerNorm
+and bias gradients are partial sums over the TP group.  Those go into a *late* bucket that the trainer
+releases once it has done that (``release_late``).
+"""
+import time
+
+from hpcpar import backend
+from hpcpar.buckets import Bucket, make_buckets
+from hpcpar.comm import wait_all
+from hpcpar.optim import Shard
+
+
+class DataParallel:
+    def __init__(self, params, dp_comm, bucket_mb=4.0, zero1=False, late=()):
+        self.comm, self.zero1 = dp_comm, zero1
+        align = dp_comm.size if zero1 else 1
+        late_ids = {id(p) for p in late}
+        backward_order = [p for p in reversed(params) if id(p) not in late_ids]
+        self.buckets = make_buckets(backward_order, int(bucket_mb * 2**20), align)
+        self.late = Bucket(list(late), align) if late else None
+        if self.late:
+            self.buckets.append(self.late)
+        self._bucket_of = {id(p): i for i, b in enumerate(self.buckets) for p in b.params}
+        xp = backend.array_module(self.buckets[0].data)
+        self._shard_grads = [xp.empty(b.size // dp_comm.size, dtype=b.grad.dtype) for b in self.buckets] \
+            if zero1 else None
+        self.launch_times = []          # perf_counter() of each bucket launch (overlap is measurable)
+        self.start_step()
+
+    def start_step(self):
+        self._waiting = [len(b.params) for b in self.buckets]
+        self._launched = [False] * len(self.buckets)
+        self._requests = []
+        self.launch_times = []
+
+    def grads_ready(self, params):
+        """Called by the model as the final gradients of ``params`` are complete."""
+        for p in params:
+            i = self._bucket_of[id(p)]
+            if self.buckets[i] is self.late:
+                continue
+            self._waiting[i] -= 1
+            if self._waiting[i] == 0:
+                self._launch(i)
+
+    def release_late(self):
+        if self.late is not None:
+            self._launch(len(self.buckets) - 1)
+
+    def _launch(self, i):
+        if self._launched[i]:
+            return
+        self._launched[i] = True
+        self.launch_times.append(time.perf_counter())
+        b = self.buckets[i]
+        if self.zero1:
+            self._requests.append(self.comm.ireduce_scatter(b.grad, self._shard_grads[i]))
+        else:
+            self._requests.append(self.comm.iall_reduce_(b.grad))
+
+    def finish(self):
+        """Launch what is left (in bucket order, the same on every DP rank) and wait for everything."""
+        for i in range(len(self.buckets)):
+            self._launch(i)
+        wait_all(self._requests)
+        self._requests = []
+
+    def shards(self):
+        """The flat slices this rank updates: whole buckets, or its 1/dp slice of each (ZeRO-1)."""
+        out = []
+        for i, b in enumerate(self.buckets):
+            lo, hi = b.shard(self.comm.rank, self.comm.size) if self.zero1 else (0, b.size)
+            grad = self._shard_grads[i] if self.zero1 else b.grad
+            decay = [(a - lo, c - lo) for a, c in b.ranges(lo, hi, lambda p: p.decay)]
+            out.append(Shard(i, b.data[lo:hi], grad, decay))
+        return out
+
+    def norm_sq(self, shards):
+        """Sum of squared gradients this rank is responsible for (each parameter counted once)."""
+        total = 0.0
+        for s, b in zip(shards, self.buckets):
+            lo = b.shard(self.comm.rank, self.comm.size)[0] if self.zero1 else 0
+            for a, c in b.ranges(lo, lo + s.grad.size, lambda p: p.counted):
+                g = s.grad[a - lo:c - lo]
+                total += float(g @ g)
+        return total
+
+    def gather_params(self):
+        """ZeRO-1: every rank receives every other rank's updated slice."""
+        if self.zero1:
+            wait_all([self.comm.iall_gather_(b.data) for b in self.buckets])
+
+    def zero_grad(self):
+        for b in self.buckets:
+            b.grad[...] = 0

@@ -1,0 +1,101 @@
+"""Optimizers, gradient clipping and the learning-rate schedule, on flat buffers.
+
+An optimizer updates *shards*: flat views (data, grad) of the parameters this rank is responsible
+for - whole buckets, or with ZeRO-1 its 1/dp slice of each bucket - plus the ranges inside them that
+get weight decay.  Elementwise updates do not care how the model was cut, so every layout applies
+exactly the same arithmetic to every number.
+
+AdamW (Loshchilov & Hutter), decoupled weight decay, bias-corrected moments, as in PyTorch:
+    p <- p (1 - lr wd)                         (only matrices and embeddings)
+    m <- b1 m + (1 - b1) g,     v <- b2 v + (1 - b2) g^2
+    p <- p - lr (m / (1 - b1^t)) / (sqrt(v / (1 - b2^t)) + eps)
+SGD with momentum (PyTorch's convention):  u <- mu u + g;  p <- p (1 - lr wd) - lr u
+"""
+import math
+
+from hpcpar.backend import array_module
+
+
+class Shard:
+    """A flat slice of parameters that one rank updates: data and grad views, decayed (a, b) ranges
+    relative to the slice, and a key under which the optimizer keeps its state."""
+
+    def __init__(self, key, data, grad, decay_ranges):
+        self.key, self.data, self.grad, self.decay_ranges = key, data, grad, decay_ranges
+
+
+class SGD:
+    def __init__(self, lr, momentum=0.0, weight_decay=0.0):
+        self.momentum, self.weight_decay = momentum, weight_decay
+        self.state, self.t = {}, 0
+
+    def step(self, shards, lr):
+        self.t += 1
+        for s in shards:
+            _decay(s, lr * self.weight_decay)
+            update = s.grad
+            if self.momentum:
+                u = self.state.get(s.key)
+                if u is None:
+                    u = self.state[s.key] = s.grad.copy()       # PyTorch: first buffer = g
+                else:
+                    u *= self.momentum
+                    u += s.grad
+                update = u
+            s.data -= lr * update
+
+
+class AdamW:
+    def __init__(self, lr, betas=(0.9, 0.95), eps=1e-8, weight_decay=0.1):
+        self.b1, self.b2 = betas
+        self.eps, self.weight_decay = eps, weight_decay
+        self.state, self.t = {}, 0
+
+    def step(self, shards, lr):
+        self.t += 1
+        c1, c2 = 1 - self.b1 ** self.t, 1 - self.b2 ** self.t   # bias corrections
+        for s in shards:
+            xp = array_module(s.data)
+            if s.key not in self.state:
+                self.state[s.key] = (xp.zeros_like(s.data), xp.zeros_like(s.data))
+            m, v = self.state[s.key]
+            _decay(s, lr * self.weight_decay)
+            m *= self.b1
+            m += (1 - self.b1) * s.grad
+            v *= self.b2
+            v += (1 - self.b2) * s.grad * s.grad
+            denom = xp.sqrt(v / c2)
+            denom += self.eps
+            s.data -= (lr / c1) * m / denom
+
+
+def _decay(shard, factor):
+    if factor:
+        for a, b in shard.decay_ranges:
+            shard.data[a:b] *= 1.0 - factor
+
+
+def make_optimizer(name, lr, momentum=0.0, beta1=0.9, beta2=0.95, eps=1e-8, weight_decay=0.0):
+    if name == "sgd":
+        return SGD(lr, momentum, weight_decay)
+    if name == "adamw":
+        return AdamW(lr, (beta1, beta2), eps, weight_decay)
+    from hpcpar.runtime import UsageError
+    raise UsageError(f"unknown optimizer {name!r}: choose sgd or adamw")
+
+
+def clip_coefficient(norm, max_norm):
+    """Scale that brings the global gradient norm down to max_norm (1.0 if already below; 0 disables)."""
+    if max_norm <= 0 or norm <= max_norm:
+        return 1.0
+    return max_norm / (norm + 1e-6)
+
+
+def learning_rate(step, lr, min_lr, warmup, total):
+    """Linear warm-up from lr/warmup to lr over `warmup` steps, then cosine decay to min_lr at `total`."""
+    if step < warmup:
+        return lr * (step + 1) / warmup
+    if total <= warmup:
+        return lr
+    progress = min(1.0, (step - warmup) / max(1, total - warmup))
+    return min_lr + 0.5 * (lr - min_lr) * (1 + math.cos(math.pi * progress))

@@ -1,0 +1,85 @@
+"""FLOPs: every matrix multiply of one transformer layer, and the closed forms they add up to.
+
+A GEMM (m x k) @ (k x n) costs 2*m*n*k FLOPs.  Forward, per layer and micro-batch of b sequences of s
+tokens, on one of t tensor-parallel ranks (Megatron splits QKV and MLP-up by columns, attention output
+and MLP-down by rows, heads across ranks):
+
+    qkv        (b*s) x h        @ h x (h + 2*kv*d)/t
+    scores     per head: s x d  @ d x s               (b * a/t heads)
+    context    per head: s x s  @ s x d
+    attn out   (b*s) x h/t      @ h/t x h
+    mlp up     (b*s) x h        @ h x f/t             (2f/t for a gated MLP)
+    mlp down   (b*s) x f/t      @ f/t x h
+    logits     (b*s) x h        @ h x V/t             (last stage only)
+
+Backward does two GEMMs of the same size per forward one: dX (on the critical path, "B") and dW
+("W", the part zero-bubble schedules defer); the attention-core GEMMs have no weights, so both of
+their backward GEMMs are dX work.  Summed over a GPT model (kv = a, f = 4h, t = 1) forward + backward
+gives Narayanan et al. 2021's count per step of B sequences:
+
+    72 * B*s*l*h^2 * (1 + s/(6h) + V/(12*l*h))     and with full recomputation (forward twice)
+    96 * B*s*l*h^2 * (1 + s/(6h) + V/(16*l*h))
+"""
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Gemm:
+    name: str
+    m: int
+    n: int
+    k: int
+    count: int = 1          # independent copies (batched: one per head and sequence)
+    weight: bool = True     # True: backward has a weight-gradient GEMM (W); False: attention core
+
+    @property
+    def flops(self):
+        return 2 * self.m * self.n * self.k * self.count
+
+    @property
+    def elements(self):
+        """Elements read and written once each: both inputs and the output."""
+        return (self.m * self.k + self.k * self.n + self.m * self.n) * self.count
+
+
+def kv_heads_per_rank(model, tp):
+    """Key/value heads on one TP rank; with tp > kv they are replicated (one per rank)."""
+    return max(model.kv_heads // tp, 1)
+
+
+def layer_gemms(model, b, s, tp):
+    """The forward GEMMs of one transformer layer for b sequences on one of tp ranks."""
+    h, d, f = model.hidden, model.head_dim, model.ffn
+    tokens, heads = b * s, model.heads // tp
+    qkv = h // tp + 2 * kv_heads_per_rank(model, tp) * d
+    return [
+        Gemm("qkv", tokens, qkv, h),
+        Gemm("scores", s, s, d, count=b * heads, weight=False),
+        Gemm("context", s, d, s, count=b * heads, weight=False),
+        Gemm("attn out", tokens, h, h // tp),
+        Gemm("mlp up", tokens, (2 if model.gated else 1) * f // tp, h),
+        Gemm("mlp down", tokens, h, f // tp),
+    ]
+
+
+def logits_gemm(model, b, s, tp):
+    return Gemm("logits", b * s, model.vocab // tp, model.hidden)
+
+
+def step_flops(model, batch, s, recompute="none"):
+    """FLOPs of one training step over ``batch`` sequences, counted on the unsplit model.
+
+    Model FLOPs (recompute "none") are what MFU divides by; hardware FLOPs add the recomputed
+    forward passes (all GEMMs of every layer for "full", the attention core for "selective").
+    """
+    layer_fwd = sum(g.flops for g in layer_gemms(model, batch, s, 1))
+    core_fwd = sum(g.flops for g in layer_gemms(model, batch, s, 1) if not g.weight)
+    extra = {"none": 0, "selective": core_fwd, "full": layer_fwd}[recompute]
+    return model.layers * (3 * layer_fwd + extra) + 3 * logits_gemm(model, batch, s, 1).flops
+
+
+def narayanan_flops(batch, s, layers, hidden, vocab, recompute=False):
+    """The closed form of Narayanan et al. 2021 (their appendix), for a GPT model."""
+    if recompute:
+        return 96 * batch * s * layers * hidden**2 * (1 + s / (6 * hidden) + vocab / (16 * layers * hidden))
+    return 72 * batch * s * layers * hidden**2 * (1 + s / (6 * hidden) + vocab / (12 * layers * hidden))

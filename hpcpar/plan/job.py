@@ -1,0 +1,74 @@
+"""A job: what is being planned (model, machine, batch) and what the engine can do.
+
+``Job.check(layout)`` says, in one line, why a layout cannot run (shapes that do not divide), or
+returns None.  Whether it *fits* in memory is memory.py's question; how fast it runs, step.py's.
+"""
+from dataclasses import dataclass, field
+
+from hpcpar.plan.hardware import DTYPE_BYTES
+from hpcpar.plan.layout import SCHEDULES
+
+
+@dataclass(frozen=True)
+class Engine:
+    """The engine features that change time or memory.  Defaults: hpcpar's own engine."""
+    flash_attention: bool = False     # fused attention: no s*s score matrices in memory or HBM traffic
+    overlap_dp: bool = True           # DP all-reduce in buckets during the last backward (data_parallel.py)
+    scatter_gather_p2p: bool = False  # Megatron's p2p optimisation: each TP rank sends 1/t of the activation
+    bucket_bytes: float = 25e6        # DP bucket size (PyTorch DDP's default, 25 MB)
+
+
+@dataclass(frozen=True)
+class Job:
+    model: object                     # ModelShape
+    hardware: object                  # Hardware
+    gpus: int
+    gpus_per_node: int
+    global_batch: int                 # sequences per step
+    seq_len: int
+    dtype: str = "bf16"               # bf16: mixed precision (fp32 master weights); fp32/fp64: plain
+    engine: Engine = field(default_factory=Engine)
+
+    @property
+    def elem_bytes(self):
+        """Bytes of one activation or weight element."""
+        return DTYPE_BYTES[self.dtype]
+
+    @property
+    def nodes(self):
+        return -(-self.gpus // self.gpus_per_node)
+
+    def micro_batches(self, layout):
+        return self.global_batch // (layout.dp * layout.mb)
+
+    def check(self, layout):
+        """None if the layout's shapes divide, else the reason in one line."""
+        m, lay = self.model, layout
+        if lay.gpus != self.gpus:
+            return f"tp*pp*dp = {lay.gpus}, not the {self.gpus} GPUs of the job"
+        if lay.schedule not in SCHEDULES:
+            return f"unknown schedule {lay.schedule} (use one of {', '.join(SCHEDULES)})"
+        if m.heads % lay.tp or (m.kv_heads % lay.tp and lay.tp % m.kv_heads):
+            return f"tp={lay.tp} does not divide the {m.heads} heads ({m.kv_heads} key/value heads)"
+        if m.ffn % lay.tp:
+            return f"tp={lay.tp} does not divide the MLP width {m.ffn}"
+        if lay.pp > m.layers:
+            return f"pp={lay.pp} stages for {m.layers} layers"
+        if self.global_batch % (lay.dp * lay.mb):
+            return f"global batch {self.global_batch} is not a multiple of dp*mb = {lay.dp * lay.mb}"
+        if lay.sp and (lay.tp == 1 or self.seq_len % lay.tp):
+            return "sequence parallelism needs tp > 1 dividing the sequence length"
+        if lay.zero1 and lay.dp == 1:
+            return "ZeRO-1 needs dp > 1"
+        if lay.schedule == "interleaved":
+            if lay.v < 2 or lay.pp < 2:
+                return "the interleaved schedule needs v >= 2 chunks and pp >= 2"
+            if m.layers % (lay.pp * lay.v):
+                return f"interleaving needs pp*v = {lay.pp * lay.v} to divide the {m.layers} layers"
+            if self.micro_batches(lay) % lay.pp:
+                return f"interleaving needs the micro-batch count {self.micro_batches(lay)} to be a multiple of pp"
+        elif lay.v != 1:
+            return f"v={lay.v} chunks only with the interleaved schedule"
+        if lay.pp > 1 and self.micro_batches(lay) < 1:
+            return "no micro-batch to pipeline"
+        return None

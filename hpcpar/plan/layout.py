@@ -1,0 +1,100 @@
+"""A layout: how one training step is split over the GPUs, written as one string.
+
+    tp8-pp8-dp16-mb1-v1-1f1b[-sp][-z1][-rcsel|-rcfull]
+
+    tpT    tensor-parallel size (ranks sharing every layer)
+    ppP    pipeline stages
+    dpD    data-parallel replicas                           T * P * D = number of GPUs
+    mbB    micro-batch size in sequences; the number of micro-batches is m = global batch / (D * B)
+    vV     model chunks per stage (V > 1 only for the interleaved schedule)
+    name   pipeline schedule: gpipe, 1f1b, interleaved, zb-h1
+    sp     sequence parallelism (LayerNorm/dropout activations sharded over TP as well)
+    z1     ZeRO-1: optimizer state sharded over the DP replicas
+    rcsel  selective recomputation (attention scores recomputed), rcfull: every layer recomputed
+
+Layers go to stages as evenly as they divide; the remainder goes to the middle stages first, because
+the first stage also holds the embedding and the last the head (BLOOM's 5+6*10+5 split of 70 layers,
+Llama 3's 7+8*14+7 of 126).
+"""
+from dataclasses import dataclass, replace
+
+from hpcpar.runtime import UsageError
+
+SCHEDULES = ("gpipe", "1f1b", "interleaved", "zb-h1")
+RECOMPUTE = {"": "none", "rcsel": "selective", "rcfull": "full"}
+
+
+@dataclass(frozen=True)
+class Layout:
+    tp: int
+    pp: int
+    dp: int
+    mb: int = 1
+    v: int = 1
+    schedule: str = "1f1b"
+    recompute: str = "none"     # none | selective | full
+    zero1: bool = False
+    sp: bool = False
+
+    def __str__(self):
+        text = f"tp{self.tp}-pp{self.pp}-dp{self.dp}-mb{self.mb}-v{self.v}-{self.schedule}"
+        if self.sp:
+            text += "-sp"
+        if self.zero1:
+            text += "-z1"
+        tag = {v: k for k, v in RECOMPUTE.items()}[self.recompute]
+        return text + (f"-{tag}" if tag else "")
+
+    @property
+    def gpus(self):
+        return self.tp * self.pp * self.dp
+
+    def grid(self):
+        """(tp, pp, dp): the part of a layout that decides where every rank sits."""
+        return self.tp, self.pp, self.dp
+
+    def with_(self, **changes):
+        return replace(self, **changes)
+
+
+def parse_layout(text):
+    """Parse the string form above (order of the optional tags is free)."""
+    parts = text.strip().lower().split("-")
+    # "zb-h1" contains the separator: glue it back
+    if "zb" in parts:
+        i = parts.index("zb")
+        parts[i:i + 2] = ["zb-h1"]
+    numbers, flags = {}, {"sp": False, "zero1": False, "recompute": "none", "schedule": None}
+    for part in parts:
+        if part in SCHEDULES:
+            flags["schedule"] = part
+        elif part == "sp":
+            flags["sp"] = True
+        elif part == "z1":
+            flags["zero1"] = True
+        elif part in RECOMPUTE and part:
+            flags["recompute"] = RECOMPUTE[part]
+        else:
+            key = part.rstrip("0123456789")
+            value = part[len(key):]
+            if key not in ("tp", "pp", "dp", "mb", "v") or not value:
+                raise UsageError(f"layout {text!r}: cannot read {part!r} (expected e.g. "
+                                 f"tp8-pp8-dp16-mb1-v1-1f1b, see hpcpar plan --help)")
+            numbers[key] = int(value)
+    missing = [k for k in ("tp", "pp", "dp") if k not in numbers]
+    if missing:
+        raise UsageError(f"layout {text!r}: missing {', '.join(missing)}")
+    return Layout(tp=numbers["tp"], pp=numbers["pp"], dp=numbers["dp"], mb=numbers.get("mb", 1),
+                  v=numbers.get("v", 1), schedule=flags["schedule"] or "1f1b", recompute=flags["recompute"],
+                  zero1=flags["zero1"], sp=flags["sp"])
+
+
+def stage_layers(layers, pp):
+    """Layers per stage: l // p each, the l % p extra ones to the middle stages first."""
+    base, extra = divmod(layers, pp)
+    counts = [base] * pp
+    # fill from the middle outwards so the end stages (embedding, head) get the fewest
+    order = sorted(range(pp), key=lambda i: (abs(i - (pp - 1) / 2), i))
+    for i in order[:extra]:
+        counts[i] += 1
+    return counts

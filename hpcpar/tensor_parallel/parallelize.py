@@ -1,0 +1,59 @@
+"""Turn a serial model stage into its tensor-parallel version, in place.
+
+Each layer is built serially first (full parameters, from the seed) and then swapped for its parallel
+counterpart, which keeps only this rank's slice.  So tp = 1, 2 and 4 start from the same model, and
+gathering the slices gives back the full tensors.
+
+GPT block:   ln_1 -> [c_attn: column, groups Q|K|V] -> heads -> [c_proj: row] -> ln_2 ->
+             [c_fc: column] -> GELU -> [mlp.c_proj: row]           2 all-reduces forward, 2 backward
+GPT ends:    embedding -> vocab-parallel; LM head -> vocab-parallel logits and loss
+Deep MLP:    each block column + row; the input and output layers stay replicated.
+"""
+from hpcpar.nn.block import TransformerBlock
+from hpcpar.nn.gpt import GPT
+from hpcpar.runtime import UsageError
+from hpcpar.tensor_parallel.layers import (ColumnParallelLinear, RowParallelLinear, VocabParallelEmbedding,
+                                           VocabParallelLMHead, replicate)
+
+
+def check_divisible(cfg, tp, sequence_parallel, seq_len=None):
+    """Refuse shapes that do not cut evenly - before any rank communicates."""
+    if tp == 1:
+        return
+    n_head = getattr(cfg, "n_head", None)
+    if n_head is not None and n_head % tp:
+        raise UsageError(f"--tp {tp} must divide the number of attention heads ({n_head})")
+    if cfg.d_ff % tp:
+        raise UsageError(f"--tp {tp} must divide the feed-forward width ({cfg.d_ff})")
+    if sequence_parallel:
+        if n_head is None:
+            raise UsageError("sequence parallelism needs a model with a sequence axis (a GPT)")
+        if seq_len % tp:
+            raise UsageError(f"--sequence-parallel: --tp {tp} must divide the sequence length ({seq_len})")
+
+
+def parallelize(stage, comm, sequence_parallel=False):
+    """Swap every layer of ``stage`` for its tensor-parallel version over ``comm``. Returns ``stage``."""
+    if comm.size == 1:
+        return stage
+    sp = sequence_parallel
+    for block in stage.blocks:
+        mlp = block.mlp if isinstance(block, TransformerBlock) else block
+        mlp.c_fc = ColumnParallelLinear(mlp.c_fc, comm, sp)
+        mlp.c_proj = RowParallelLinear(mlp.c_proj, comm, sp)
+        if isinstance(block, TransformerBlock):
+            attn = block.attn
+            attn.c_attn = ColumnParallelLinear(attn.c_attn, comm, sp, groups=3)
+            attn.c_proj = RowParallelLinear(attn.c_proj, comm, sp)
+            attn.head_offset = comm.rank * attn.n_head // comm.size
+            replicate(block.ln_1.parameters() + block.ln_2.parameters(), comm, sp)
+    if isinstance(stage, GPT):
+        if stage.embed is not None:
+            stage.embed = VocabParallelEmbedding(stage.embed, comm, sp)
+        if stage.head is not None:
+            stage.head = VocabParallelLMHead(stage.head, comm, sp)
+    else:
+        for part in (stage.embed, stage.head):
+            if part is not None:
+                replicate(part.parameters(), comm, False)
+    return stage
