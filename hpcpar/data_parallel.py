@@ -63,6 +63,14 @@ class DataParallel:
         if self.late is not None:
             self._launch(len(self.buckets) - 1)
 
+    def late_grads(self, params):
+        """The late bucket's gradients of ``params`` as one contiguous view (they were placed together)."""
+        spans = [(a, b) for p, a, b in self.late.segments if any(p is q for q in params)]
+        lo, hi = spans[0][0], spans[-1][1]
+        if sum(b - a for a, b in spans) != hi - lo:
+            raise ValueError("late parameters are not contiguous in their bucket")
+        return self.late.grad[lo:hi]
+
     def _launch(self, i):
         if self._launched[i]:
             return

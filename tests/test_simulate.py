@@ -68,6 +68,16 @@ def test_zb_h1_cuts_the_bubble_at_the_same_peak_memory():
             assert ref.makespan - 3 * m == 3 * (p - 1)
 
 
+@pytest.mark.parametrize("costs", [Costs(F=1, B=2, W=1), Costs(F=2, B=1, W=1), Costs(F=1, B=1, W=0.5)])
+def test_zb_h1_idles_p_minus_1_times_f_plus_b_minus_w(costs):
+    # exact while W <= min(F, B): a longer W no longer fits into the gaps it fills
+    for p, m in SIZES:
+        if m >= p:
+            r = simulate(build("zb-h1", p, m), costs)
+            idle = (p - 1) * (costs.F + costs.B - costs.W)
+            assert r.makespan == pytest.approx(m * (costs.F + costs.B + costs.W) + idle)
+
+
 @pytest.mark.parametrize("name", SCHEDULES)
 def test_simulated_times_respect_every_dependency(name):
     v = 2 if name == "interleaved" else 1
@@ -184,7 +194,8 @@ def test_cli_table_plot_and_deadlock(tmp_path):
 @pytest.mark.parametrize("flags, msg", [
     (["--costs", "1,x"], "--costs takes three non-negative numbers F,B,W, got '1,x'"),
     (["--costs", "1,1"], "--costs takes three"),
-    (["--latency", "-1"], "--latency must be non-negative"),
+    (["--latency", "-1"], "--latency must be a non-negative number"),
+    (["--costs", "1,nan,1"], "--costs takes three"),
     (["--chunks", "2"], "1f1b needs chunks = 1"),
     (["--schedule", "interleaved", "--chunks", "1"], "needs chunks >= 2"),
 ])

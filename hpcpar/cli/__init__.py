@@ -14,6 +14,7 @@ from hpcpar import runtime
 COMMANDS = {
     "grid": "grid",
     "demo": "demo",
+    "train": "train",
     "schedule": "schedule",
 }
 

@@ -40,10 +40,11 @@ def _costs(text, latency):
         values = [float(x) for x in text.split(",")]
     except ValueError:
         values = []
-    if len(values) != 3 or min(values) < 0:
+    inf = float("inf")   # comparisons with nan are false, so nan is refused too
+    if len(values) != 3 or not all(0 <= x < inf for x in values):
         raise UsageError(f"--costs takes three non-negative numbers F,B,W, got {text!r}")
-    if latency < 0:
-        raise UsageError(f"--latency must be non-negative, got {latency:g}")
+    if not 0 <= latency < inf:
+        raise UsageError(f"--latency must be a non-negative number, got {latency:g}")
     return Costs(*values, latency=latency)
 
 

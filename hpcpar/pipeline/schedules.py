@@ -9,15 +9,18 @@ the weights (which nobody waits for, so it can fill idle time).
 
 A schedule says only *in which order* each rank runs its actions; the sends and receives follow
 from the neighbours (``Schedule.with_communication``) and the timing from the simulator
-(simulate.py).  With uniform costs, t = F + B + W for one micro-batch's forward and whole backward
-on one rank, and memory counted in micro-batches whose activations a rank holds (rank 0, the most):
+(simulate.py).  With uniform costs and t = F + B + W, one micro-batch's forward and whole backward
+on one rank:
 
-    gpipe        all forwards, then all backwards      makespan (m + p - 1) t        memory m
-    1f1b         warm-up forwards, then one F one B     makespan (m + p - 1) t        memory p
-    interleaved  1f1b over v chunks of 1/v the layers   idle (p - 1)/(v m) of m t     p + (p - 1)/v
-    zb-h1        1f1b with W postponed into bubbles     idle (p - 1)(F + B - W)       memory p
-                                                        instead of (p - 1)(F + B + W)
-(the last two for m >= p; see docs/pipeline.md and tests/test_simulate.py).
+    schedule     order on each rank                          makespan                    memory
+    gpipe        all forwards, then all backwards            (m + p - 1) t               m
+    1f1b         warm-up forwards, then one F one B          (m + p - 1) t               p
+    interleaved  1f1b over v chunks of 1/v of the layers     (m + (p - 1)/v) t           p + (p - 1)/v
+    zb-h1        1f1b with W postponed into the bubbles      m t + (p - 1)(F + B - W)    p
+
+Exact in the simulator (tests/test_simulate.py) with no latency; interleaved and zb-h1 for m >= p,
+zb-h1 while W <= min(F, B).  Memory: the activations rank 0 holds at most, in whole stages
+(interleaved: for m a multiple of p).  Details and pictures: docs/pipeline.md.
 """
 from collections import Counter, deque
 from dataclasses import dataclass

@@ -93,10 +93,11 @@ def end_times(job, layout, first, last):
     return extra
 
 
-def stage_times(job, layout, stage):
-    """F, B and W of one micro-batch through every layer of ``stage`` (all its chunks)."""
+def stage_times(job, layout, stage, lt=None):
+    """F, B and W of one micro-batch through every layer of ``stage`` (all its chunks);
+    ``lt``: the layer's times when already computed (they are the same on every stage)."""
     n = stage_layers(job.model.layers, layout.pp)[stage]
-    lt = layer_times(job, layout)
+    lt = lt or layer_times(job, layout)
     recompute = lt.get("recompute forward", 0.0) + lt.get("recompute attention", 0.0)
     f = n * (lt["fwd GEMM"] + lt["fwd element-wise"] + lt["fwd TP all-reduce"])
     b = n * (lt["bwd GEMM dX"] + lt["bwd element-wise"] + lt["bwd TP all-reduce"] + recompute)

@@ -17,6 +17,7 @@ the first stage also holds the embedding and the last the head (BLOOM's 5+6*10+5
 Llama 3's 7+8*14+7 of 126).
 """
 from dataclasses import dataclass, replace
+from functools import lru_cache
 
 from hpcpar.runtime import UsageError
 
@@ -89,6 +90,7 @@ def parse_layout(text):
                   zero1=flags["zero1"], sp=flags["sp"])
 
 
+@lru_cache(maxsize=None)
 def stage_layers(layers, pp):
     """Layers per stage: l // p each, the l % p extra ones to the middle stages first."""
     base, extra = divmod(layers, pp)
@@ -97,4 +99,4 @@ def stage_layers(layers, pp):
     order = sorted(range(pp), key=lambda i: (abs(i - (pp - 1) / 2), i))
     for i in order[:extra]:
         counts[i] += 1
-    return counts
+    return tuple(counts)

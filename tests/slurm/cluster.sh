@@ -103,9 +103,9 @@ start_cluster() {
     write_conf "$dir"
     export SLURM_CONF=$dir/slurm.conf
     start_daemon "$dir" slurmctld slurmctld -D -f "$SLURM_CONF"
-    wait_for slurmctld 30 "$dir/slurmctld.log" scontrol ping
+    wait_for slurmctld 30 "$dir/slurmctld.out" scontrol ping
     start_daemon "$dir" slurmd slurmd -D -f "$SLURM_CONF"
-    wait_for "the node" 30 "$dir/slurmd.log" node_idle
+    wait_for "the node" 30 "$dir/slurmd.out" node_idle
     say "up: $(sinfo -h -o '%P %D node(s) %c CPUs %t') (SLURM_CONF=$SLURM_CONF)"
 }
 

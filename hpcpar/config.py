@@ -1,0 +1,172 @@
+"""The training run's configuration: one table of options that makes the command-line flags, the TOML
+keys (``--config run.toml``; flags override the file) and the checks.
+
+Every check here uses the options and the world size only, so a bad configuration is refused with
+the same one-line message on every rank, before any rank communicates (hpcpar/runtime.py).
+"""
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+
+from hpcpar.runtime import UsageError
+
+
+def opt(default, help, choices=None, group="run"):
+    return field(default=default, metadata={"help": help, "choices": choices, "group": group})
+
+
+@dataclass
+class TrainConfig:
+    # --- layout -----------------------------------------------------------------------------
+    tp: int = opt(1, "tensor-parallel size: ranks that share every layer's GEMMs", group="layout")
+    pp: int = opt(1, "pipeline-parallel size: stages of consecutive layers", group="layout")
+    dp: int = opt(0, "data-parallel size: model replicas (0: world size / (tp x pp))", group="layout")
+    order: str = opt("tp-dp-pp", "rank order, fastest-varying axis first", group="layout")
+    schedule: str = opt("1f1b", "pipeline schedule", ["gpipe", "1f1b", "interleaved", "zb-h1"], "layout")
+    microbatches: int = opt(0, "micro-batches per step and DP rank (0: pp)", group="layout")
+    chunks: int = opt(0, "model chunks per rank for the interleaved schedule (0: 2 if interleaved, else 1)",
+                      group="layout")
+    partition: str = opt("uniform", "blocks per stage: uniform, params, flops or a list like 3,3,2", group="layout")
+    sequence_parallel: bool = opt(False, "shard LayerNorm/dropout activations along the sequence over TP",
+                                  group="layout")
+    recompute: bool = opt(False, "drop each block's activations after forward and recompute them in backward",
+                          group="layout")
+    zero1: bool = opt(False, "ZeRO-1: shard optimizer state over DP (reduce-scatter + all-gather)", group="layout")
+    bucket_mb: float = opt(4.0, "data-parallel gradient bucket size in MB", group="layout")
+    # --- model ------------------------------------------------------------------------------
+    model: str = opt("tiny", "model preset", ["tiny", "small", "gpt2", "mlp"], "model")
+    layers: int = opt(0, "number of blocks (0: preset)", group="model")
+    hidden: int = opt(0, "model width d_model (0: preset)", group="model")
+    heads: int = opt(0, "attention heads (0: preset)", group="model")
+    ffn: int = opt(0, "feed-forward width (0: 4 x hidden)", group="model")
+    seq_len: int = opt(0, "sequence length (0: preset)", group="model")
+    vocab: int = opt(0, "vocabulary size (0: the data's)", group="model")
+    dropout: float = opt(0.0, "dropout probability", group="model")
+    untied: bool = opt(False, "separate output projection instead of the tied token embedding", group="model")
+    # --- data -------------------------------------------------------------------------------
+    data: str = opt("synthetic", "synthetic, or a path: a text file (characters) or a .bin token file",
+                    group="data")
+    data_order: str = opt("random", "random windows, or sequential ones from the start of the file",
+                          ["random", "sequential"], "data")
+    token_dtype: str = opt("uint16", "dtype of a .bin token file", ["uint16", "uint32"], "data")
+    synthetic_vocab: int = opt(32, "synthetic language: vocabulary", group="data")
+    synthetic_order: int = opt(2, "synthetic language: Markov order (tokens of context)", group="data")
+    synthetic_branching: int = opt(4, "synthetic language: possible next tokens per context", group="data")
+    batch_size: int = opt(16, "global batch: sequences per step, over all DP ranks", group="data")
+    # --- optimisation -----------------------------------------------------------------------
+    steps: int = opt(100, "optimizer steps", group="optim")
+    optimizer: str = opt("adamw", "optimizer", ["adamw", "sgd"], "optim")
+    lr: float = opt(1e-3, "peak learning rate", group="optim")
+    min_lr: float = opt(-1.0, "final learning rate of the cosine decay (-1: lr / 10)", group="optim")
+    warmup: int = opt(10, "linear warm-up steps", group="optim")
+    momentum: float = opt(0.9, "SGD momentum", group="optim")
+    beta1: float = opt(0.9, "AdamW beta1", group="optim")
+    beta2: float = opt(0.95, "AdamW beta2", group="optim")
+    eps: float = opt(1e-8, "AdamW epsilon", group="optim")
+    weight_decay: float = opt(0.1, "decoupled weight decay (matrices and embeddings only)", group="optim")
+    grad_clip: float = opt(1.0, "clip the global gradient norm to this (0 disables)", group="optim")
+    nonfinite: str = opt("stop", "on a NaN/inf loss: stop (after saving the last good step) or skip the step",
+                         ["stop", "skip"], "optim")
+    # --- numerics and backend ---------------------------------------------------------------
+    dtype: str = opt("float32", "parameter and activation dtype", ["float32", "float64"], "run")
+    seed: int = opt(0, "seed of the initialisation, the data order and dropout", group="run")
+    backend: str = opt("numpy", "array backend", ["numpy", "cupy"], "run")
+    # --- files and output -------------------------------------------------------------------
+    init_from: str = opt("", "start from consolidated GPT-2-named safetensors weights", group="files")
+    export: str = opt("", "write the final weights as consolidated safetensors", group="files")
+    save: str = opt("", "checkpoint directory", group="files")
+    save_every: int = opt(0, "checkpoint every K steps (0: only at the end and on preemption)", group="files")
+    keep: int = opt(3, "checkpoints to keep", group="files")
+    resume: str = opt("", "resume from the latest complete checkpoint in this directory", group="files")
+    metrics: str = opt("", "write one JSON object per step to this file", group="files")
+    trace: str = opt("", "write a Chrome/Perfetto trace of every rank to this file", group="files")
+    log_every: int = opt(0, "print a loss line every K steps (0: about 10 lines per run)", group="files")
+    progress: bool = opt(True, "show a progress bar on rank 0", group="files")
+
+
+GROUPS = {"layout": "parallel layout", "model": "model", "data": "data", "optim": "optimisation",
+          "run": "numerics and backend", "files": "files and output"}
+
+
+def defaults():
+    return TrainConfig()
+
+
+def load_toml(path):
+    """Options from a TOML file (keys as the flags, with - or _), checked against the known options."""
+    import tomllib
+    path = Path(path)
+    try:
+        raw = tomllib.loads(path.read_text())
+    except FileNotFoundError:
+        raise UsageError(f"config file {path} not found") from None
+    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as err:
+        raise UsageError(f"cannot read config file {path}: {err}") from None
+    known = {f.name: f for f in fields(TrainConfig)}
+    out = {}
+    for key, value in raw.items():
+        name = key.replace("-", "_")
+        if name not in known:
+            raise UsageError(f"{path}: unknown option {key!r}")
+        want = type(known[name].default)
+        if want is float and isinstance(value, int) and not isinstance(value, bool):
+            value = float(value)
+        if not isinstance(value, want) or (want is int and isinstance(value, bool)):
+            raise UsageError(f"{path}: option {key!r} must be {want.__name__}, got {value!r}")
+        out[name] = value
+    return out
+
+
+def check(cfg, world):
+    """Refuse a configuration that cannot run, with one line naming the numbers. Returns cfg with the
+    derived values (dp, microbatches, chunks, min_lr) filled in."""
+    from hpcpar.grid import GridLayout
+    for f in fields(TrainConfig):
+        choices = f.metadata["choices"]
+        if choices and getattr(cfg, f.name) not in choices:
+            raise UsageError(f"--{f.name.replace('_', '-')} must be one of {', '.join(choices)}, "
+                             f"not {getattr(cfg, f.name)!r}")
+    for name in ("tp", "pp", "batch_size", "synthetic_vocab", "synthetic_order", "synthetic_branching", "keep"):
+        if getattr(cfg, name) < 1:
+            raise UsageError(f"--{name.replace('_', '-')} must be at least 1, got {getattr(cfg, name)}")
+    for name in ("dp", "microbatches", "chunks", "layers", "hidden", "heads", "ffn", "seq_len", "vocab",
+                 "steps", "warmup", "save_every", "log_every", "seed"):
+        if getattr(cfg, name) < 0:
+            raise UsageError(f"--{name.replace('_', '-')} must not be negative, got {getattr(cfg, name)}")
+    for name in ("lr", "eps", "bucket_mb"):
+        if not getattr(cfg, name) > 0:
+            raise UsageError(f"--{name.replace('_', '-')} must be positive, got {getattr(cfg, name)}")
+    for name in ("weight_decay", "grad_clip"):
+        if getattr(cfg, name) < 0:
+            raise UsageError(f"--{name.replace('_', '-')} must not be negative, got {getattr(cfg, name)}")
+    for name in ("dropout", "momentum", "beta1", "beta2"):
+        if not 0 <= getattr(cfg, name) < 1:
+            raise UsageError(f"--{name.replace('_', '-')} must be in [0, 1), got {getattr(cfg, name)}")
+    if cfg.dp == 0:
+        if world % (cfg.tp * cfg.pp):
+            raise UsageError(f"tp x pp = {cfg.tp} x {cfg.pp} = {cfg.tp * cfg.pp} does not divide the world "
+                             f"size {world}")
+        cfg.dp = world // (cfg.tp * cfg.pp)
+    GridLayout(cfg.tp, cfg.pp, cfg.dp, world, cfg.order)        # world mismatch, bad order
+    if cfg.chunks == 0:
+        cfg.chunks = 2 if cfg.schedule == "interleaved" else 1
+    if cfg.schedule == "interleaved" and cfg.chunks < 2:
+        raise UsageError("the interleaved schedule needs --chunks >= 2")
+    if cfg.schedule != "interleaved" and cfg.chunks != 1:
+        raise UsageError(f"--chunks {cfg.chunks} needs --schedule interleaved")
+    if cfg.microbatches == 0:
+        cfg.microbatches = cfg.pp
+    if cfg.batch_size % (cfg.dp * cfg.microbatches):
+        raise UsageError(f"--batch-size {cfg.batch_size} must divide into dp x microbatches = {cfg.dp} x "
+                         f"{cfg.microbatches} = {cfg.dp * cfg.microbatches} equal micro-batches")
+    if cfg.min_lr < 0:
+        cfg.min_lr = cfg.lr / 10
+    if cfg.data != "synthetic" and not Path(cfg.data).is_file():
+        raise UsageError(f"data file {cfg.data} not found")
+    if cfg.init_from and not Path(cfg.init_from).is_file():
+        raise UsageError(f"--init-from: {cfg.init_from} not found")
+    if cfg.model == "mlp":
+        if cfg.sequence_parallel:
+            raise UsageError("--sequence-parallel needs a GPT model (the MLP has no sequence axis)")
+        if cfg.data != "synthetic":
+            raise UsageError("--model mlp trains on its synthetic regression task only (--data synthetic)")
+    return cfg

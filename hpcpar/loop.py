@@ -1,0 +1,165 @@
+"""The training loop around ``Trainer.step``: progress, metrics, logging and the end-of-run summary.
+
+The summary puts the numbers a user needs side by side: the loss against the data's entropy floor,
+tokens per second, model FLOPs utilisation against the GEMM rate measured on these very ranks, the
+measured pipeline bubble against the simulator's prediction for the measured F/B/W times, and the
+bytes each kind of group moved.
+"""
+import json
+import statistics
+import sys
+import time
+
+import numpy as np
+
+from hpcpar.flops import gemm_rate, gpt_step_flops, mlp_step_flops
+from hpcpar.runtime import EXIT_FAILURE
+from hpcpar.train import Trainer
+
+
+def engine_busy(timeline):
+    """(busy seconds in F/B/W, engine seconds) of one step's timeline."""
+    busy = sum(end - start for start, end, op, _, _ in timeline if op in ("F", "B", "W"))
+    return busy, (timeline[-1][1] if timeline else 0.0)
+
+
+def mean_costs(timelines):
+    """Mean seconds of one F, B and W action over the given timelines."""
+    sums, counts = {"F": 0.0, "B": 0.0, "W": 0.0}, {"F": 0, "B": 0, "W": 0}
+    for tl in timelines:
+        for start, end, op, _, _ in tl:
+            if op in sums:
+                sums[op] += end - start
+                counts[op] += 1
+    return {op: sums[op] / counts[op] if counts[op] else 0.0 for op in sums}
+
+
+def simulated_bubble(schedule, costs):
+    from hpcpar.pipeline.simulate import Costs, simulate
+    if schedule.stages == 1:
+        return 0.0
+    return simulate(schedule, Costs(F=costs["F"], B=costs["B"], W=costs["W"])).bubble
+
+
+class Loop:
+    def __init__(self, cfg, comm=None, out=sys.stdout):
+        self.trainer = Trainer(cfg, comm)
+        self.cfg, self.out = self.trainer.cfg, out
+        self.grid = self.trainer.grid
+        self.root = self.grid.rank_id == 0
+        self.history = []          # (step, loss, grad_norm, lr, seconds)
+        self.timelines = []        # this rank's engine timelines (steps after the first)
+        self.idle = []             # this rank's idle share of each step's pipeline time
+
+    def measure_gemm_rate(self):
+        """Aggregate GEMM FLOP/s of all ranks running at once (they share the machine's cores)."""
+        self.grid.world_comm.barrier()
+        rate = gemm_rate(self.cfg.dtype, seconds=0.3)
+        return float(self.grid.world_comm.all_reduce(np.array([rate]))[0])
+
+    def run(self, start_step=0):
+        cfg, t = self.cfg, self.trainer
+        peak = self.measure_gemm_rate()
+        bar = self._bar(start_step)
+        metrics = open(cfg.metrics, "a" if start_step else "w") if (self.root and cfg.metrics) else None
+        log_every = cfg.log_every or max(1, cfg.steps // 10)
+        for c in self.grid.communicators():
+            c.stats.reset()
+        status = 0
+        try:
+            for step in range(start_step, cfg.steps):
+                t0 = time.perf_counter()
+                loss, norm, lr, skipped = t.step(step)
+                seconds = time.perf_counter() - t0
+                self.history.append((step, loss, norm, lr, seconds))
+                if step > start_step:          # the first step pays for start-up: keep it out of the figures
+                    self.timelines.append(t.engine.timeline)
+                    busy, total = engine_busy(t.engine.timeline)
+                    self.idle.append(1 - busy / total if total else 0.0)
+                if self.root:
+                    record = {"step": step, "loss": loss, "lr": lr, "grad_norm": norm,
+                              "tokens_per_s": t.tokens_per_step / seconds, "step_time_s": seconds,
+                              "skipped": skipped}
+                    if metrics:
+                        metrics.write(json.dumps(record) + "\n")
+                        metrics.flush()
+                    if bar is not None:
+                        bar.set_postfix(loss=f"{loss:.4f}")
+                        bar.update(1)
+                    if (step + 1) % log_every == 0 or step == cfg.steps - 1:
+                        self._print(f"step {step + 1:>5}/{cfg.steps}  loss {loss:.12g}  grad_norm {norm:.4g}  "
+                                    f"lr {lr:.3g}  {seconds * 1e3:.1f} ms")
+                if skipped and cfg.nonfinite == "stop":
+                    self._print(f"hpcpar: non-finite loss or gradient at step {step + 1}: stopping "
+                                f"(the weights are those of step {step})", err=True)
+                    status = EXIT_FAILURE
+                    break
+        finally:
+            if bar is not None:
+                bar.close()
+            if metrics:
+                metrics.close()
+        self.summary(peak)
+        return status
+
+    def _bar(self, start):
+        if not (self.root and self.cfg.progress):
+            return None
+        from tqdm import tqdm
+        return tqdm(total=self.cfg.steps, initial=start, desc="train", unit="step", mininterval=0.5,
+                    file=sys.stderr, dynamic_ncols=True)
+
+    def _print(self, text, err=False):
+        print(text, file=sys.stderr if err else self.out, flush=True)
+
+    def summary(self, peak):
+        """Gather the figures of every rank and print them on rank 0."""
+        cfg, t, g = self.cfg, self.trainer, self.grid
+        steps = max(1, len(self.history) - 1)
+        volume = {c.name: c.stats.total_bytes() / max(1, len(self.history)) for c in g.communicators()}
+        mine = {"idle": statistics.fmean(self.idle) if self.idle else 0.0, "volume": volume,
+                "costs": mean_costs(self.timelines)}
+        everyone = g.world_comm.mpi.gather(mine, root=0)       # once per run: a pickled gather is fine
+        if not self.root or not self.history:
+            return
+        times = [h[4] for h in self.history[1:]] or [self.history[0][4]]
+        step_time = statistics.median(times)
+        loss = self.history[-1][1]
+        flops = gpt_step_flops(t.mcfg, t.tokens_per_step) if cfg.model != "mlp" else \
+            mlp_step_flops(t.mcfg, cfg.batch_size)
+        groups = {}
+        for r in everyone:
+            for name, b in r["volume"].items():
+                groups[name] = groups.get(name, 0.0) + b
+        costs = {op: statistics.fmean(r["costs"][op] for r in everyone) for op in ("F", "B", "W")}
+        measured = statistics.fmean(r["idle"] for r in everyone)
+        floor = getattr(t.data, "entropy_floor", None)
+        n_params = sum(p.data.size for p in t.parameters())
+        lines = [
+            f"hpcpar train: {len(self.history)} steps, {cfg.model} model, tp {cfg.tp} x pp {cfg.pp} x dp {cfg.dp} "
+            f"= {g.world} ranks, {cfg.schedule} with {cfg.microbatches} micro-batches"
+            + (f" x {cfg.chunks} chunks" if cfg.chunks > 1 else "") + f", {cfg.dtype}",
+            f"  loss        {loss:.6g}" + (f"   (entropy floor {floor:.6g}: {100 * (loss / floor - 1):+.1f}%)"
+                                           if floor else ""),
+            f"  throughput  {t.tokens_per_step / step_time:,.0f} tokens/s, {step_time * 1e3:.1f} ms/step (median)",
+            f"  MFU         {100 * flops / step_time / peak:.1f}% of the GEMM rate measured on these {g.world} ranks "
+            f"({peak / 1e9:.1f} GFLOP/s together; {flops / 1e9:.2f} GFLOP per step)",
+            f"  bubble      measured {100 * measured:.1f}% of pipeline time idle; simulated "
+            f"{100 * simulated_bubble(t.schedule, costs):.1f}% for the measured F {costs['F'] * 1e3:.2f} ms, "
+            f"B {costs['B'] * 1e3:.2f} ms, W {costs['W'] * 1e3:.2f} ms",
+            "  bytes/step  " + ", ".join(f"{name} {_size(groups[name])}" for name in ("tp", "pp", "dp", "embed", "world")
+                                         if groups.get(name)) + " (payload, all ranks)",
+            f"  parameters  {n_params:,} on rank 0 of this layout",
+        ]
+        self._print("\n".join(lines))
+        self.figures = {"loss": loss, "entropy_floor": floor, "step_time_s": step_time,
+                        "tokens_per_s": t.tokens_per_step / step_time, "mfu": flops / step_time / peak,
+                        "bubble_measured": measured, "bubble_simulated": simulated_bubble(t.schedule, costs),
+                        "bytes_per_step": groups, "steps": steps}
+
+
+def _size(n):
+    for unit in ("B", "KB", "MB", "GB"):
+        if n < 1024 or unit == "GB":
+            return f"{n:.1f} {unit}" if unit != "B" else f"{n:.0f} B"
+        n /= 1024

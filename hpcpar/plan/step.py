@@ -1,0 +1,139 @@
+"""One training step, every term: the planner's model of a layout on a job.
+
+    step = pipeline makespan (simulated, with p2p latency)  +  exposed DP gradient traffic
+           + optimizer update
+
+* Pipeline: each stage's F, B, W per micro-batch (compute.py); the simulator runs the schedule with
+  the slowest stage's costs (a pipeline moves at its slowest stage) divided by v per chunk.
+* DP: reduce-scatter + all-gather of the gradients over the DP group (network.py).  hpcpar's engine
+  starts each bucket's all-reduce as soon as its gradients are final, i.e. during the *last*
+  micro-batch's backward (earlier micro-batches only accumulate): that backward hides the traffic
+  up to its own length, and the last bucket always shows.  Stage i finishes its pipeline about
+  i * (B + W) before stage 0, which hides more.  With ZeRO-1 the all-gather of the updated
+  parameters follows the optimizer step and is never hidden.
+* Optimizer: a memory-bound pass reading and writing every state byte this rank holds.
+
+MFU = model FLOPs (no recomputation) / (step * GPUs * peak); HFU counts the recomputed FLOPs too.
+"""
+from dataclasses import dataclass
+
+from hpcpar.plan.bubble import PipelineResult, analytic_makespan, simulate_pipeline
+from hpcpar.plan.compute import layer_times, stage_times, tp_comm_seconds
+from hpcpar.plan.flops import step_flops
+from hpcpar.plan.layout import stage_layers
+from hpcpar.plan.memory import analytic_inflight, stage_memory, stage_params, state_bytes_per_param
+from hpcpar.plan.network import dp_gradient_seconds, p2p_seconds
+
+
+@dataclass
+class Estimate:
+    job: object
+    layout: object
+    stages: list               # StageTimes per stage
+    costs: tuple               # (F, B, W) per chunk of the slowest stage, seconds
+    p2p: float                 # one activation message between stages, seconds
+    pipeline: object           # PipelineResult (or the analytic makespan, bubble, peak)
+    memory: list               # per stage, {term: bytes}
+    dp_total: float            # DP gradient traffic of the critical stage, seconds
+    dp_exposed: float          # the part of it the step waits for
+    optimizer: float
+    comm: float                # seconds of the step spent in communication (TP, p2p, DP)
+    step: float
+
+    @property
+    def memory_peak(self):
+        return max(sum(t.values()) for t in self.memory)
+
+    @property
+    def fits(self):
+        return self.memory_peak <= self.job.hardware.usable_bytes
+
+    @property
+    def tokens_per_second(self):
+        return self.job.global_batch * self.job.seq_len / self.step
+
+    def utilisation(self, recompute="none"):
+        """MFU with the default, HFU with the layout's recomputation."""
+        job = self.job
+        flops = step_flops(job.model, job.global_batch, job.seq_len, recompute)
+        return flops / (self.step * job.gpus * job.hardware.peak(job.dtype))
+
+    @property
+    def mfu(self):
+        return self.utilisation()
+
+    @property
+    def hfu(self):
+        return self.utilisation(self.layout.recompute)
+
+
+def inflight_for_memory(layout, m, peak):
+    """Chunk-forwards each stage holds.  ZB-H1 keeps activations until W, so every stage may hold up to
+    p micro-batches - 1F1B's first stage (Qi et al. 2024); the simulator counts only until B."""
+    if layout.schedule == "zb-h1":
+        return [min(m, layout.pp)] * layout.pp
+    return list(peak)
+
+
+def dp_exposure(job, layout, stages):
+    """(total, exposed) seconds of DP gradient traffic, the worst stage."""
+    worst = (0.0, 0.0)
+    if layout.dp == 1:
+        return worst
+    grad_bytes = state_bytes_per_param(job.dtype)[1]
+    for i, st in enumerate(stages):
+        nbytes = stage_params(job, layout, i) * grad_bytes
+        rs, ag = dp_gradient_seconds(job, layout, nbytes)
+        total = rs + ag
+        hideable = rs if layout.zero1 else total
+        if job.engine.overlap_dp:
+            window = (st.backward + st.weight) / layout.v + i * (st.backward + st.weight)
+            last_bucket = hideable * min(1.0, job.engine.bucket_bytes / nbytes)
+            shown = max(hideable - window, last_bucket)
+        else:
+            shown = hideable
+        exposed = shown + (ag if layout.zero1 else 0.0)
+        worst = max(worst, (total, exposed), key=lambda te: te[1])
+    return worst
+
+
+def stage_times_all(job, layout, lt):
+    """StageTimes of every stage; the middle stages with equal layer counts are computed once."""
+    counts = stage_layers(job.model.layers, layout.pp)
+    seen, out = {}, []
+    for i, n in enumerate(counts):
+        key = (n, i == 0, i == layout.pp - 1)
+        if key not in seen:
+            seen[key] = stage_times(job, layout, i, lt)
+        out.append(seen[key])
+    return out
+
+
+def estimate(job, layout, simulate=True):
+    """The model of one step of ``layout`` on ``job`` (see the module docstring)."""
+    lay, m = layout, job.micro_batches(layout)
+    lt = layer_times(job, lay)
+    stages = stage_times_all(job, lay, lt)
+    F = max(s.forward for s in stages) / lay.v
+    B = max(s.backward for s in stages) / lay.v
+    W = max(s.weight for s in stages) / lay.v
+    split = lay.tp if (lay.sp or job.engine.scatter_gather_p2p) else 1
+    p2p = p2p_seconds(job, lay, job.seq_len * lay.mb * job.model.hidden * job.elem_bytes / split)
+    if simulate:
+        pipe = simulate_pipeline(lay.schedule, lay.pp, m, lay.v, F, B, W, p2p)
+        p2p_delay = pipe.makespan - simulate_pipeline(lay.schedule, lay.pp, m, lay.v, F, B, W, 0.0).makespan
+    else:
+        t = analytic_makespan(lay.schedule, lay.pp, m, lay.v, F, B, W, p2p)
+        peak = [analytic_inflight(lay.schedule, lay.pp, m, lay.v, i) for i in range(lay.pp)]
+        pipe = PipelineResult(t, 1 - m * lay.v * (F + B + W) / t, tuple(peak), ())
+        p2p_delay = 2 * (lay.pp - 1) * p2p
+    inflight = inflight_for_memory(lay, m, pipe.peak_inflight)
+    memory = [stage_memory(job, lay, i, inflight[i]) for i in range(lay.pp)]
+    dp_total, dp_exposed = dp_exposure(job, lay, stages)
+    w, g, o = state_bytes_per_param(job.dtype, lay.zero1, lay.dp)
+    params = max(stage_params(job, lay, i) for i in range(lay.pp))
+    optimizer = job.hardware.memory_seconds(2 * params * (w + g + o))
+    tp_comm = max(tp_comm_seconds(s) for s in stages) * m
+    step = pipe.makespan + dp_exposed + optimizer
+    return Estimate(job, lay, stages, (F, B, W), p2p, pipe, memory, dp_total, dp_exposed, optimizer,
+                    comm=tp_comm + max(p2p_delay, 0.0) + dp_exposed, step=step)

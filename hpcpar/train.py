@@ -1,0 +1,193 @@
+"""The training step of any tp x pp x dp layout, and the training loop.
+
+One step, on every rank (docs/3d.md walks through it):
+
+ 1. take this DP rank's share of the global batch (sample ids dp_rank * B/dp ...), cut into micro-batches
+ 2. run the pipeline schedule: forwards and backwards of the micro-batches through this rank's chunks,
+    activations and gradients flowing to the neighbouring stages; inside every layer the TP group
+    shares the GEMMs; as the last backward finishes each bucket, its DP all-reduce starts
+ 3. sum the tied-embedding gradients of the first and last stage, and (sequence parallelism) the
+    partial gradients of the replicated parameters over TP; then wait for every DP bucket
+ 4. one all-reduce of (loss, squared gradient norm) over the world; clip; optimizer step on this
+    rank's shards; (ZeRO-1) all-gather the parameters
+
+Every rank therefore ends the step with its shard of exactly the parameters one rank alone would have.
+"""
+import math
+
+import numpy as np
+
+from hpcpar import backend
+from hpcpar.config import check
+from hpcpar.data import MarkovLanguage, Regression, TokenFile
+from hpcpar.data_parallel import DataParallel
+from hpcpar.grid import ParallelGrid
+from hpcpar.nn import GPT, Context, MLPConfig, MLPModel
+from hpcpar.nn.gpt import preset
+from hpcpar.optim import clip_coefficient, learning_rate, make_optimizer
+from hpcpar.pipeline.engine import PipelineEngine
+from hpcpar.pipeline.partition import partition
+from hpcpar.pipeline.schedules import build
+from hpcpar.runtime import UsageError
+from hpcpar.tensor_parallel import parallelize
+from hpcpar.tensor_parallel.parallelize import check_divisible
+
+
+def make_data(cfg, seq_len):
+    if cfg.model == "mlp":
+        return Regression(MLPConfig().d_in, MLPConfig().d_out, cfg.seed)
+    if cfg.data == "synthetic":
+        return MarkovLanguage(cfg.synthetic_vocab, cfg.synthetic_order, cfg.synthetic_branching,
+                              seq_len=seq_len, seed=cfg.seed)
+    return TokenFile(cfg.data, seq_len, cfg.batch_size, cfg.seed, cfg.data_order, cfg.token_dtype)
+
+
+def model_config(cfg):
+    """The model's dimensions from the preset and the explicit flags, checked against the layout."""
+    if cfg.model == "mlp":
+        base = MLPConfig()
+        mcfg = MLPConfig(d_in=base.d_in, d_model=cfg.hidden or base.d_model,
+                         d_ff=cfg.ffn or 2 * (cfg.hidden or base.d_model), n_layer=cfg.layers or base.n_layer,
+                         d_out=base.d_out)
+    else:
+        mcfg = preset(cfg.model, n_layer=cfg.layers or None, d_model=cfg.hidden or None,
+                      n_head=cfg.heads or None, seq_len=cfg.seq_len or None, dropout=cfg.dropout,
+                      tied=not cfg.untied, d_ff=cfg.ffn or (4 * cfg.hidden if cfg.hidden else None))
+        if mcfg.d_model % mcfg.n_head:
+            raise UsageError(f"--heads {mcfg.n_head} must divide --hidden {mcfg.d_model}")
+    stages = cfg.pp * cfg.chunks
+    if mcfg.n_layer < stages:
+        raise UsageError(f"{mcfg.n_layer} layers cannot fill pp x chunks = {cfg.pp} x {cfg.chunks} = {stages} stages")
+    if cfg.schedule == "interleaved" and cfg.partition == "uniform" and mcfg.n_layer % stages:
+        raise UsageError(f"interleaved: {mcfg.n_layer} layers do not divide into pp x chunks = "
+                         f"{cfg.pp} x {cfg.chunks} = {stages} equal chunks")
+    check_divisible(mcfg, cfg.tp, cfg.sequence_parallel, getattr(mcfg, "seq_len", None))
+    return mcfg
+
+
+def with_vocab(cfg, mcfg, data):
+    """A GPT takes its vocabulary from the data unless --vocab (or the preset) fixes it."""
+    if cfg.model == "mlp":
+        return mcfg
+    from dataclasses import replace
+    vocab = cfg.vocab or mcfg.vocab_size or data.vocab_size
+    if data.vocab_size > vocab:
+        raise UsageError(f"the data has {data.vocab_size} token ids but the model's vocabulary is {vocab}")
+    return replace(mcfg, vocab_size=vocab)
+
+
+class Trainer:
+    def __init__(self, cfg, comm=None):
+        from mpi4py import MPI
+        comm = comm or MPI.COMM_WORLD
+        self.cfg = cfg = check(cfg, comm.size)
+        self.xp = backend.use(cfg.backend)
+        self.dtype = backend.resolve_dtype(cfg.dtype)
+        mcfg = model_config(cfg)
+        self.data = make_data(cfg, getattr(mcfg, "seq_len", 0))
+        self.mcfg = mcfg = with_vocab(cfg, mcfg, self.data)
+        # --- all checks done: from here on, ranks communicate --------------------------------------
+        self.grid = g = ParallelGrid(cfg.tp, cfg.pp, cfg.dp, comm, cfg.order)
+        if cfg.backend == "cupy":
+            backend.select_device(comm, allow_sharing=True)
+        self.schedule = build(cfg.schedule, cfg.pp, cfg.microbatches, cfg.chunks)
+        self.chunks = self._build_chunks()
+        params = [p for c in self.chunks for p in c.parameters()]
+        self.tied = [p for c in self.chunks for p in c.parameters()
+                     if cfg.pp > 1 and p.name == "wte.weight" and (c.embed is not None or c.head is not None)]
+        partial = [p for p in params if p.tp_partial]
+        self.dp = DataParallel(params, g.dp_comm, cfg.bucket_mb, cfg.zero1, late=self.tied + partial)
+        self.partial = partial
+        self.optimizer = make_optimizer(cfg.optimizer, cfg.lr, cfg.momentum, cfg.beta1, cfg.beta2, cfg.eps,
+                                        cfg.weight_decay)
+        self.micro = cfg.batch_size // (cfg.dp * cfg.microbatches)      # sequences per micro-batch
+        self.engine = PipelineEngine(self.schedule, self.chunks, g.pp_comm, self._act_shape, self.dtype)
+        is_gpt = cfg.model != "mlp"
+        self.loss_terms = cfg.batch_size * (mcfg.seq_len if is_gpt else mcfg.d_out)
+        self.tokens_per_step = cfg.batch_size * (mcfg.seq_len if is_gpt else 1)
+
+    # --- construction -------------------------------------------------------------------------
+
+    def _build_chunks(self):
+        cfg, g, mcfg = self.cfg, self.grid, self.mcfg
+        S = cfg.pp * cfg.chunks
+        ranges = partition(mcfg.n_layer, S, cfg.partition, mcfg)
+        Model = MLPModel if cfg.model == "mlp" else GPT
+        chunks = []
+        for c in range(cfg.chunks):
+            s = c * cfg.pp + g.pp_rank
+            chunks.append(Model(mcfg, cfg.seed, self.dtype, layers=ranges[s], first=s == 0, last=s == S - 1))
+        if cfg.model != "mlp" and mcfg.tied and chunks[0].embed is not None and chunks[-1].head is not None \
+                and chunks[-1] is not chunks[0]:
+            chunks[-1].head.weight = chunks[0].embed.wte    # pp = 1, interleaved: one rank holds both ends
+        for chunk in chunks:
+            parallelize(chunk, g.tp_comm, cfg.sequence_parallel)
+            chunk.set_recompute(cfg.recompute)
+        return chunks
+
+    def _act_shape(self, mb):
+        if self.cfg.model == "mlp":
+            return (self.micro, self.mcfg.d_model)
+        T = self.mcfg.seq_len // (self.cfg.tp if self.cfg.sequence_parallel else 1)
+        return (self.micro, T, self.mcfg.d_model)
+
+    def _contexts_and_batches(self, step):
+        cfg, g = self.cfg, self.grid
+        base = g.dp_rank * (cfg.batch_size // cfg.dp)
+        inputs, targets, contexts = [], [], []
+        for j in range(cfg.microbatches):
+            ids = range(base + j * self.micro, base + (j + 1) * self.micro)
+            x, y = self.data.batch(step, ids) if (g.is_first_stage or g.is_last_stage) else (None, None)
+            inputs.append(self._device(x) if g.is_first_stage else None)
+            targets.append(self._device(y) if g.is_last_stage else None)
+            ctx = Context(step=step, sample_ids=list(ids), seed=cfg.seed)
+            if cfg.sequence_parallel:
+                k = self.mcfg.seq_len // cfg.tp
+                ctx.seq_slice, ctx.seq_len = slice(g.tp_rank * k, (g.tp_rank + 1) * k), self.mcfg.seq_len
+            contexts.append(ctx)
+        return inputs, targets, contexts
+
+    def _device(self, a):
+        """Token ids stay integers; real-valued inputs take the model's dtype."""
+        return self.xp.asarray(a, dtype=self.dtype if a.dtype.kind == "f" else None)
+
+    # --- one step -----------------------------------------------------------------------------
+
+    def step(self, step):
+        """One optimizer step; returns (loss, grad_norm, lr, skipped)."""
+        cfg, g = self.cfg, self.grid
+        inputs, targets, contexts = self._contexts_and_batches(step)
+        dloss = 1.0 / self.loss_terms
+        self.dp.start_step()
+        losses = self.engine.run(inputs, targets, contexts, dloss, self.dp.grads_ready)
+        self._sync_late_gradients()
+        self.dp.finish()
+        shards = self.dp.shards()
+        # one world all-reduce gives every rank the loss and the squared gradient norm
+        norm_sq = self.dp.norm_sq(shards) if (cfg.zero1 or g.dp_rank == 0) else 0.0
+        mine = sum(float(l) for l in losses) if (g.is_last_stage and g.tp_rank == 0) else 0.0
+        totals = g.world_comm.all_reduce(np.array([mine, norm_sq]))
+        loss, norm = totals[0] * dloss, math.sqrt(totals[1])
+        lr = learning_rate(step, cfg.lr, cfg.min_lr, cfg.warmup, cfg.steps)
+        finite = math.isfinite(loss) and math.isfinite(norm)
+        if finite:
+            coef = clip_coefficient(norm, cfg.grad_clip)
+            if coef < 1.0:
+                for s in shards:
+                    s.grad *= coef
+            self.optimizer.step(shards, lr)
+            self.dp.gather_params()
+        self.dp.zero_grad()
+        return loss, norm, lr, not finite
+
+    def _sync_late_gradients(self):
+        """Gradients that are not final when the backward ends (see data_parallel.py)."""
+        g = self.grid
+        if self.tied:                                   # the two copies of the tied embedding
+            g.embed_comm.all_reduce_(self.dp.late_grads(self.tied))
+        if self.partial:                                # sequence-parallel partial sums over TP
+            g.tp_comm.all_reduce_(self.dp.late_grads(self.partial))
+        self.dp.release_late()
+
+    def parameters(self):
+        return [p for c in self.chunks for p in c.parameters()]
