@@ -43,7 +43,8 @@ class Attention(Module):
         c_attn, c_core, c_proj, mask, nh = cache
         dy = self.resid_drop.backward(dy, mask)
         do = split_heads(self.c_proj.backward(dy, c_proj, defer), nh)       # (B, nh, T, HS)
-        dq, dk, dv = attention_backward(do, c_core)
-        xp = array_module(dy)
-        dqkv = xp.concatenate([merge_heads(dq), merge_heads(dk), merge_heads(dv)], axis=-1)  # (B, T, 3C_l)
-        return self.c_attn.backward(dqkv, c_attn, defer)
+        B, _, T, HS = do.shape
+        dqkv = array_module(dy).empty((B, T, 3, nh, HS), dtype=dy.dtype)                    # [dQ | dK | dV]
+        for i, d in enumerate(attention_backward(do, c_core)):
+            dqkv[:, :, i] = d.transpose(0, 2, 1, 3)                                      # (B, T, nh, HS)
+        return self.c_attn.backward(dqkv.reshape(B, T, 3 * nh * HS), c_attn, defer)

@@ -24,13 +24,14 @@ class MLP(Module):
 
     def forward(self, x, ctx=None):
         u, c_fc = self.c_fc.forward(x, ctx)                 # (B, T, F)
-        y, c_proj = self.c_proj.forward(gelu_forward(u), ctx)   # (B, T, C)
+        h, t = gelu_forward(u)                              # (B, T, F), tanh cache
+        y, c_proj = self.c_proj.forward(h, ctx)             # (B, T, C)
         y, mask = self.drop.forward_tokens(y, ctx)
-        return y, (u, c_fc, c_proj, mask)
+        return y, (u, t, c_fc, c_proj, mask)
 
     def backward(self, dy, cache, defer=None):
-        u, c_fc, c_proj, mask = cache
+        u, t, c_fc, c_proj, mask = cache
         dy = self.drop.backward(dy, mask)
         dh = self.c_proj.backward(dy, c_proj, defer)        # (B, T, F)
-        return self.c_fc.backward(gelu_backward(dh, u), c_fc, defer)
+        return self.c_fc.backward(gelu_backward(dh, u, t), c_fc, defer)
 

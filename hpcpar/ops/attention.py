@@ -39,11 +39,11 @@ def merge_heads(x):
 
 
 def attention_forward(q, k, v, drop=None):
-    """q, k, v (B, NH, T, HS) -> o (B, NH, T, HS), cache. ``drop``: dropout mask like P, or None."""
+    """q, k, v (B, NH, T, HS) -> o (B, NH, T, HS), cache. ``drop``: dropout mask like P, or None.
+    The 1/sqrt(HS) scale is applied to Q (T x HS) rather than to S (T x T): fewer multiplications."""
     xp = array_module(q)
-    scale = 1.0 / math.sqrt(q.shape[-1])
+    q = q * (1.0 / math.sqrt(q.shape[-1]))                   # scaled Q, kept for the backward
     s = q @ k.transpose(0, 1, 3, 2)                          # (B, NH, T, T)
-    s *= scale
     s += causal_mask(q.shape[2], s.dtype, xp)
     p = softmax_forward(s)                                   # (B, NH, T, T)
     pd = p if drop is None else p * drop
@@ -51,7 +51,7 @@ def attention_forward(q, k, v, drop=None):
 
 
 def attention_backward(do, cache):
-    """do (B, NH, T, HS) -> dq, dk, dv (B, NH, T, HS)"""
+    """do (B, NH, T, HS) -> dq, dk, dv (B, NH, T, HS)  (q in the cache is already scaled)"""
     q, k, v, p, drop = cache
     scale = 1.0 / math.sqrt(q.shape[-1])
     pd = p if drop is None else p * drop
@@ -59,6 +59,7 @@ def attention_backward(do, cache):
     dp = do @ v.transpose(0, 1, 3, 2)                         # (B, NH, T, T)
     if drop is not None:
         dp *= drop
-    ds = softmax_backward(dp, p)
-    ds *= scale
-    return ds @ k, ds.transpose(0, 1, 3, 2) @ q, dv
+    ds = softmax_backward(dp, p)                              # dL/dS
+    dq = ds @ k
+    dq *= scale                                               # S = (scale Q) K^T
+    return dq, ds.transpose(0, 1, 3, 2) @ q, dv

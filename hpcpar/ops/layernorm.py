@@ -14,18 +14,25 @@ from hpcpar.backend import array_module
 
 def layernorm_forward(x, g, b, eps=1e-5):
     xp = array_module(x)
-    mean = x.mean(axis=-1, keepdims=True)                   # (..., 1)
-    xc = x - mean                                           # (..., C)
-    rstd = 1.0 / xp.sqrt((xc * xc).mean(axis=-1, keepdims=True) + eps)   # (..., 1)
-    xhat = xc * rstd                                        # (..., C)
-    return xhat * g + b, (xhat, rstd)
+    xhat = x - x.mean(axis=-1, keepdims=True)               # (..., C) centred
+    var = xp.einsum("...i,...i->...", xhat, xhat)[..., None] / x.shape[-1]   # (..., 1)
+    rstd = 1.0 / xp.sqrt(var + eps)                         # (..., 1)
+    xhat *= rstd                                            # (..., C) normalised
+    y = xhat * g
+    y += b
+    return y, (xhat, rstd)
 
 
 def layernorm_backward_input(dy, g, cache):
+    xp = array_module(dy)
     xhat, rstd = cache
+    C = dy.shape[-1]
     dxhat = dy * g                                          # (..., C)
-    return rstd * (dxhat - dxhat.mean(axis=-1, keepdims=True)
-                   - xhat * (dxhat * xhat).mean(axis=-1, keepdims=True))
+    proj = xp.einsum("...i,...i->...", dxhat, xhat)[..., None] / C     # mean(dxhat xhat)
+    dx = dxhat - dxhat.mean(axis=-1, keepdims=True)
+    dx -= xhat * proj
+    dx *= rstd
+    return dx
 
 
 def layernorm_backward_weight(dy, cache):

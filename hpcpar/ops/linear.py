@@ -3,22 +3,28 @@
     forward         y  = x W + b                  x (..., in)  W (in, out)  b (out,)  y (..., out)
     backward_input  dx = dy W^T                   dx (..., in)
     backward_weight dW = x^T dy  (rows summed)    db = sum over rows of dy
+
+Leading dimensions are flattened into rows first: one (N, in) x (in, out) GEMM is faster than a
+stack of B smaller ones (numpy's matmul would loop over the batch).
 """
 
 
+def _rows(a):
+    return a.reshape(-1, a.shape[-1])
+
+
 def linear_forward(x, w, b=None):
-    y = x @ w                                   # (..., out)
+    y = _rows(x) @ w                            # (N, out)
     if b is not None:
         y += b
-    return y
+    return y.reshape(x.shape[:-1] + (w.shape[1],))
 
 
 def linear_backward_input(dy, w):
-    return dy @ w.T                             # (..., in)
+    return (_rows(dy) @ w.T).reshape(dy.shape[:-1] + (w.shape[0],))    # (..., in)
 
 
 def linear_backward_weight(dy, x):
     """(dW, db) for y = x W + b; every leading dimension of x and dy is a row."""
-    x2 = x.reshape(-1, x.shape[-1])             # (N, in)
-    dy2 = dy.reshape(-1, dy.shape[-1])          # (N, out)
-    return x2.T @ dy2, dy2.sum(axis=0)          # (in, out), (out,)
+    dy2 = _rows(dy)                             # (N, out)
+    return _rows(x).T @ dy2, dy2.sum(axis=0)    # (in, out), (out,)

@@ -14,5 +14,9 @@ def softmax_forward(x):
 
 
 def softmax_backward(dy, y):
-    return y * (dy - (dy * y).sum(axis=-1, keepdims=True))
+    """Overwrites dy (callers pass a temporary)."""
+    dot = (dy * y).sum(axis=-1, keepdims=True)
+    dy -= dot
+    dy *= y
+    return dy
 

@@ -32,7 +32,8 @@ class StageTimes:
 
 def gemm_seconds(job, gemm):
     hw = job.hardware
-    compute = gemm.flops / hw.gemm_rate(gemm.flops / gemm.count, job.dtype) if gemm.flops else 0.0
+    # the size class of a batched GEMM is its whole size, as in Calculon (one kernel launch)
+    compute = gemm.flops / hw.gemm_rate(gemm.flops, job.dtype) if gemm.flops else 0.0
     return max(compute, hw.memory_seconds(gemm.elements * job.elem_bytes))
 
 

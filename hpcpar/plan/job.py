@@ -63,8 +63,8 @@ class Job:
         if lay.schedule == "interleaved":
             if lay.v < 2 or lay.pp < 2:
                 return "the interleaved schedule needs v >= 2 chunks and pp >= 2"
-            if m.layers % (lay.pp * lay.v):
-                return f"interleaving needs pp*v = {lay.pp * lay.v} to divide the {m.layers} layers"
+            if m.layers // lay.pp < lay.v:
+                return f"interleaving {lay.v} chunks needs at least {lay.v} layers per stage"
             if self.micro_batches(lay) % lay.pp:
                 return f"interleaving needs the micro-batch count {self.micro_batches(lay)} to be a multiple of pp"
         elif lay.v != 1:

@@ -69,17 +69,18 @@ class Ranking:
     fitting: int               # of those, the ones that fit in memory
 
 
-def search(job, space=Space(), refine=40):
-    """Rank the job's feasible layouts; the first ``refine`` by the analytic model get simulated."""
+def search(job, space=Space(), refine=40, require_fit=True):
+    """Rank the job's feasible layouts; the first ``refine`` by the analytic model get simulated.
+    ``require_fit=False`` keeps layouts the memory model rejects (to predict a run known to have run)."""
     considered, quick = 0, []
     for lay in candidates(job, space):
         considered += 1
         est = estimate(job, lay, simulate=False)
-        if est.fits:
+        if est.fits or not require_fit:
             quick.append(est)
     quick.sort(key=lambda e: e.step)
     best = [estimate(job, e.layout) for e in quick[:refine]]
-    best = sorted((e for e in best if e.fits), key=lambda e: e.step)
+    best = sorted((e for e in best if e.fits or not require_fit), key=lambda e: e.step)
     return Ranking(best, considered, len(quick))
 
 

@@ -65,13 +65,14 @@ class Check:
 def predict(run, calibration=None):
     """The planner's best estimate for the run's published grid (None if nothing fits)."""
     job = run_job(run, calibration)
-    ranking = search(job, run_space(run), refine=8)
+    ranking = search(job, run_space(run), refine=8, require_fit=False)
     return ranking.estimates[0] if ranking.estimates else None
 
 
 def check(run, calibration=None):
     job = run_job(run, calibration)
     predicted = predict(run, calibration)
-    free = search(job, run_space(run, pin_grid=False), refine=60)
-    return Check(run, predicted, run.published_step(job.model), free.estimates[0],
+    free = search(job, run_space(run, pin_grid=False), refine=30)
+    best = free.estimates[0] if free.estimates else predicted
+    return Check(run, predicted, run.published_step(job.model), best,
                  grid_rank(free, (run.tp, run.pp, run.dp)))
