@@ -153,21 +153,27 @@ class Trainer:
 
     # --- one step -----------------------------------------------------------------------------
 
+    def gradients(self, step):
+        """Forward and backward of step ``step``'s batch. Afterwards every gradient this rank holds is
+        final: summed over micro-batches, DP replicas and tied copies (with ZeRO-1: this rank's shards).
+        Returns this rank's per-micro-batch loss sums (non-empty on the last stage only)."""
+        inputs, targets, contexts = self._contexts_and_batches(step)
+        self.dp.start_step()
+        losses = self.engine.run(inputs, targets, contexts, 1.0 / self.loss_terms, self.dp.grads_ready)
+        self._sync_late_gradients()
+        self.dp.finish()
+        return losses
+
     def step(self, step):
         """One optimizer step; returns (loss, grad_norm, lr, skipped)."""
         cfg, g = self.cfg, self.grid
-        inputs, targets, contexts = self._contexts_and_batches(step)
-        dloss = 1.0 / self.loss_terms
-        self.dp.start_step()
-        losses = self.engine.run(inputs, targets, contexts, dloss, self.dp.grads_ready)
-        self._sync_late_gradients()
-        self.dp.finish()
+        losses = self.gradients(step)
         shards = self.dp.shards()
         # one world all-reduce gives every rank the loss and the squared gradient norm
         norm_sq = self.dp.norm_sq(shards) if (cfg.zero1 or g.dp_rank == 0) else 0.0
         mine = sum(float(l) for l in losses) if (g.is_last_stage and g.tp_rank == 0) else 0.0
         totals = g.world_comm.all_reduce(np.array([mine, norm_sq]))
-        loss, norm = totals[0] * dloss, math.sqrt(totals[1])
+        loss, norm = totals[0] / self.loss_terms, math.sqrt(totals[1])
         lr = learning_rate(step, cfg.lr, cfg.min_lr, cfg.warmup, cfg.steps)
         finite = math.isfinite(loss) and math.isfinite(norm)
         if finite:

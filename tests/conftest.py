@@ -34,7 +34,7 @@ def pytest_configure(config):
     config.pluginmanager.register(_RankFailures(), "rank-failures")
 
 
-@pytest.fixture
+@pytest.fixture(scope="session")
 def comm():
     from mpi4py import MPI
     return MPI.COMM_WORLD

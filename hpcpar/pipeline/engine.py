@@ -54,6 +54,7 @@ class PipelineEngine:
         last = "W" if schedule.split_backward else "B"
         self.final_mb = {a.chunk: a.mb for a in self.program if a.op == last}
         self.timeline = []      # (start, end, op, mb, chunk) of this step, seconds from its start
+        self.started = 0.0      # time.perf_counter() at the start of the step
 
     def stage(self, chunk):
         return chunk * self.p + self.rank
@@ -67,7 +68,7 @@ class PipelineEngine:
         Returns this rank's per-micro-batch loss sums (empty unless it holds the last stage)."""
         caches, outputs, received, deferred, losses = {}, {}, {}, {}, {}
         posted, sends = {}, []
-        t0 = time.perf_counter()
+        t0 = self.started = time.perf_counter()
         self.timeline = []
 
         def post(i):

@@ -14,8 +14,14 @@ class Engine:
     """The engine features that change time or memory.  Defaults: hpcpar's own engine."""
     flash_attention: bool = False     # fused attention: no s*s score matrices in memory or HBM traffic
     overlap_dp: bool = True           # DP all-reduce in buckets during the last backward (data_parallel.py)
+    overlap_p2p: bool = True          # non-blocking sends, receives posted ahead; False: a stage waits
+                                      # for each transfer (blocking send/recv pairs)
     scatter_gather_p2p: bool = False  # Megatron's p2p optimisation: each TP rank sends 1/t of the activation
     bucket_bytes: float = 25e6        # DP bucket size (PyTorch DDP's default, 25 MB)
+    # mixed precision: bytes per parameter of (weights, gradients, optimizer state that ZeRO-1 shards);
+    # hpcpar keeps bf16 gradients. Megatron's own table (docs: distributed optimizer): fp16 params and
+    # grads 2 + 2 + 16 (fp32 main params and grads, Adam m, v); bf16 params, fp32 grads 2 + 4 + 12.
+    mixed_state_bytes: tuple = (2, 2, 12)
 
 
 @dataclass(frozen=True)

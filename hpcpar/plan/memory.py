@@ -29,10 +29,10 @@ from hpcpar.plan.layout import stage_layers
 MASK_BYTES = 1    # a dropout mask element
 
 
-def state_bytes_per_param(dtype, zero1=False, dp=1):
+def state_bytes_per_param(job, zero1=False, dp=1):
     """(weights, gradients, optimizer) bytes per parameter held by one rank."""
-    weights, grads, optim = {"bf16": (2, 2, 12), "fp16": (2, 2, 12), "fp32": (4, 4, 8),
-                             "fp64": (8, 8, 16)}[dtype]
+    plain = {"fp32": (4, 4, 8), "fp64": (8, 8, 16)}
+    weights, grads, optim = plain.get(job.dtype, job.engine.mixed_state_bytes)
     return weights, grads, optim / (dp if zero1 else 1)
 
 
@@ -96,7 +96,7 @@ def stage_memory(job, layout, stage, inflight):
     """Memory terms (bytes) on one rank of ``stage`` holding ``inflight`` chunk-forwards at its peak."""
     m, lay, e = job.model, layout, job.elem_bytes
     params = stage_params(job, lay, stage)
-    w, g, o = state_bytes_per_param(job.dtype, lay.zero1, lay.dp)
+    w, g, o = state_bytes_per_param(job, lay.zero1, lay.dp)
     layers = stage_layers(m.layers, lay.pp)[stage]
     per_layer = layer_activation_bytes(job, lay)
     chunk = per_layer * layers / lay.v

@@ -18,15 +18,21 @@ from hpcpar.plan.job import Engine
 NARAYANAN = "Narayanan et al. 2021, Efficient Large-Scale Language Model Training on GPU Clusters " \
             "Using Megatron-LM, arXiv:2104.04473"
 # Megatron-LM 2021: fp16, full recomputation, 1F1B or interleaved, no sequence parallelism or
-# distributed optimizer yet, its scatter/gather p2p optimisation (section 4.1), non-overlapped DP.
-MEGATRON_2021 = dict(engine=Engine(scatter_gather_p2p=True, overlap_dp=False), recompute=("full",),
+# distributed optimizer yet, its scatter/gather p2p optimisation (section 4.1), blocking p2p
+# send/recv pairs, DP all-reduce after the backward.
+MEGATRON_2021 = dict(engine=Engine(scatter_gather_p2p=True, overlap_dp=False, overlap_p2p=False,
+                                    mixed_state_bytes=(2, 2, 16)), recompute=("full",),
                      schedules=("1f1b", "interleaved"), zero1=(False,), sp=(False,), dtype="fp16")
-# Megatron-DeepSpeed (BLOOM, MT-NLG): DeepSpeed's 1F1B pipeline, full recomputation, ZeRO-1.
-DEEPSPEED = dict(engine=Engine(overlap_dp=False), recompute=("full",), schedules=("1f1b",), zero1=(True,),
+# Megatron-DeepSpeed (BLOOM, MT-NLG): DeepSpeed's 1F1B pipeline (blocking p2p), full recomputation,
+# ZeRO-1.
+# Its BF16 optimizer adds an unsharded fp32 gradient buffer (BLOOM README): 2 + (2 + 4) + 12/d bytes.
+DEEPSPEED = dict(engine=Engine(overlap_dp=False, overlap_p2p=False, mixed_state_bytes=(2, 6, 12)),
+                 recompute=("full",), schedules=("1f1b",), zero1=(True,),
                  sp=(False,), dtype="bf16")
 # NeMo / Megatron-Core 2024 (Nemotron-4): interleaved 1F1B, sequence parallelism, distributed
 # optimizer, flash attention, overlapped DP, selective or no recomputation.
-MCORE_2024 = dict(engine=Engine(flash_attention=True, scatter_gather_p2p=True), recompute=("none", "selective"),
+MCORE_2024 = dict(engine=Engine(flash_attention=True, scatter_gather_p2p=True, mixed_state_bytes=(2, 4, 12)),
+                  recompute=("none", "selective", "full"),
                   schedules=("1f1b", "interleaved"), zero1=(True,), sp=(True,), dtype="bf16")
 
 # Llama 3 (section 3.3.2): interleaved 1F1B with uneven stages (one layer fewer on the first and last),

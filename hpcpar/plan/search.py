@@ -1,13 +1,14 @@
 """The layout search: every feasible way to run the job, ranked by predicted step time.
 
-1. Enumerate (tp, pp, dp) with tp * pp * dp = GPUs - tp at most a node (tensor parallelism talks
-   inside every layer, so it stays on NVLink: Narayanan et al. 2021, takeaway #1) - and for each the
+1. Enumerate (tp, pp, dp) with tp * pp * dp = GPUs - tp dividing the GPUs of a node (tensor
+   parallelism talks inside every layer, so a TP group stays on one node's NVLink: Narayanan et al.
+   2021, takeaway #1) - and for each the
    micro-batch sizes, schedules, chunks v, recomputation, ZeRO-1 and sequence parallelism of the
    search space; drop what does not divide (Job.check).
 2. Keep what fits in memory, and rank it with the textbook pipeline bubble (fast, analytic).
-3. Re-estimate the best ``refine`` of them with the pipeline simulator and rank again: that is the
-   answer.  (The analytic and simulated bubbles differ by a few per cent, so a layout that the first
-   ranking puts far down cannot reach the top.)
+3. Re-estimate with the pipeline simulator the best ``refine`` of them and the best of every
+   (tp, pp, dp) grid within 30 % of the best, and rank again: that is the answer.  (The analytic and simulated bubbles differ
+   by a few per cent, so a layout that the first ranking puts far down cannot reach the top.)
 
 Sequence parallelism is never slower in this model and always smaller, so where it is allowed it is
 the only choice for tp > 1; the other options compete on time and memory.
@@ -17,6 +18,9 @@ from itertools import product
 
 from hpcpar.plan.layout import SCHEDULES, Layout
 from hpcpar.plan.step import estimate
+
+
+GRID_WINDOW = 1.3    # a grid whose best analytic step is 30 % above the best is not simulated
 
 
 @dataclass(frozen=True)
@@ -42,7 +46,7 @@ def candidates(job, space=Space()):
     max_tp = space.max_tp or job.gpus_per_node
     sp_choices = (True,) if True in space.sp else (False,)
     for tp in divisors(job.gpus):
-        if tp > max_tp or fixed.get("tp", tp) != tp:
+        if tp > max_tp or job.gpus_per_node % tp or fixed.get("tp", tp) != tp:
             continue
         for pp in divisors(job.gpus // tp):
             dp = job.gpus // (tp * pp)
@@ -79,15 +83,27 @@ def search(job, space=Space(), refine=40, require_fit=True):
         if est.fits or not require_fit:
             quick.append(est)
     quick.sort(key=lambda e: e.step)
-    best = [estimate(job, e.layout) for e in quick[:refine]]
+    chosen, grids = list(quick[:refine]), {e.layout.grid() for e in quick[:refine]}
+    for e in quick[refine:]:
+        if e.step > GRID_WINDOW * quick[0].step:
+            break
+        if e.layout.grid() not in grids:
+            grids.add(e.layout.grid())
+            chosen.append(e)
+    best = [estimate(job, e.layout) for e in chosen]
     best = sorted((e for e in best if e.fits or not require_fit), key=lambda e: e.step)
     return Ranking(best, considered, len(quick))
 
 
+def best_per_grid(ranking):
+    """The fastest layout of every (tp, pp, dp) grid, fastest first."""
+    best = {}
+    for e in ranking.estimates:
+        best.setdefault(e.layout.grid(), e)
+    return list(best.values())
+
+
 def grid_rank(ranking, grid):
     """1-based rank of the best layout with (tp, pp, dp) = ``grid`` among the distinct grids, or None."""
-    seen = []
-    for e in ranking.estimates:
-        if e.layout.grid() not in seen:
-            seen.append(e.layout.grid())
-    return seen.index(grid) + 1 if grid in seen else None
+    grids = [e.layout.grid() for e in best_per_grid(ranking)]
+    return grids.index(grid) + 1 if grid in grids else None

@@ -80,7 +80,7 @@ def dp_exposure(job, layout, stages):
     worst = (0.0, 0.0)
     if layout.dp == 1:
         return worst
-    grad_bytes = state_bytes_per_param(job.dtype)[1]
+    grad_bytes = state_bytes_per_param(job)[1]
     for i, st in enumerate(stages):
         nbytes = stage_params(job, layout, i) * grad_bytes
         rs, ag = dp_gradient_seconds(job, layout, nbytes)
@@ -119,6 +119,8 @@ def estimate(job, layout, simulate=True):
     W = max(s.weight for s in stages) / lay.v
     split = lay.tp if (lay.sp or job.engine.scatter_gather_p2p) else 1
     p2p = p2p_seconds(job, lay, job.seq_len * lay.mb * job.model.hidden * job.elem_bytes / split)
+    if not job.engine.overlap_p2p and lay.pp > 1:   # blocking transfers: the stage pays each one
+        F, B = F + p2p, B + p2p
     if simulate:
         pipe = simulate_pipeline(lay.schedule, lay.pp, m, lay.v, F, B, W, p2p)
         p2p_delay = pipe.makespan - simulate_pipeline(lay.schedule, lay.pp, m, lay.v, F, B, W, 0.0).makespan
@@ -130,7 +132,7 @@ def estimate(job, layout, simulate=True):
     inflight = inflight_for_memory(lay, m, pipe.peak_inflight)
     memory = [stage_memory(job, lay, i, inflight[i]) for i in range(lay.pp)]
     dp_total, dp_exposed = dp_exposure(job, lay, stages)
-    w, g, o = state_bytes_per_param(job.dtype, lay.zero1, lay.dp)
+    w, g, o = state_bytes_per_param(job, lay.zero1, lay.dp)
     params = max(stage_params(job, lay, i) for i in range(lay.pp))
     optimizer = job.hardware.memory_seconds(2 * params * (w + g + o))
     tp_comm = max(tp_comm_seconds(s) for s in stages) * m

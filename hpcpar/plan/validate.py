@@ -5,15 +5,16 @@ For a run, the planner searches the layouts that engine had (its features) with 
 Its step time is compared with the published one: ratio = published / predicted step, i.e. the
 predicted per-GPU throughput over the published (1.0 is perfect, 1.2 means 20 % optimistic).
 
-"Top choices": the search is repeated with (tp, pp, dp) free; the published grid is a top choice
-when its best layout is within 10 % of the best layout's step time.
+"Top choices": the search is repeated with (tp, pp, dp) free (among the layouts that fit); the
+published grid is a top choice when its best fitting layout is within 10 % of the best layout's step
+time.
 """
 from dataclasses import dataclass, replace
 
 from hpcpar.plan.hardware import Link, load_hardware
 from hpcpar.plan.job import Job
 from hpcpar.plan.models import load_model
-from hpcpar.plan.search import Space, grid_rank, search
+from hpcpar.plan.search import Space, best_per_grid, grid_rank, search
 
 TOP_MARGIN = 0.10
 
@@ -50,7 +51,8 @@ class Check:
     predicted: object          # Estimate of the published grid
     published_step: float
     best: object               # Estimate of the best layout with a free grid
-    grid_rank: int             # rank of the published grid among distinct grids (None: not listed)
+    grid_best: object          # Estimate of the best fitting layout with the published grid (or None)
+    grid_rank: int             # rank of the published grid among distinct grids (None: nothing fits)
 
     @property
     def ratio(self):
@@ -59,7 +61,7 @@ class Check:
 
     @property
     def top_choice(self):
-        return self.predicted.step <= self.best.step * (1 + TOP_MARGIN)
+        return self.grid_best is not None and self.grid_best.step <= self.best.step * (1 + TOP_MARGIN)
 
 
 def predict(run, calibration=None):
@@ -72,7 +74,8 @@ def predict(run, calibration=None):
 def check(run, calibration=None):
     job = run_job(run, calibration)
     predicted = predict(run, calibration)
-    free = search(job, run_space(run, pin_grid=False), refine=30)
-    best = free.estimates[0] if free.estimates else predicted
-    return Check(run, predicted, run.published_step(job.model), best,
-                 grid_rank(free, (run.tp, run.pp, run.dp)))
+    free = search(job, run_space(run, pin_grid=False), refine=20)
+    grid = (run.tp, run.pp, run.dp)
+    mine = [e for e in best_per_grid(free) if e.layout.grid() == grid]
+    return Check(run, predicted, run.published_step(job.model), free.estimates[0],
+                 mine[0] if mine else None, grid_rank(free, grid))
