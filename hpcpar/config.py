@@ -51,11 +51,12 @@ class TrainConfig:
     synthetic_vocab: int = opt(32, "synthetic language: vocabulary", group="data")
     synthetic_order: int = opt(2, "synthetic language: Markov order (tokens of context)", group="data")
     synthetic_branching: int = opt(4, "synthetic language: possible next tokens per context", group="data")
-    batch_size: int = opt(16, "global batch: sequences per step, over all DP ranks", group="data")
+    batch_size: int = opt(32, "global batch: sequences per step, over all DP ranks", group="data")
     # --- optimisation -----------------------------------------------------------------------
     steps: int = opt(100, "optimizer steps", group="optim")
     optimizer: str = opt("adamw", "optimizer", ["adamw", "sgd"], "optim")
-    lr: float = opt(1e-3, "peak learning rate", group="optim")
+    lr: float = opt(0.0, "peak learning rate (0: the model preset's: tiny 1e-2, small 3e-3, gpt2 6e-4, "
+                         "mlp 1e-2)", group="optim")
     min_lr: float = opt(-1.0, "final learning rate of the cosine decay (-1: lr / 10)", group="optim")
     warmup: int = opt(10, "linear warm-up steps", group="optim")
     momentum: float = opt(0.9, "SGD momentum", group="optim")
@@ -82,6 +83,8 @@ class TrainConfig:
     log_every: int = opt(0, "print a loss line every K steps (0: about 10 lines per run)", group="files")
     progress: bool = opt(True, "show a progress bar on rank 0", group="files")
 
+
+PRESET_LR = {"tiny": 1e-2, "small": 3e-3, "gpt2": 6e-4, "mlp": 1e-2}
 
 GROUPS = {"layout": "parallel layout", "model": "model", "data": "data", "optim": "optimisation",
           "run": "numerics and backend", "files": "files and output"}
@@ -132,6 +135,8 @@ def check(cfg, world):
                  "steps", "warmup", "save_every", "log_every", "seed"):
         if getattr(cfg, name) < 0:
             raise UsageError(f"--{name.replace('_', '-')} must not be negative, got {getattr(cfg, name)}")
+    if cfg.lr == 0:
+        cfg.lr = PRESET_LR[cfg.model]
     for name in ("lr", "eps", "bucket_mb"):
         if not getattr(cfg, name) > 0:
             raise UsageError(f"--{name.replace('_', '-')} must be positive, got {getattr(cfg, name)}")

@@ -1,3 +1,4 @@
+# shellcheck shell=bash
 # jobs/common.sh - helpers shared by the job scripts in jobs/: checks, environment, banner, launch.
 #
 # Not a job script: the *.sbatch files `source` it.  Every function here is small and named for
@@ -16,8 +17,9 @@
 #   RUN_DIR          where metrics go; default: $HPCPAR_HOME/runs/<job name>-<job id>
 #   HPCPAR_DRY_RUN=1 print the launch command instead of running it (check a script before queueing)
 #
-# Training flags (passed only when HPCPAR_ARGS is unset): SCHEDULE (1f1b), MICROBATCHES (8),
-# MODEL (tiny), DATA (synthetic), STEPS (100), BATCH_SIZE (32), METRICS ($RUN_DIR/metrics.jsonl).
+# Training flags (passed only when HPCPAR_ARGS is unset): SCHEDULE (1f1b), MICROBATCHES (hpcpar's
+# default: PP), MODEL (tiny), DATA (synthetic), STEPS (100), BATCH_SIZE (16, the global batch),
+# BACKEND (cupy when the job holds GPUs, else numpy), METRICS ($RUN_DIR/metrics.jsonl).
 #
 # Exit statuses, the same as hpcpar's: 0 done, 1 failure, 2 bad configuration, 3 preempted after
 # writing a checkpoint (requeue me).
@@ -76,10 +78,10 @@ setup_environment() {
         export SRUN_CPUS_PER_TASK=$SLURM_CPUS_PER_TASK
     fi
 
-    # GPUs: each rank picks its device itself from SLURM_LOCALID (hpcpar.backend.select_device), so
-    # nothing here sets CUDA_VISIBLE_DEVICES.  A job that holds GPUs computes on them by default.
-    if [[ ${SLURM_GPUS_ON_NODE:-0} != 0 ]]; then
-        export HPCPAR_BACKEND=${HPCPAR_BACKEND:-cupy}
+    # A job that holds GPUs computes on them.  Each rank picks GPU number SLURM_LOCALID itself
+    # (hpcpar.backend.select_device), so nothing here sets CUDA_VISIBLE_DEVICES.
+    if [[ -z ${BACKEND:-} ]]; then
+        if [[ ${SLURM_GPUS_ON_NODE:-0} != 0 ]]; then BACKEND=cupy; else BACKEND=numpy; fi
     fi
 
     RUN_DIR=${RUN_DIR:-$HPCPAR_HOME/runs/${SLURM_JOB_NAME:-job}-${SLURM_JOB_ID:-$$}}
@@ -89,10 +91,14 @@ setup_environment() {
 # --- what the ranks run -------------------------------------------------------------------------
 
 # train_args: the flags of `hpcpar train` other than the layout, into the array TRAIN_ARGS.
+# --no-progress: a progress bar redrawn in a log file is noise; the loss lines stay.
 train_args() {
-    TRAIN_ARGS=(--schedule "${SCHEDULE:-1f1b}" --microbatches "${MICROBATCHES:-8}"
-                --model "${MODEL:-tiny}" --data "${DATA:-synthetic}" --steps "${STEPS:-100}"
-                --batch-size "${BATCH_SIZE:-32}" --metrics "${METRICS:-$RUN_DIR/metrics.jsonl}")
+    TRAIN_ARGS=(--schedule "${SCHEDULE:-1f1b}" --model "${MODEL:-tiny}" --data "${DATA:-synthetic}"
+                --steps "${STEPS:-100}" --batch-size "${BATCH_SIZE:-16}" --backend "$BACKEND"
+                --metrics "${METRICS:-$RUN_DIR/metrics.jsonl}" --no-progress)
+    if [[ -n ${MICROBATCHES:-} ]]; then
+        TRAIN_ARGS+=(--microbatches "$MICROBATCHES")
+    fi
 }
 
 # build_payload TP PP DP [DEFAULT FLAGS...]: the command every rank runs, into the array PAYLOAD:
@@ -116,9 +122,13 @@ launch_command() {
     case ${HPCPAR_LAUNCHER:-srun} in
         srun)
             # --mpi=pmi2 is how the MPICH wheel's ranks find each other; with --mpi=none they would
-            # start as RANKS separate one-rank jobs.  --kill-on-bad-exit: a rank that dies ends all.
+            # start as RANKS separate one-rank jobs.  --wait=120: once one rank has ended, the rest
+            # get 120 s to follow, so a rank that dies without MPI_Abort (a segfault, the OOM
+            # killer) cannot leave the others waiting in a collective until the time limit.
+            # (Not --kill-on-bad-exit: on a bad configuration every rank exits 2 by itself, and
+            # killing the slower ones could turn the job's status 2 into 143.)
             read -r -a extra <<<"${SRUN_FLAGS:-}"
-            LAUNCH=(srun --mpi="${SRUN_MPI:-pmi2}" --ntasks="$ranks" --kill-on-bad-exit=1
+            LAUNCH=(srun --mpi="${SRUN_MPI:-pmi2}" --ntasks="$ranks" --wait=120
                     "${extra[@]}" "${PAYLOAD[@]}")
             ;;
         mpiexec)
@@ -141,9 +151,11 @@ dry_run() { [[ ${HPCPAR_DRY_RUN:-0} == 1 ]]; }
 run_payload() {
     local status=0
     launch_command "$1"
-    if ! dry_run; then
-        "${LAUNCH[@]}" || status=$?
+    if dry_run; then
+        echo "== dry run (HPCPAR_DRY_RUN=1): nothing launched"
+        return 0
     fi
+    "${LAUNCH[@]}" || status=$?
     job_end "$status"
     return "$status"
 }

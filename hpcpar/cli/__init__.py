@@ -16,6 +16,7 @@ COMMANDS = {
     "demo": "demo",
     "train": "train",
     "schedule": "schedule",
+    "plan": "plan",
 }
 
 

@@ -45,6 +45,5 @@ class Attention(Module):
         do = split_heads(self.c_proj.backward(dy, c_proj, defer), nh)       # (B, nh, T, HS)
         B, _, T, HS = do.shape
         dqkv = array_module(dy).empty((B, T, 3, nh, HS), dtype=dy.dtype)                    # [dQ | dK | dV]
-        for i, d in enumerate(attention_backward(do, c_core)):
-            dqkv[:, :, i] = d.transpose(0, 2, 1, 3)                                      # (B, T, nh, HS)
+        attention_backward(do, c_core, out=[dqkv[:, :, i].transpose(0, 2, 1, 3) for i in range(3)])
         return self.c_attn.backward(dqkv.reshape(B, T, 3 * nh * HS), c_attn, defer)

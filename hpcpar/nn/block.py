@@ -33,10 +33,10 @@ class TransformerBlock(Module):
     def _forward(self, x, ctx):
         a, c_ln1 = self.ln_1.forward(x, ctx)
         a, c_attn = self.attn.forward(a, ctx)
-        x1 = residual_forward(x, a)
-        m, c_ln2 = self.ln_2.forward(x1, ctx)
+        x1 = residual_forward(x, a, out=a)              # a, m, dm and da are this block's own
+        m, c_ln2 = self.ln_2.forward(x1, ctx)           # temporaries: the sums go in place
         m, c_mlp = self.mlp.forward(m, ctx)
-        return residual_forward(x1, m), (c_ln1, c_attn, c_ln2, c_mlp)
+        return residual_forward(x1, m, out=m), (c_ln1, c_attn, c_ln2, c_mlp)
 
     def backward(self, dy, cache, defer=None):
         if cache[0] == "recompute":
@@ -44,6 +44,6 @@ class TransformerBlock(Module):
             cache = self._forward(x, ctx)[1]
         c_ln1, c_attn, c_ln2, c_mlp = cache
         dm = self.ln_2.backward(self.mlp.backward(dy, c_mlp, defer), c_ln2, defer)
-        dx1 = residual_backward(dy, dm)
+        dx1 = residual_backward(dy, dm, out=dm)
         da = self.ln_1.backward(self.attn.backward(dx1, c_attn, defer), c_ln1, defer)
-        return residual_backward(dx1, da)
+        return residual_backward(dx1, da, out=da)

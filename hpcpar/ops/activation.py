@@ -4,12 +4,14 @@
     dy/dx = 0.5 (1 + t) + 0.5 x (1 - t^2) sqrt(2/pi) (1 + 3 * 0.044715 x^2)
 
 The forward returns t as its cache, so the backward does not evaluate tanh again (the most expensive
-elementwise op here).  Both are written as chains of in-place operations: on a (B*T, 4C) activation
-every temporary array costs as much time as a flop-light op.
+elementwise op here).  Both are chains of in-place operations, run one cache-sized block of rows at
+a time (ops/blocks.py): on a (B*T, 4C) activation each extra pass over memory costs as much as a
+flop-light op, and blocking turns ten passes over memory into about one (about 2x faster, measured).
 """
 import math
 
 from hpcpar.backend import array_module
+from hpcpar.ops.blocks import row_blocks
 
 _S = math.sqrt(2.0 / math.pi)
 _K = 0.044715
@@ -18,29 +20,32 @@ _K = 0.044715
 def gelu_forward(x):
     """x -> (y, t)"""
     xp = array_module(x)
-    t = x * x                   # u = S x (1 + K x^2)
-    t *= _K
-    t += 1.0
-    t *= x
-    t *= _S
-    xp.tanh(t, out=t)
-    y = t + 1.0
-    y *= x
-    y *= 0.5
+    y, t = xp.empty(x.shape, x.dtype), xp.empty(x.shape, x.dtype)
+    for xb, yb, tb in row_blocks(x, y, t):
+        xp.multiply(xb, xb, out=tb)         # u = x (S + S K x^2)
+        tb *= _S * _K
+        tb += _S
+        tb *= xb
+        xp.tanh(tb, out=tb)                 # t
+        xp.add(tb, 1.0, out=yb)             # y = 0.5 x (1 + t)
+        yb *= xb
+        yb *= 0.5
     return y, t
 
 
 def gelu_backward(dy, x, t):
-    d = x * x                   # S (1 + 3K x^2)
-    d *= 3.0 * _K
-    d += 1.0
-    d *= _S
-    s = t * t                   # x (1 - t^2) S (1 + 3K x^2)
-    s -= 1.0
-    s *= -x
-    s *= d
-    s += t                      # 1 + t + ...
-    s += 1.0
-    s *= dy
-    s *= 0.5
-    return s
+    xp = array_module(x)
+    dx = xp.empty(x.shape, x.dtype)
+    for dyb, xb, tb, s in row_blocks(dy, x, t, dx):
+        d = xb * xb                         # S (1 + 3K x^2), one block's temporary
+        d *= 3.0 * _S * _K
+        d += _S
+        xp.multiply(tb, tb, out=s)          # x (t^2 - 1) S (1 + 3K x^2)
+        s -= 1.0
+        s *= xb
+        s *= d
+        xp.subtract(tb, s, out=s)           # t + x (1 - t^2) S (1 + 3K x^2)
+        s += 1.0                            # 1 + t + ...
+        s *= dyb
+        s *= 0.5
+    return dx

@@ -33,33 +33,44 @@ def split_heads(x, n_head):
 
 
 def merge_heads(x):
-    """(B, NH, T, HS) -> (B, T, NH*HS), contiguous"""
+    """(B, NH, T, HS) -> (B, T, NH*HS), contiguous (no copy if x is a view of a (B, T, NH, HS) array)"""
     B, NH, T, HS = x.shape
     return array_module(x).ascontiguousarray(x.transpose(0, 2, 1, 3)).reshape(B, T, NH * HS)
 
 
 def attention_forward(q, k, v, drop=None):
     """q, k, v (B, NH, T, HS) -> o (B, NH, T, HS), cache. ``drop``: dropout mask like P, or None.
-    The 1/sqrt(HS) scale is applied to Q (T x HS) rather than to S (T x T): fewer multiplications."""
+
+    The 1/sqrt(HS) scale is applied to Q (T x HS) rather than to S (T x T): fewer multiplications.
+    The softmax overwrites S (not needed again).  o is written as a (B, NH, T, HS) view of a
+    (B, T, NH, HS) array, so that merge_heads afterwards is a reshape rather than a copy."""
     xp = array_module(q)
-    q = q * (1.0 / math.sqrt(q.shape[-1]))                   # scaled Q, kept for the backward
+    B, NH, T, HS = q.shape
+    q = q * (1.0 / math.sqrt(HS))                            # scaled Q, kept for the backward
     s = q @ k.transpose(0, 1, 3, 2)                          # (B, NH, T, T)
-    s += causal_mask(q.shape[2], s.dtype, xp)
-    p = softmax_forward(s)                                   # (B, NH, T, T)
+    s += causal_mask(T, s.dtype, xp)
+    p = softmax_forward(s, out=s)                            # (B, NH, T, T)
     pd = p if drop is None else p * drop
-    return pd @ v, (q, k, v, p, drop)                        # (B, NH, T, HS)
+    o = xp.empty((B, T, NH, HS), dtype=q.dtype).transpose(0, 2, 1, 3)
+    xp.matmul(pd, v, out=o)                                  # (B, NH, T, HS)
+    return o, (q, k, v, p, drop)
 
 
-def attention_backward(do, cache):
-    """do (B, NH, T, HS) -> dq, dk, dv (B, NH, T, HS)  (q in the cache is already scaled)"""
+def attention_backward(do, cache, out=None):
+    """do (B, NH, T, HS) -> dq, dk, dv (B, NH, T, HS)  (q in the cache is already scaled).
+
+    ``out``: three (B, NH, T, HS) arrays, possibly strided views, to write dq, dk, dv into (the
+    attention module passes views of one fused [dQ | dK | dV] array, saving three copies)."""
     q, k, v, p, drop = cache
-    scale = 1.0 / math.sqrt(q.shape[-1])
+    xp = array_module(do)
+    dq, dk, dv = out if out is not None else (xp.empty(q.shape, dtype=q.dtype) for _ in range(3))
     pd = p if drop is None else p * drop
-    dv = pd.transpose(0, 1, 3, 2) @ do                        # (B, NH, T, HS)
+    xp.matmul(pd.transpose(0, 1, 3, 2), do, out=dv)          # dV = Pd^T dO
     dp = do @ v.transpose(0, 1, 3, 2)                         # (B, NH, T, T)
     if drop is not None:
         dp *= drop
-    ds = softmax_backward(dp, p)                              # dL/dS
-    dq = ds @ k
-    dq *= scale                                               # S = (scale Q) K^T
-    return dq, ds.transpose(0, 1, 3, 2) @ q, dv
+    ds = softmax_backward(dp, p)                              # dL/dS, in place of dP
+    xp.matmul(ds, k, out=dq)
+    dq *= 1.0 / math.sqrt(q.shape[-1])                        # S = (scale Q) K^T
+    xp.matmul(ds.transpose(0, 1, 3, 2), q, out=dk)
+    return dq, dk, dv

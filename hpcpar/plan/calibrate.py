@@ -2,7 +2,8 @@
 
 ``hpcpar plan calibrate`` measures what the planner needs to predict a local ``hpcpar train`` run:
 
-* the GEMM rate of numpy's matmul at a few shapes, float32 and float64 (the size classes), and the
+* the GEMM rate of numpy's matmul at a few shapes, float32 and float64 (hpcpar.flops.gemm_rate; they
+  become the size classes), and the
   memory bandwidth of an element-wise pass (``a + b`` over arrays larger than the caches);
 * MPI latency and bandwidth: ``mpiexec -n 2`` of ``hpcpar.plan.pingpong`` (half a round trip of a
   tiny message, and of a large one, through hpcpar.comm).
@@ -39,20 +40,6 @@ def fit_calibration(runs, rounds=4):
     return c
 
 
-def gemm_rate(n, dtype, repeat=3):
-    """Best FLOP/s of an n x n x n matmul over a few repeats (the first warms up)."""
-    import numpy as np
-    a = np.random.default_rng(0).standard_normal((n, n)).astype(dtype)
-    best = float("inf")
-    reps = max(1, int(2e8 / (2 * n**3)))          # about 0.2 GFLOP per timing
-    for _ in range(repeat + 1):
-        t = time.perf_counter()
-        for _ in range(reps):
-            a @ a
-        best = min(best, (time.perf_counter() - t) / reps)
-    return 2 * n**3 / best
-
-
 def stream_bandwidth(repeat=5):
     """Bytes/s of c = a + b (two reads and a write) on float64 arrays larger than the caches."""
     import numpy as np
@@ -68,11 +55,11 @@ def _timed(fn):
     return time.perf_counter() - t
 
 
-def mpi_pingpong(ranks_env=None, timeout=120):
+def mpi_pingpong(timeout=120):
     """(latency s, bandwidth B/s) between two ranks, from hpcpar.plan.pingpong under mpiexec -n 2."""
     launcher = os.environ.get("HPCPAR_MPIEXEC") or str(Path(sys.executable).parent / "mpiexec")
     cmd = launcher.split() + ["-n", "2", sys.executable, "-m", "hpcpar.plan.pingpong"]
-    env = dict(os.environ, **(ranks_env or {}))
+    env = dict(os.environ, **SINGLE_THREAD)
     try:
         out = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env, check=True)
     except (OSError, subprocess.SubprocessError) as err:
@@ -81,15 +68,30 @@ def mpi_pingpong(ranks_env=None, timeout=120):
     return result["latency"], result["bandwidth"]
 
 
+SINGLE_THREAD = {"OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+
+
+def compute_rates():
+    """{dtype: {n: FLOP/s}} and the element-wise bandwidth, measured in this process."""
+    from hpcpar.flops import gemm_rate
+    rates = {dt: {n: gemm_rate(dt, n, seconds=0.3) for n in GEMM_SIZES} for dt in ("float32", "float64")}
+    return rates, stream_bandwidth()
+
+
 def measure(gpus_per_node=2):
-    """Measure this machine -> the text of a hardware profile TOML."""
-    rates = {dt: {n: gemm_rate(n, dt) for n in GEMM_SIZES} for dt in ("float32", "float64")}
+    """Measure this machine -> the text of a hardware profile TOML.
+
+    The rates are measured with one BLAS thread, in a child process: every rank of an MPI job runs
+    single-threaded (runtime.set_launch_defaults), so that is the rate one rank gets."""
+    child = subprocess.run([sys.executable, "-m", "hpcpar.plan.calibrate"], capture_output=True, text=True,
+                           env=dict(os.environ, **SINGLE_THREAD), check=True, timeout=600)
+    rates, bandwidth = json.loads(child.stdout)
+    rates = {dt: {int(n): r for n, r in per.items()} for dt, per in rates.items()}
     peak = {dt: max(r.values()) for dt, r in rates.items()}
     # size classes in GFLOP from the float32 measurements: share of the best rate at each size
     classes = sorted(((2 * n**3 / 1e9, rates["float32"][n] / peak["float32"]) for n in GEMM_SIZES),
                      reverse=True)
     classes[-1] = (0, classes[-1][1])
-    bandwidth = stream_bandwidth()
     latency, link = mpi_pingpong()
     return profile_text(peak, classes, bandwidth, latency, link, gpus_per_node)
 
@@ -129,3 +131,7 @@ def profile_text(peak, classes, bandwidth, latency, link, gpus_per_node):
 
 def _memory_bytes():
     return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+
+
+if __name__ == "__main__":      # the single-threaded child of measure()
+    print(json.dumps(compute_rates()))

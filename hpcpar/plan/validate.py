@@ -5,9 +5,9 @@ For a run, the planner searches the layouts that engine had (its features) with 
 Its step time is compared with the published one: ratio = published / predicted step, i.e. the
 predicted per-GPU throughput over the published (1.0 is perfect, 1.2 means 20 % optimistic).
 
-"Top choices": the search is repeated with (tp, pp, dp) free (among the layouts that fit); the
+"Top choices": the search is repeated with (tp, pp, dp) free (among the layouts that fit).  The
 published grid is a top choice when its best fitting layout is within 10 % of the best layout's step
-time.
+time, or when it is among the 5 best (tp, pp, dp) grids.
 """
 from dataclasses import dataclass, replace
 
@@ -17,6 +17,7 @@ from hpcpar.plan.models import load_model
 from hpcpar.plan.search import Space, best_per_grid, grid_rank, search
 
 TOP_MARGIN = 0.10
+TOP_GRIDS = 5
 
 
 def run_hardware(run, calibration=None):
@@ -61,7 +62,9 @@ class Check:
 
     @property
     def top_choice(self):
-        return self.grid_best is not None and self.grid_best.step <= self.best.step * (1 + TOP_MARGIN)
+        if self.grid_best is None:
+            return False
+        return self.grid_best.step <= self.best.step * (1 + TOP_MARGIN) or self.grid_rank <= TOP_GRIDS
 
 
 def predict(run, calibration=None):

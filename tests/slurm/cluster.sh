@@ -80,13 +80,15 @@ start_munge() {
 }
 
 write_conf() {
-    local dir=$1 host ctld_port slurmd_port
+    local dir=$1 host ctld_port slurmd_port first_job_id
     host=$(hostname -s)
     ctld_port=$(free_port 6817)
     slurmd_port=$(free_port $(( ctld_port + 1 )))
+    # a block of 100 job ids per second, recycled after a week (slurm.conf.in says why)
+    first_job_id=$(( $(date +%s) % 600000 * 100 + 1 ))
     sed -e "s|@HOST@|$host|g" -e "s|@STATE@|$dir|g" -e "s|@CPUS@|$CPUS|g" \
         -e "s|@CTLD_PORT@|$ctld_port|g" -e "s|@SLURMD_PORT@|$slurmd_port|g" \
-        "$HERE/slurm.conf.in" >"$dir/slurm.conf"
+        -e "s|@FIRST_JOB_ID@|$first_job_id|g" "$HERE/slurm.conf.in" >"$dir/slurm.conf"
     say "$host, $CPUS CPUs, slurmctld port $ctld_port, slurmd port $slurmd_port"
 }
 
@@ -129,12 +131,25 @@ cancel_jobs() {
     while [[ -n $(squeue -h -o %i 2>/dev/null) ]] && (( tries-- > 0 )); do sleep 0.2; done
 }
 
+# MPICH keeps a job's shared memory in /dev/shm/mpich_*, and a job killed by MPI_Abort never
+# removes it.  Remove those created since the cluster started that no process has mapped any more.
+remove_leaked_shm() {
+    local since=$1 f
+    for f in /dev/shm/mpich_*; do
+        [[ -f $f && $f -nt $since ]] || continue
+        grep -qsF "$f" /proc/[0-9]*/maps || rm -f "$f"
+    done
+}
+
 stop_cluster() {
     local dir=$1 name pid
     [[ -f $dir/pids ]] || return 0
     export SLURM_CONF=$dir/slurm.conf
     # Jobs first, while slurmd can still end their steps; then the daemons, newest first.
-    if [[ -f $SLURM_CONF ]]; then cancel_jobs; fi
+    if [[ -f $SLURM_CONF ]]; then
+        cancel_jobs
+        remove_leaked_shm "$SLURM_CONF"
+    fi
     tac "$dir/pids" | while read -r name pid; do
         stop_pid "$name" "$pid"
     done

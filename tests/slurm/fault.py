@@ -5,9 +5,9 @@ Flags (the job scripts pass --tp/--pp/--dp) are ignored.
 """
 import sys
 
-from mpi4py import MPI
+from hpcpar.runtime import run_guarded   # before mpi4py: hpcpar sets its MPI defaults on import
 
-from hpcpar.runtime import run_guarded
+from mpi4py import MPI
 
 
 def step():

@@ -20,15 +20,20 @@ CLUSTER=$WORK/cluster
 LOGS=$WORK/logs
 JOB_TIMEOUT=${JOB_TIMEOUT:-120}     # seconds one job may take before its check fails
 PASSED=() FAILED=() SKIPPED=()
+CHECK_PID=                          # the check that is running now
 EXIT_SKIP=77
 
 # The jobs inherit this shell's environment (sbatch's default --export=ALL): leave none of the job
 # scripts' variables over from the caller's shell, so each check sets exactly what it means.
-unset HPCPAR_CMD HPCPAR_ARGS HPCPAR_LAUNCHER HPCPAR_VENV HPCPAR_DRY_RUN SRUN_FLAGS SRUN_MPI \
-      MPIEXEC_FLAGS TP PP DP STEPS BATCH_SIZE SCALING_MODE SCALE_AXIS CKPT_DIR SAVE_DIR RUN_DIR METRICS
+unset HPCPAR_HOME HPCPAR_VENV HPCPAR_CMD HPCPAR_ARGS HPCPAR_LAUNCHER HPCPAR_DRY_RUN SRUN_FLAGS SRUN_MPI \
+      MPIEXEC_FLAGS RUN_DIR TP PP DP SCHEDULE MICROBATCHES MODEL DATA STEPS BATCH_SIZE BACKEND METRICS \
+      SAVE_DIR SAVE_EVERY CKPT_DIR MAX_REQUEUES SCALING_MODE SCALE_AXIS
 
 finish() {
     local status=$?
+    if [[ -n ${CHECK_PID:-} ]]; then
+        kill "$CHECK_PID" 2>/dev/null || true
+    fi
     bash tests/slurm/cluster.sh stop "$CLUSTER" || true
     if (( status != 0 )) || [[ ${KEEP:-0} == 1 ]]; then
         echo "slurm-test: job and daemon logs kept in $WORK"
@@ -45,22 +50,30 @@ submit_in_background() {
     local name=$1
     shift
     OUT=$LOGS/$name.out
-    timeout "$JOB_TIMEOUT" sbatch --wait --parsable --time=5 --job-name="$name" --output="$OUT" "$@" \
+    timeout "$JOB_TIMEOUT" sbatch --wait --parsable --time=3 --job-name="$name" --output="$OUT" "$@" \
         >"$LOGS/$name.id" &
     SBATCH_PID=$!
+    # interrupted (see main): end the waiting sbatch too (timeout hands the signal on to it)
+    trap 'kill "$SBATCH_PID" 2>/dev/null; exit 1' TERM
     local tries=50
     until [[ -s $LOGS/$name.id ]]; do
-        (( tries-- > 0 )) && kill -0 "$SBATCH_PID" 2>/dev/null || bad "sbatch did not accept the job"
+        if (( tries-- == 0 )) || ! kill -0 "$SBATCH_PID" 2>/dev/null; then
+            bad "sbatch did not accept the job"
+        fi
         sleep 0.1
     done
     JOB_ID=$(head -n 1 "$LOGS/$name.id")
 }
 
-# wait_for_job: RC = sbatch's exit status, which `sbatch --wait` makes the job's exit status
-# (124: the job ran past JOB_TIMEOUT).
+# wait_for_job: RC = sbatch's exit status, which `sbatch --wait` makes the job's exit status.
 wait_for_job() {
     RC=0
     wait "$SBATCH_PID" || RC=$?
+    if (( RC == 124 )); then
+        # `timeout` ended sbatch, not the job: cancel it, or it would hold the node for the next check
+        scancel "$JOB_ID" 2>/dev/null || true
+        bad "the job was still not done after JOB_TIMEOUT=${JOB_TIMEOUT}s: cancelled"
+    fi
 }
 
 submit() {
@@ -82,7 +95,7 @@ expect_rc() {
 }
 
 expect_failed() {
-    [[ $RC != 0 && $RC != 124 ]] || bad "job exit status $RC, expected a failure (not 0, not a timeout)"
+    [[ $RC != 0 ]] || bad "job exit status 0, expected a failure"
 }
 
 expect_line() {
@@ -121,7 +134,7 @@ expect_banner() {
 # Today's 8-rank payload: the demo job.  When `hpcpar train` lands, export HPCPAR_CMD="hpcpar train"
 # with a short run (e.g. STEPS=5 MODEL=tiny) here and check its metrics in expect_payload_ok.
 use_training_payload() {
-    export HPCPAR_CMD="hpcpar demo" HPCPAR_ARGS=
+    export HPCPAR_CMD="hpcpar demo" HPCPAR_ARGS=''
 }
 
 # One MPI job of RANKS ranks - not RANKS one-rank jobs, which is what a launch without PMI
@@ -165,7 +178,7 @@ check_multi_node() {
 # A two-point strong-scaling array over tp, with `hpcpar grid` as the payload: point N must be
 # one job of N ranks.
 check_scaling_array() {
-    export HPCPAR_CMD="hpcpar grid" HPCPAR_ARGS= SCALE_AXIS=tp SCALING_MODE=strong
+    export HPCPAR_CMD="hpcpar grid" HPCPAR_ARGS='' SCALE_AXIS=tp SCALING_MODE=strong
     submit scaling --array=1,2 --ntasks=2 --output="$LOGS/scaling-%a.out" jobs/scaling.sbatch
     expect_rc 0
     local n
@@ -202,7 +215,7 @@ check_bad_flag() {
 
 # A rank that raises mid-job: MPI_Abort must end all 8 ranks and Slurm must call the job failed.
 check_fault_aborts() {
-    export HPCPAR_CMD="python tests/slurm/fault.py" HPCPAR_ARGS=
+    export HPCPAR_CMD="python tests/slurm/fault.py" HPCPAR_ARGS=''
     local start=$SECONDS
     TP=2 PP=2 DP=2 submit fault --ntasks=8 jobs/single_node.sbatch
     expect_failed
@@ -240,9 +253,14 @@ check_preemption_with_checkpoints() {
 # --- running them -------------------------------------------------------------------------------
 
 # check NAME: run check_NAME in a subshell, so that a failed expectation ends only that check.
+# The subshell runs in the background because bash runs a trap (an interrupt, below) only when
+# the foreground command is done, but at once when it is in `wait`.
 check() {
     local name=$1 start=$SECONDS status=0
-    ( "check_$name" ) || status=$?
+    ( "check_$name" ) &
+    CHECK_PID=$!
+    wait "$CHECK_PID" || status=$?
+    CHECK_PID=
     case $status in
         0) PASSED+=("$name"); echo "PASS $name ($(( SECONDS - start )) s)" ;;
         "$EXIT_SKIP") SKIPPED+=("$name"); echo "SKIP $name" ;;
@@ -252,7 +270,11 @@ check() {
 
 main() {
     [[ -x .venv/bin/hpcpar ]] || { echo "slurm-test: no .venv: run 'make install' first" >&2; exit 1; }
+    # Stop the cluster however this script ends: bash runs the EXIT trap on `exit` and on errors,
+    # and INT/TERM are turned into an exit so that it runs after Ctrl-C or a kill as well.
     trap finish EXIT
+    trap 'exit 130' INT
+    trap 'exit 143' TERM
     # munged runs as the munge user and must reach its socket inside the cluster directory
     chmod 755 "$WORK"
     mkdir -p "$CLUSTER" "$LOGS"

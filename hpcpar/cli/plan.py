@@ -1,0 +1,113 @@
+"""Plan a training job before submitting it: memory and time of every layout, ranked.
+
+  hpcpar plan --model gpt3-175b --gpus 1024 --gpus-per-node 8 --hardware a100 \\
+              --global-batch 1536 --seq-len 2048 [--top 10] [--explain top] [--plot plan.png]
+  hpcpar plan calibrate [--out local.toml]      measure this machine into a hardware profile
+
+--model: gpt2, gpt3-175b, llama-70b, ... (the files in hpcpar/plan/models), a .toml file, or dims such
+as l=24,h=2048,a=16,V=50257[,kv=8,f=5632,gated=1,tied=0].  --hardware: a100, h100, h200 or a profile
+.toml (e.g. from `hpcpar plan calibrate`).  A LAYOUT is written tp8-pp8-dp16-mb1-v1-1f1b[-sp][-z1]
+[-rcsel|-rcfull]: tensor, pipeline and data parallel sizes, micro-batch size, chunks per stage,
+schedule (gpipe, 1f1b, interleaved, zb-h1), sequence parallelism, ZeRO-1, selective or full
+recomputation.  The model behind the numbers: docs/planning.md.
+"""
+HELP = "rank layouts of a training job by predicted step time and memory (no MPI)"
+
+
+def add_arguments(p):
+    p.add_argument("action", nargs="?", choices=["calibrate"], help="calibrate: measure this machine")
+    p.add_argument("--model", help="preset name, model .toml, or dims l=..,h=..,a=..,V=..")
+    p.add_argument("--gpus", type=int, help="GPUs (ranks) in the job")
+    p.add_argument("--gpus-per-node", type=int, help="GPUs per node (default: the hardware profile's)")
+    p.add_argument("--hardware", default="a100", help="a100, h100, h200 or a profile .toml (default a100)")
+    p.add_argument("--global-batch", type=int, help="sequences per step")
+    p.add_argument("--seq-len", type=int, help="tokens per sequence")
+    p.add_argument("--dtype", default=None, choices=["bf16", "fp16", "fp32", "fp64"],
+                   help="training precision (default bf16, or fp32 for a profile without bf16)")
+    p.add_argument("--flash-attention", action="store_true", help="the engine fuses attention")
+    p.add_argument("--top", type=int, default=10, help="layouts to list (default 10)")
+    p.add_argument("--explain", metavar="LAYOUT", help="print every term of one layout ('top': the best)")
+    p.add_argument("--plot", metavar="PNG", help="draw memory and time of the listed layouts")
+    p.add_argument("--out", default="local.toml", help="calibrate: where to write the profile")
+
+
+def _job(args):
+    from hpcpar.plan.hardware import load_hardware
+    from hpcpar.plan.job import Engine, Job
+    from hpcpar.plan.models import load_model
+    from hpcpar.runtime import UsageError
+    missing = [f"--{n.replace('_', '-')}" for n in ("model", "gpus", "global_batch", "seq_len")
+               if getattr(args, n) is None]
+    if missing:
+        raise UsageError(f"hpcpar plan needs {', '.join(missing)} (or the calibrate action)")
+    for name in ("gpus", "global_batch", "seq_len", "top"):
+        if getattr(args, name) < 1:
+            raise UsageError(f"--{name.replace('_', '-')} must be a positive integer")
+    hw = load_hardware(args.hardware)
+    gpn = args.gpus_per_node or hw.gpus_per_node
+    if gpn < 1:
+        raise UsageError("--gpus-per-node must be a positive integer")
+    dtype = args.dtype or ("bf16" if "bf16" in hw.peak_flops else "fp32")
+    hw.peak(dtype)     # refuses a dtype the profile has no rate for
+    return Job(load_model(args.model), hw, args.gpus, min(gpn, args.gpus), args.global_batch, args.seq_len,
+               dtype=dtype, engine=Engine(flash_attention=args.flash_attention))
+
+
+def _table(estimates):
+    head = f"{'#':>3}  {'layout':44s} {'step s':>8} {'tokens/s':>11} {'MFU':>6} {'GiB/GPU':>8} {'bubble':>7} {'comm':>6}"
+    rows = [head, "-" * len(head)]
+    for i, e in enumerate(estimates, 1):
+        rows.append(f"{i:>3}  {str(e.layout):44s} {e.step:8.3f} {e.tokens_per_second:11,.0f} {e.mfu:6.1%} "
+                    f"{e.memory_peak / 2**30:8.1f} {e.pipeline.bubble:7.1%} {e.comm / e.step:6.1%}")
+    return "\n".join(rows)
+
+
+def _calibrate(args):
+    from pathlib import Path
+
+    from hpcpar.plan.calibrate import measure
+    text = measure(gpus_per_node=args.gpus_per_node or 2)
+    Path(args.out).write_text(text)
+    print(text, end="")
+    print(f"\nwrote {args.out}; use it as: hpcpar plan --hardware {args.out} --dtype fp32 ...")
+    return 0
+
+
+def run(args):
+    import time
+
+    from hpcpar.runtime import UsageError
+    if args.action == "calibrate":
+        return _calibrate(args)
+    from hpcpar.plan.explain import explain
+    from hpcpar.plan.layout import parse_layout
+    from hpcpar.plan.search import search
+    from hpcpar.plan.step import estimate
+    job = _job(args)
+    start = time.perf_counter()
+    if args.explain and args.explain != "top":
+        layout = parse_layout(args.explain)
+        reason = job.check(layout)
+        if reason:
+            raise UsageError(f"layout {layout}: {reason}")
+        print(explain(estimate(job, layout)))
+        return 0
+    ranking = search(job, refine=max(40, 2 * args.top))
+    seconds = time.perf_counter() - start
+    m = job.model
+    print(f"{m.name} ({m.params(job.seq_len) / 1e9:.1f} B parameters) on {job.gpus} x {job.hardware.name} "
+          f"({job.gpus_per_node} per node), batch {job.global_batch} x {job.seq_len} tokens, {job.dtype}")
+    print(f"{ranking.considered} layouts divide the job, {ranking.fitting} fit in "
+          f"{job.hardware.usable_bytes / 2**30:.1f} GiB; the best {len(ranking.estimates)} simulated "
+          f"({seconds:.1f} s)\n")
+    if not ranking.estimates:
+        raise UsageError("no layout fits in memory: more GPUs, a smaller micro-batch or model, or recomputation")
+    shown = ranking.estimates[:args.top]
+    print(_table(shown))
+    if args.explain == "top":
+        print("\n" + explain(shown[0]))
+    if args.plot:
+        from hpcpar.plan.plot import plot_layouts
+        plot_layouts(shown, args.plot)
+        print(f"\nwrote {args.plot}")
+    return 0

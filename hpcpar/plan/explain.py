@@ -1,0 +1,144 @@
+"""The teaching view: every term of a layout's step, with its formula and its numbers.
+
+``explain(estimate)`` returns the text ``hpcpar plan --explain LAYOUT`` prints: the model and its
+parameter count, the memory of the fullest stage term by term, the time of one micro-batch on the
+slowest stage (GEMMs, element-wise passes, tensor-parallel all-reduces, recomputation), the pipeline
+(simulated makespan and bubble next to the textbook formula), the data-parallel gradient traffic and
+how much of it shows, the optimizer, and the totals.
+"""
+from hpcpar.plan.compute import elementwise_bytes, gemm_seconds
+from hpcpar.plan.flops import layer_gemms, narayanan_flops, step_flops
+from hpcpar.plan.layout import stage_layers
+from hpcpar.plan.memory import layer_activation_terms, stage_params, state_bytes_per_param
+from hpcpar.plan.network import group_link
+
+GiB = 2**30
+
+
+def _ms(seconds):
+    return f"{seconds * 1e3:10.2f} ms"
+
+
+def _gib(nbytes):
+    return f"{nbytes / GiB:8.2f} GiB"
+
+
+def model_section(est):
+    job, m = est.job, est.job.model
+    lines = [f"MODEL  {m.name}: l={m.layers} h={m.hidden} a={m.heads} kv={m.kv_heads} f={m.ffn} V={m.vocab} "
+             f"s={job.seq_len}" + ("  gated MLP" if m.gated else "") + ("" if m.tied else "  untied head"),
+             f"  parameters  l * layer + embedding + head = {m.layers} * {m.layer_params():,} + "
+             f"{m.embedding_params(job.seq_len):,} + {m.head_params():,} = {m.params(job.seq_len) / 1e9:.2f} B"]
+    w, g, o = state_bytes_per_param(job)
+    total = m.params(job.seq_len) * (w + g + o)
+    lines.append(f"  on one device: {w}+{g}+{o:g} bytes/param ({job.dtype}, Adam) = {total / GiB:,.0f} GiB of model "
+                 f"state alone, vs {job.hardware.memory_bytes / GiB:.0f} GiB per {job.hardware.name} GPU")
+    return lines
+
+
+def memory_section(est):
+    job, lay = est.job, est.layout
+    totals = [sum(t.values()) for t in est.memory]
+    i = totals.index(max(totals))
+    terms = est.memory[i]
+    params = stage_params(job, lay, i)
+    w, g, o = state_bytes_per_param(job, lay.zero1, lay.dp)
+    act = layer_activation_terms(job, lay)
+    lines = [f"MEMORY per GPU, fullest stage {i} of {lay.pp} ({stage_layers(job.model.layers, lay.pp)[i]} layers, "
+             f"{params / 1e9:.3f} B parameters on this rank)",
+             f"  weights            {params / 1e9:.3f} B * {w} bytes            = {_gib(terms['weights'])}",
+             f"  gradients          {params / 1e9:.3f} B * {g} bytes            = {_gib(terms['gradients'])}",
+             f"  optimizer state    {params / 1e9:.3f} B * {o:.3g} bytes" + (f" (ZeRO-1: /{lay.dp})" if lay.zero1 else "")
+             + f" = {_gib(terms['optimizer state'])}",
+             "  activations per layer and micro-batch (Korthikanti et al. 2022, counted tensor by tensor):"]
+    for name, value in act.items():
+        lines.append(f"      {name:34s} {value / 2**20:10.1f} MiB")
+    kept = {"none": "all of it", "selective": "without the attention scores",
+            "full": "only the layer input (recompute full)"}[lay.recompute]
+    lines.append(f"  activations kept: {kept}; {est.pipeline.peak_inflight[i] if lay.schedule != 'zb-h1' else min(job.micro_batches(lay), lay.pp)}"
+                 f" chunk(s) of {stage_layers(job.model.layers, lay.pp)[i] / lay.v:g} layers in flight "
+                 f"({lay.schedule}, simulated peak)  = {_gib(terms['activations'])}")
+    for name in terms:
+        if name not in ("weights", "gradients", "optimizer state", "activations"):
+            lines.append(f"  {name:18s}                                  = {_gib(terms[name])}")
+    usable = job.hardware.usable_bytes
+    lines.append(f"  total {_gib(max(totals))} of {usable / GiB:.1f} GiB usable "
+                 f"({job.hardware.memory_bytes / GiB:.0f} GiB - {job.hardware.reserved_bytes / GiB:.1f} reserved): "
+                 + ("fits" if est.fits else "DOES NOT FIT"))
+    return lines
+
+
+def compute_section(est):
+    job, lay = est.job, est.layout
+    hw = job.hardware
+    gemms = layer_gemms(job.model, lay.mb, job.seq_len, lay.tp)
+    lines = [f"COMPUTE one layer, one micro-batch of {lay.mb} x {job.seq_len} tokens, on 1 of tp={lay.tp} ranks",
+             f"  GEMM t = max(2mnk / (peak * efficiency(GFLOP) * calibration), bytes / HBM);  peak "
+             f"{hw.peak(job.dtype) / 1e12:g} TFLOP/s {job.dtype}, calibration {hw.calibration:g}"]
+    for g in gemms:
+        rate = hw.gemm_rate(g.flops, job.dtype)
+        lines.append(f"    {g.name:9s} {g.count:>5d} x ({g.m} x {g.k}) @ ({g.k} x {g.n})  {g.flops / 1e9:9.1f} GFLOP "
+                     f"at {rate / 1e12:6.1f} TFLOP/s = {_ms(gemm_seconds(job, g))}")
+    elem = elementwise_bytes(job, lay)
+    lines.append("  element-wise passes (bytes read + written / HBM "
+                 f"{hw.hbm_bandwidth / 1e9:.0f} GB/s * efficiency):")
+    for name, nbytes in elem.items():
+        lines.append(f"    {name:18s} {nbytes / 2**20:10.1f} MiB = {_ms(hw.memory_seconds(nbytes))}")
+    link = group_link(hw, lay, "tp", job.gpus_per_node)
+    nbytes = job.seq_len * lay.mb * job.model.hidden * job.elem_bytes
+    lines.append(f"  TP all-reduce of b*s*h = {nbytes / 2**20:.1f} MiB over {lay.tp} ranks: 2(t-1)*alpha + "
+                 f"2(t-1)/t * n / beta, beta = {link.bandwidth * link.efficiency / 1e9:.0f} GB/s; 2 forward, 2 backward"
+                 + ("; with sp an all-gather + reduce-scatter pair each, same time" if lay.sp else ""))
+    return lines
+
+
+def stage_section(est):
+    lay = est.layout
+    slow = max(range(lay.pp), key=lambda i: est.stages[i].forward + est.stages[i].backward + est.stages[i].weight)
+    st = est.stages[slow]
+    lines = [f"STAGE {slow} (the slowest; the pipeline moves at its pace), per micro-batch:"]
+    for name, value in st.terms.items():
+        lines.append(f"    {name:22s} {_ms(value)}")
+    lines.append(f"  F = {_ms(st.forward).strip()}   B (input grads{', + recompute' if lay.recompute != 'none' else ''}) = "
+                 f"{_ms(st.backward).strip()}   W (weight grads) = {_ms(st.weight).strip()}"
+                 + (f"   per chunk: /{lay.v}" if lay.v > 1 else ""))
+    return lines
+
+
+def pipeline_section(est):
+    job, lay, pipe = est.job, est.layout, est.pipeline
+    m = job.micro_batches(lay)
+    F, B, W = est.costs
+    textbook = (lay.pp - 1) / (m * lay.v) if lay.schedule != "zb-h1" else (lay.pp - 1) * (F + B - W) / (m * (F + B + W))
+    sims = " and ".join(str(x) for x in pipe.simulated)
+    return [f"PIPELINE {lay.schedule}, p={lay.pp}, m={m} micro-batches, v={lay.v}",
+            f"  p2p: one activation {'(1/t with sp or scatter/gather) ' if lay.sp or job.engine.scatter_gather_p2p else ''}"
+            f"= {_ms(est.p2p).strip()} (alpha + n/beta)",
+            f"  simulated (hpcpar.pipeline.simulate, m = {sims}, extrapolated linearly in m): makespan "
+            f"{pipe.makespan:.3f} s, bubble {pipe.bubble:.1%}",
+            f"  textbook bubble (p-1)/(v*m) of the ideal time = {textbook:.1%} (Narayanan et al. 2021"
+            + ("; ZB-H1: (p-1)(F+B-W), Qi et al. 2024)" if lay.schedule == "zb-h1" else ")")]
+
+
+def totals_section(est):
+    job, lay = est.job, est.layout
+    lines = [f"DATA PARALLEL gradients over dp={lay.dp}: reduce-scatter + all-gather = {_ms(est.dp_total).strip()}, "
+             f"exposed {_ms(est.dp_exposed).strip()}"
+             + (" (overlapped with the last micro-batch's backward, in buckets)" if job.engine.overlap_dp else ""),
+             f"OPTIMIZER read + write of every state byte on the rank = {_ms(est.optimizer).strip()}",
+             f"STEP {est.step:.3f} s = pipeline {est.pipeline.makespan:.3f} + DP {est.dp_exposed:.3f} + optimizer "
+             f"{est.optimizer:.3f};  communication {est.comm / est.step:.1%} of the step",
+             f"  {est.tokens_per_second:,.0f} tokens/s, {est.tokens_per_second / job.gpus:,.0f} per GPU"]
+    model = step_flops(job.model, job.global_batch, job.seq_len)
+    lines.append(f"  model FLOPs/step {model:.3e} (72*B*s*l*h^2*(1 + s/6h + V/12lh) for a GPT: "
+                 f"{narayanan_flops(job.global_batch, job.seq_len, job.model.layers, job.model.hidden, job.model.vocab):.3e})")
+    lines.append(f"  MFU {est.mfu:.1%}, HFU (recomputed FLOPs counted) {est.hfu:.1%}, "
+                 f"{est.mfu * job.hardware.peak(job.dtype) / 1e12:.0f} model TFLOP/s per GPU")
+    return lines
+
+
+def explain(est):
+    sections = [model_section, memory_section, compute_section, stage_section, pipeline_section, totals_section]
+    head = [f"LAYOUT {est.layout}  on {est.job.gpus} x {est.job.hardware.name} "
+            f"({est.job.gpus_per_node} per node), global batch {est.job.global_batch} x {est.job.seq_len}"]
+    return "\n\n".join("\n".join(s) for s in [head] + [section(est) for section in sections])

@@ -1,0 +1,76 @@
+"""Memory per GPU (hpcpar/plan/memory.py) against the formulas of DESIGN.md section 7."""
+import pytest
+
+from hpcpar.plan.hardware import load_hardware
+from hpcpar.plan.job import Engine, Job
+from hpcpar.plan.layout import Layout, stage_layers
+from hpcpar.plan.memory import (analytic_inflight, layer_activation_bytes, layer_activation_terms,
+                                stage_memory, stage_params, state_bytes_per_param)
+from hpcpar.plan.models import load_model, parse_dims
+
+GPT = parse_dims("l=24,h=2048,a=16,V=51200,dropout=1")
+
+
+def job(model=GPT, gpus=8, seq=2048, batch=64, dtype="bf16", engine=Engine()):
+    return Job(model, load_hardware("a100"), gpus, 8, batch, seq, dtype, engine)
+
+
+@pytest.mark.parametrize("tp, sp", [(1, False), (2, False), (4, False), (8, False), (4, True), (8, True)])
+def test_activations_are_korthikanti(tp, sp):
+    j, b, s, h, a = job(), 2, 2048, GPT.hidden, GPT.heads
+    lay = Layout(tp, 1, 8 // tp, mb=b, sp=sp)
+    sbh = s * b * h
+    if sp:
+        expected = sbh * (34 + 5 * a * s / h) / tp
+    else:
+        expected = sbh * (10 + 24 / tp + 5 * a * s / (h * tp))
+    assert layer_activation_bytes(j, lay) == pytest.approx(expected)
+
+
+def test_recomputation_keeps_less():
+    j, lay = job(), Layout(2, 1, 4, mb=1)
+    s, a = 2048, GPT.heads
+    none = layer_activation_bytes(j, lay)
+    sel = layer_activation_bytes(j, lay.with_(recompute="selective"))
+    full = layer_activation_bytes(j, lay.with_(recompute="full"))
+    assert none - sel == pytest.approx(5 * a * s * s / 2)            # the scores, per TP rank
+    assert full == 2 * s * GPT.hidden                                # the layer input, 16-bit
+    assert layer_activation_terms(j, lay)["attention scores"] > 0
+    flash = job(engine=Engine(flash_attention=True))
+    assert layer_activation_terms(flash, lay)["attention scores"] < none / 100
+
+
+def test_model_state_bytes_and_zero1():
+    j = job()
+    assert sum(state_bytes_per_param(j)) == 16                       # 2 + 2 + 12
+    assert state_bytes_per_param(j, zero1=True, dp=4) == (2, 2, 3)
+    assert sum(state_bytes_per_param(job(dtype="fp64"))) == 32
+    lay, z = Layout(1, 1, 8), Layout(1, 1, 8, zero1=True)
+    assert stage_memory(j, z, 0, 1)["optimizer state"] == stage_memory(j, lay, 0, 1)["optimizer state"] / 8
+
+
+def test_gpt3_cannot_fit_one_device():
+    """The seed's opening: 175 B parameters x 16 bytes is ~2.6 TiB of model state, 35x an 80 GB GPU."""
+    m = load_model("gpt3-175b")
+    state = m.params(2048) * sum(state_bytes_per_param(job(m)))
+    assert state / load_hardware("a100").memory_bytes > 30
+
+
+def test_stages_hold_their_layers_and_the_ends():
+    j = job(gpus=8)
+    lay = Layout(1, 4, 2)
+    counts = stage_layers(GPT.layers, 4)
+    body = [stage_params(j, lay, i) for i in range(4)]
+    assert body[1] == counts[1] * GPT.layer_params()
+    assert body[0] - counts[0] * GPT.layer_params() == GPT.embedding_params(2048)
+    # the last stage holds the tied embedding's copy for the head, plus the final LayerNorm
+    assert body[3] - counts[3] * GPT.layer_params() == GPT.vocab * GPT.hidden + 2 * GPT.hidden
+    assert sum(stage_layers(70, 12)) == 70 and stage_layers(70, 12)[0] == 5   # BLOOM's 5 + 6*10 + 5
+
+
+def test_inflight_per_schedule():
+    assert [analytic_inflight("1f1b", 4, 8, 1, i) for i in range(4)] == [4, 3, 2, 1]
+    assert analytic_inflight("gpipe", 4, 8, 1, 0) == 8
+    # Megatron's interleaved warm-up: 2 (p - 1) + (v - 1) p + 1 chunks on the first stage
+    assert analytic_inflight("interleaved", 4, 8, 2, 0) == 2 * 3 + 4 + 1
+    assert analytic_inflight("1f1b", 4, 2, 1, 0) == 2

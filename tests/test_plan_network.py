@@ -1,0 +1,40 @@
+"""The alpha-beta communication model on the real rank order (hpcpar/plan/network.py)."""
+import pytest
+
+from hpcpar.plan.hardware import load_hardware
+from hpcpar.plan.layout import Layout
+from hpcpar.plan.network import all_reduce_seconds, group_link, members_per_node, reduce_scatter_seconds
+
+A100 = load_hardware("a100")
+
+
+def test_groups_follow_tp_then_dp_then_pp():
+    # rank = tp + TP*(dp + DP*pp): a TP group is consecutive, DP members are TP apart
+    assert members_per_node(8, 8, 16, "tp", 8) == (8, 8)
+    assert members_per_node(8, 8, 16, "dp", 8) == (16, 1)
+    assert members_per_node(2, 8, 64, "dp", 8) == (64, 4)
+    assert members_per_node(2, 2, 2, "pp", 8) == (2, 2)
+
+
+def test_links_by_placement():
+    assert group_link(A100, Layout(8, 8, 16), "tp", 8) == A100.intra
+    one_port = group_link(A100, Layout(8, 8, 16), "dp", 8)
+    assert one_port.bandwidth * one_port.efficiency == pytest.approx(A100.inter.bandwidth * A100.inter.efficiency)
+    four_ports = group_link(A100, Layout(2, 8, 64), "dp", 8)
+    assert four_ports.bandwidth == pytest.approx(4 * one_port.bandwidth)
+
+
+def test_ring_formulas():
+    link = A100.intra
+    n, size = 1e9, 8
+    beta = link.bandwidth * link.efficiency
+    assert all_reduce_seconds(link, size, n) == pytest.approx(2 * 7 * link.latency + 2 * 7 / 8 * n / beta)
+    assert reduce_scatter_seconds(link, size, n) * 2 == pytest.approx(all_reduce_seconds(link, size, n))
+    assert all_reduce_seconds(link, 1, n) == 0.0
+
+
+@pytest.mark.parametrize("name, bf16, memory_gib", [("a100", 312e12, 80), ("h100", 989e12, 80), ("h200", 989e12, 141)])
+def test_vendor_profiles(name, bf16, memory_gib):
+    hw = load_hardware(name)
+    assert hw.peak("bf16") == bf16 and hw.memory_bytes == memory_gib * 2**30
+    assert hw.intra.bandwidth > hw.inter.bandwidth and 0.5 < hw.calibration <= 1.0

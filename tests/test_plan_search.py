@@ -1,0 +1,80 @@
+"""Layouts, the step model and the search (layout.py, job.py, step.py, search.py)."""
+import time
+
+import pytest
+
+from hpcpar.plan.hardware import load_hardware
+from hpcpar.plan.job import Job
+from hpcpar.plan.layout import Layout, parse_layout
+from hpcpar.plan.models import load_model, parse_dims
+from hpcpar.plan.search import Space, candidates, search
+from hpcpar.plan.step import estimate
+from hpcpar.runtime import UsageError
+
+
+@pytest.mark.parametrize("text", ["tp8-pp8-dp16-mb1-v1-1f1b", "tp4-pp12-dp8-mb2-v1-zb-h1-sp-z1-rcfull",
+                                  "tp2-pp4-dp2-mb1-v3-interleaved-rcsel", "tp1-pp2-dp1-mb4-v1-gpipe"])
+def test_layout_strings_round_trip(text):
+    assert str(parse_layout(text)) == text
+
+
+@pytest.mark.parametrize("text", ["tp8-pp8", "tp8-pp8-dp2-foo", "tpx-pp1-dp1"])
+def test_bad_layout_strings(text):
+    with pytest.raises(UsageError):
+        parse_layout(text)
+
+
+def small_job(gpus=8, batch=32, model="l=8,h=512,a=8,V=1000"):
+    return Job(parse_dims(model), load_hardware("a100"), gpus, 8, batch, 512)
+
+
+def test_check_refuses_what_does_not_divide():
+    job = small_job()
+    assert job.check(Layout(2, 2, 2, mb=2)) is None
+    assert "GPUs" in job.check(Layout(2, 2, 1))
+    assert "batch" in job.check(Layout(1, 1, 8, mb=3))
+    assert "heads" in small_job(gpus=6, batch=36).check(Layout(3, 1, 2))
+    deep = small_job(batch=24, model="l=16,h=512,a=8,V=1000")
+    assert deep.check(Layout(1, 8, 1, mb=3, v=2, schedule="interleaved")) is None
+    assert "multiple of pp" in deep.check(Layout(1, 8, 1, mb=2, v=2, schedule="interleaved"))
+    assert "layers per stage" in deep.check(Layout(1, 8, 1, mb=3, v=3, schedule="interleaved"))
+    assert "only with the interleaved" in deep.check(Layout(1, 8, 1, mb=3, v=2))
+
+
+def test_step_terms_add_up():
+    job = small_job()
+    e = estimate(job, Layout(2, 2, 2, mb=2, schedule="1f1b"))
+    assert e.step == pytest.approx(e.pipeline.makespan + e.dp_exposed + e.optimizer)
+    assert 0 < e.mfu <= e.hfu < 1
+    assert 0 <= e.pipeline.bubble < 1 and e.fits
+
+
+def test_recompute_costs_time_saves_memory():
+    job = small_job()
+    base = Layout(2, 2, 2, mb=4)
+    plain, full = estimate(job, base), estimate(job, base.with_(recompute="full"))
+    assert full.step > plain.step and full.memory_peak < plain.memory_peak
+
+
+def test_search_ranks_fitting_layouts_fastest_first():
+    ranking = search(small_job())
+    steps = [e.step for e in ranking.estimates]
+    assert steps == sorted(steps) and all(e.fits for e in ranking.estimates)
+    assert ranking.considered >= ranking.fitting >= len(ranking.estimates) > 0
+    assert all(e.layout.tp in (1, 2, 4, 8) for e in ranking.estimates)
+
+
+def test_fixed_fields_pin_the_search():
+    space = Space(fixed=(("tp", 2), ("pp", 2)))
+    assert {lay.grid() for lay in candidates(small_job(), space)} == {(2, 2, 2)}
+
+
+def test_the_done_when_command_is_fast():
+    """gpt3-175b on 1024 A100s, batch 1536 x 2048: ranked in well under 10 s (issue 11)."""
+    job = Job(load_model("gpt3-175b"), load_hardware("a100"), 1024, 8, 1536, 2048)
+    start = time.perf_counter()
+    ranking = search(job)
+    assert time.perf_counter() - start < 10
+    best = ranking.estimates[0]
+    assert best.layout.tp * best.layout.pp >= 16          # 175 B needs model parallelism on 80 GB GPUs
+    assert 0.3 < best.mfu < 0.7
