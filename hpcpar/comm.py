@@ -5,15 +5,18 @@ which hand MPI a pointer to contiguous memory - no pickling.  The wrappers add e
 
 1. **Safety**: a non-contiguous input is copied to a contiguous one (and counted as a copy); an
    in-place target or receive buffer that is not contiguous is refused.  Never silently wrong.
-2. **Counters**: calls and payload bytes per operation and communicator (``stats``).  "Payload" is
-   what this rank hands to MPI (for an all-gather its own part, for a reduce-scatter the whole
-   input); what a ring algorithm puts on the wire is derived in docs/performance.md.
+2. **Counters**: calls, payload bytes and seconds blocked per operation and communicator (``stats``).
+   "Payload" is what this rank hands to MPI (for an all-gather its own part, for a reduce-scatter the
+   whole input); what a ring algorithm puts on the wire is derived in docs/performance.md.  "Blocked"
+   is the wall time spent inside a blocking MPI call, or waiting for a non-blocking one to complete
+   (under "wait"): the communication time a rank could not hide behind computation.
 3. **Device buffers**: a cupy array goes to MPI as it is when MPI is CUDA-aware (after synchronising
    the current stream, so MPI reads finished data); otherwise it is staged through a pinned host
    buffer that is reused across steps.
 
 A communicator of size 1 is a no-op for every collective (nothing is counted, nothing is copied).
 """
+import time
 from collections import defaultdict
 
 from mpi4py import MPI
@@ -24,11 +27,12 @@ OPS = {"sum": MPI.SUM, "max": MPI.MAX, "min": MPI.MIN}
 
 
 class Stats:
-    """Calls and payload bytes per operation name."""
+    """Calls and payload bytes per operation name, and seconds blocked in MPI per operation name."""
 
     def __init__(self):
         self.calls = defaultdict(int)
         self.bytes = defaultdict(int)
+        self.seconds = defaultdict(float)     # "wait": completing non-blocking operations
 
     def add(self, op, nbytes):
         self.calls[op] += 1
@@ -37,24 +41,43 @@ class Stats:
     def reset(self):
         self.calls.clear()
         self.bytes.clear()
+        self.seconds.clear()
 
     def total_bytes(self):
         return sum(self.bytes.values())
 
+    def total_seconds(self):
+        return sum(self.seconds.values())
+
     def as_dict(self):
-        return {op: {"calls": self.calls[op], "bytes": self.bytes[op]} for op in sorted(self.calls)}
+        out = {op: {"calls": self.calls[op], "bytes": self.bytes[op]} for op in sorted(self.calls)}
+        for op, s in self.seconds.items():
+            out.setdefault(op, {})["seconds"] = s
+        return out
+
+
+def timed(stats, name, fn, *args, **kwargs):
+    """fn(*args, **kwargs), its wall time added to stats.seconds[name]."""
+    start = time.perf_counter()
+    result = fn(*args, **kwargs)
+    stats.seconds[name] += time.perf_counter() - start
+    return result
 
 
 class Request:
     """A pending non-blocking operation, keeping its buffers alive until it completes."""
 
-    def __init__(self, mpi_request, keep=(), finish=None):
+    def __init__(self, mpi_request, keep=(), finish=None, stats=None):
         self.mpi_request = mpi_request
         self._keep = keep          # arrays MPI still reads or writes: must outlive the request
         self._finish = finish      # e.g. copy a staged host buffer back to the device
+        self.stats = stats         # where the time blocked in wait() is counted
 
     def wait(self):
-        self.mpi_request.Wait()
+        if self.stats is None:
+            self.mpi_request.Wait()
+        else:
+            timed(self.stats, "wait", self.mpi_request.Wait)
         self._complete()
 
     def test(self):
@@ -71,10 +94,15 @@ class Request:
 
 
 def wait_all(requests):
-    """Wait for every request (one MPI_Waitall), then run their completions."""
+    """Wait for every request (one MPI_Waitall), then run their completions.  The time blocked counts
+    as "wait" in the stats of each communicator involved."""
     requests = [r for r in requests if r is not None]
     if requests:
+        start = time.perf_counter()
         MPI.Request.Waitall([r.mpi_request for r in requests])
+        blocked = time.perf_counter() - start
+        for stats in {id(r.stats): r.stats for r in requests if r.stats is not None}.values():
+            stats.seconds["wait"] += blocked
         for r in requests:
             r._complete()
 
@@ -183,7 +211,7 @@ class Communicator:
         recv, finish = self._out(y, "recv")
         if send is MPI.IN_PLACE and recv is not y:
             y.get(out=recv)
-        self.mpi.Allreduce(send, recv, op=OPS[op])
+        timed(self.stats, "all_reduce", self.mpi.Allreduce, send, recv, op=OPS[op])
         if finish:
             finish()
         return y
@@ -197,7 +225,7 @@ class Communicator:
         recv, finish = self._out(x, "iall_reduce")
         if recv is not x:
             x.get(out=recv)
-        return Request(self.mpi.Iallreduce(MPI.IN_PLACE, recv, op=OPS[op]), (x, recv), finish)
+        return Request(self.mpi.Iallreduce(MPI.IN_PLACE, recv, op=OPS[op]), (x, recv), finish, self.stats)
 
     def all_gather(self, x, axis=0):
         """Concatenate every rank's x along ``axis`` (same shape on every rank)."""
@@ -208,7 +236,7 @@ class Communicator:
         self.stats.add("all_gather", x.nbytes)
         y = m.empty((self.size,) + x.shape, dtype=x.dtype)         # (size, *x.shape)
         recv, finish = self._out(y, "gather")
-        self.mpi.Allgather(self._in(x, "send"), recv)
+        timed(self.stats, "all_gather", self.mpi.Allgather, self._in(x, "send"), recv)
         if finish:
             finish()
         # (size, ..., n, ...) -> (..., size * n, ...): bring the rank axis next to `axis` and merge
@@ -232,7 +260,8 @@ class Communicator:
         self.stats.add("reduce_scatter", blocks.nbytes)
         y = m.empty(blocks.shape[1:], dtype=x.dtype)
         recv, finish = self._out(y, "scatter")
-        self.mpi.Reduce_scatter_block(self._in(blocks, "send"), recv, op=OPS[op])
+        timed(self.stats, "reduce_scatter", self.mpi.Reduce_scatter_block, self._in(blocks, "send"), recv,
+              op=OPS[op])
         if finish:
             finish()
         return y
@@ -249,7 +278,8 @@ class Communicator:
         self.stats.add("reduce_scatter", x.nbytes)
         recv, finish = self._out(y, "ireduce_scatter")
         send = self._in(x, "ireduce_scatter_in")
-        return Request(self.mpi.Ireduce_scatter_block(send, recv, op=OPS[op]), (x, y, send, recv), finish)
+        return Request(self.mpi.Ireduce_scatter_block(send, recv, op=OPS[op]), (x, y, send, recv), finish,
+                       self.stats)
 
     def iall_gather_(self, y):
         """Start an in-place all-gather of flat y: rank i's block y[i*k:(i+1)*k] (k = len(y) / size) is
@@ -263,7 +293,7 @@ class Communicator:
         recv, finish = self._out(y, "iall_gather")
         if recv is not y:
             y.get(out=recv)
-        return Request(self.mpi.Iallgather(MPI.IN_PLACE, recv), (y, recv), finish)
+        return Request(self.mpi.Iallgather(MPI.IN_PLACE, recv), (y, recv), finish, self.stats)
 
     def bcast_(self, x, root=0):
         """In-place broadcast of a contiguous array from ``root``."""
@@ -274,27 +304,27 @@ class Communicator:
         buf, finish = self._out(x, "bcast")
         if buf is not x and self.rank == root:
             x.get(out=buf)
-        self.mpi.Bcast(buf, root=root)
+        timed(self.stats, "bcast", self.mpi.Bcast, buf, root=root)
         if finish:
             finish()
         return x
 
     def barrier(self):
-        self.mpi.Barrier()
+        timed(self.stats, "barrier", self.mpi.Barrier)
 
     # --- point to point -----------------------------------------------------------------------
 
     def send(self, x, dest, tag=0):
         x = self._contiguous(x)
         self.stats.add("send", x.nbytes)
-        self.mpi.Send(self._in(x, "p2p_send"), dest=dest, tag=tag)
+        timed(self.stats, "send", self.mpi.Send, self._in(x, "p2p_send"), dest=dest, tag=tag)
 
     def recv_(self, out, source, tag=0):
         """Receive into ``out`` (contiguous, of the sender's shape and dtype)."""
         self._require_contiguous(out, "receive buffer")
         self.stats.add("recv", out.nbytes)
         buf, finish = self._out(out, "p2p_recv")
-        self.mpi.Recv(buf, source=source, tag=tag)
+        timed(self.stats, "recv", self.mpi.Recv, buf, source=source, tag=tag)
         if finish:
             finish()
         return out
@@ -304,14 +334,14 @@ class Communicator:
         x = self._contiguous(x)
         self.stats.add("send", x.nbytes)
         buf = self._in(x, ("isend", dest, tag))
-        return Request(self.mpi.Isend(buf, dest=dest, tag=tag), (x, buf))
+        return Request(self.mpi.Isend(buf, dest=dest, tag=tag), (x, buf), stats=self.stats)
 
     def irecv_(self, out, source, tag=0):
         """Post a receive into ``out``; its values are valid after the Request's wait()."""
         self._require_contiguous(out, "receive buffer")
         self.stats.add("recv", out.nbytes)
         buf, finish = self._out(out, ("irecv", source, tag))
-        return Request(self.mpi.Irecv(buf, source=source, tag=tag), (out, buf), finish)
+        return Request(self.mpi.Irecv(buf, source=source, tag=tag), (out, buf), finish, self.stats)
 
     def sendrecv(self, x, dest, out, source, tag=0):
         """Send x to ``dest`` and receive ``out`` from ``source`` in one deadlock-free call."""
@@ -320,8 +350,8 @@ class Communicator:
         self.stats.add("send", x.nbytes)
         self.stats.add("recv", out.nbytes)
         buf, finish = self._out(out, "sendrecv")
-        self.mpi.Sendrecv(self._in(x, "sendrecv_send"), dest=dest, sendtag=tag,
-                          recvbuf=buf, source=source, recvtag=tag)
+        timed(self.stats, "sendrecv", self.mpi.Sendrecv, self._in(x, "sendrecv_send"), dest=dest, sendtag=tag,
+              recvbuf=buf, source=source, recvtag=tag)
         if finish:
             finish()
         return out

@@ -6,15 +6,20 @@ measured pipeline bubble against the simulator's prediction for the measured F/B
 bytes each kind of group moved.
 """
 import json
+import signal
 import statistics
 import sys
 import time
 
 import numpy as np
 
+from hpcpar import checkpoint
+from hpcpar.checkpoint.consolidated import export, init_from
 from hpcpar.flops import gemm_rate, gpt_step_flops, mlp_step_flops
-from hpcpar.runtime import EXIT_FAILURE
+from hpcpar.runtime import EXIT_FAILURE, EXIT_PREEMPTED
 from hpcpar.train import Trainer
+
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGUSR1)
 
 
 def engine_busy(timeline):
@@ -57,8 +62,39 @@ class Loop:
         rate = gemm_rate(self.cfg.dtype, seconds=0.3)
         return float(self.grid.world_comm.all_reduce(np.array([rate]))[0])
 
-    def run(self, start_step=0):
+    def start(self):
+        """Resume from the latest checkpoint, or load initial weights; returns the first step."""
+        cfg = self.cfg
+        if cfg.resume:
+            done = checkpoint.load_checkpoint(self.trainer, cfg.resume)
+            if done is not None:
+                self._print(f"resumed from {checkpoint.latest_checkpoint(cfg.resume)} after step {done}")
+                return done
+            self._print(f"no checkpoint in {cfg.resume} yet: starting from step 0")
+        if cfg.init_from:
+            init_from(self.trainer, cfg.init_from)
+        return 0
+
+    def save(self, completed):
+        directory = self.cfg.save or self.cfg.resume
+        if directory:
+            path = checkpoint.save_checkpoint(self.trainer, directory, completed, self.cfg.keep)
+            self._print(f"checkpoint: {path}")
+
+    def _stop_handler(self):
+        """SIGTERM / SIGUSR1 (Slurm's --signal) only set a flag: the step in progress finishes, every
+        rank agrees in the step's all-reduce, and the loop saves and exits with EXIT_PREEMPTED."""
+        self.stop_requested = False
+
+        def handler(signum, frame):
+            self.stop_requested = True
+        for sig in STOP_SIGNALS:
+            signal.signal(sig, handler)
+
+    def run(self):
         cfg, t = self.cfg, self.trainer
+        start_step = self.start()
+        self._stop_handler()
         peak = self.measure_gemm_rate()
         bar = self._bar(start_step)
         metrics = open(cfg.metrics, "a" if start_step else "w") if (self.root and cfg.metrics) else None
@@ -69,7 +105,7 @@ class Loop:
         try:
             for step in range(start_step, cfg.steps):
                 t0 = time.perf_counter()
-                loss, norm, lr, skipped = t.step(step)
+                loss, norm, lr, skipped, stop = t.step(step, self.stop_requested)
                 seconds = time.perf_counter() - t0
                 self.history.append((step, loss, norm, lr, seconds))
                 if step > start_step:          # the first step pays for start-up: keep it out of the figures
@@ -92,8 +128,22 @@ class Loop:
                 if skipped and cfg.nonfinite == "stop":
                     self._print(f"hpcpar: non-finite loss or gradient at step {step + 1}: stopping "
                                 f"(the weights are those of step {step})", err=True)
+                    self.save(step)
                     status = EXIT_FAILURE
                     break
+                if stop:
+                    self.save(step + 1)
+                    self._print(f"hpcpar: stopped by a signal after step {step + 1}; resume with --resume",
+                                err=True)
+                    status = EXIT_PREEMPTED
+                    break
+                if cfg.save_every and (step + 1) % cfg.save_every == 0 and step + 1 < cfg.steps:
+                    self.save(step + 1)
+            else:
+                if start_step < cfg.steps:
+                    self.save(cfg.steps)
+                if cfg.export:
+                    export(t, cfg.export)
         finally:
             if bar is not None:
                 bar.close()
@@ -110,7 +160,9 @@ class Loop:
                     file=sys.stderr, dynamic_ncols=True)
 
     def _print(self, text, err=False):
-        print(text, file=sys.stderr if err else self.out, flush=True)
+        """Rank 0 speaks for the job."""
+        if self.root:
+            print(text, file=sys.stderr if err else self.out, flush=True)
 
     def summary(self, peak):
         """Gather the figures of every rank and print them on rank 0."""

@@ -25,9 +25,11 @@ class Shard:
 
 
 class SGD:
+    state_names = ("momentum_buffer",)
+
     def __init__(self, lr, momentum=0.0, weight_decay=0.0):
         self.momentum, self.weight_decay = momentum, weight_decay
-        self.state, self.t = {}, 0
+        self.state, self.t = {}, 0          # state[shard key] = {"momentum_buffer": array like the shard}
 
     def step(self, shards, lr):
         self.t += 1
@@ -35,21 +37,23 @@ class SGD:
             _decay(s, lr * self.weight_decay)
             update = s.grad
             if self.momentum:
-                u = self.state.get(s.key)
-                if u is None:
-                    u = self.state[s.key] = s.grad.copy()       # PyTorch: first buffer = g
+                st = self.state.get(s.key)
+                if st is None:
+                    st = self.state[s.key] = {"momentum_buffer": s.grad.copy()}   # PyTorch: first buffer = g
                 else:
-                    u *= self.momentum
-                    u += s.grad
-                update = u
+                    st["momentum_buffer"] *= self.momentum
+                    st["momentum_buffer"] += s.grad
+                update = st["momentum_buffer"]
             s.data -= lr * update
 
 
 class AdamW:
+    state_names = ("exp_avg", "exp_avg_sq")
+
     def __init__(self, lr, betas=(0.9, 0.95), eps=1e-8, weight_decay=0.1):
         self.b1, self.b2 = betas
         self.eps, self.weight_decay = eps, weight_decay
-        self.state, self.t = {}, 0
+        self.state, self.t = {}, 0          # state[shard key] = {"exp_avg": m, "exp_avg_sq": v}
 
     def step(self, shards, lr):
         self.t += 1
@@ -57,8 +61,8 @@ class AdamW:
         for s in shards:
             xp = array_module(s.data)
             if s.key not in self.state:
-                self.state[s.key] = (xp.zeros_like(s.data), xp.zeros_like(s.data))
-            m, v = self.state[s.key]
+                self.state[s.key] = {"exp_avg": xp.zeros_like(s.data), "exp_avg_sq": xp.zeros_like(s.data)}
+            m, v = self.state[s.key]["exp_avg"], self.state[s.key]["exp_avg_sq"]
             _decay(s, lr * self.weight_decay)
             m *= self.b1
             m += (1 - self.b1) * s.grad

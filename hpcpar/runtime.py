@@ -26,6 +26,20 @@ class UsageError(Exception):
     """A configuration the user must change; raised identically on every rank before any collective."""
 
 
+class AgreedError(Exception):
+    """A failure every rank knows about (they agreed on it with ``agree``): all exit, none waits."""
+
+
+def agree(comm, error=None):
+    """Collective: if any rank of ``comm`` passes an exception, every rank raises AgreedError with the
+    first one's message (naming its rank). Used where a fault may hit some ranks only (a missing file
+    on one node, a full disk) and the others would otherwise wait for them forever."""
+    messages = comm.allgather(None if error is None else f"{error} (rank {comm.rank})")
+    failed = [m for m in messages if m is not None]
+    if failed:
+        raise AgreedError(failed[0])
+
+
 def launch_rank():
     """This process's rank as told by the launcher's environment (0 when not launched by MPI)."""
     for var in _RANK_VARS:
@@ -73,12 +87,12 @@ def run_guarded(fn, *args, debug=False, who=None):
     """
     try:
         return fn(*args) or 0
-    except UsageError as err:
+    except (UsageError, AgreedError) as err:
         if debug:
             traceback.print_exc()
         if launch_rank() == 0:
             print(f"hpcpar: error: {err}", file=sys.stderr, flush=True)
-        return EXIT_USAGE
+        return EXIT_USAGE if isinstance(err, UsageError) else EXIT_FAILURE
     except KeyboardInterrupt:
         print(f"hpcpar: interrupted on rank {launch_rank()}", file=sys.stderr, flush=True)
         abort(130)

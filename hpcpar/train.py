@@ -14,10 +14,11 @@ One step, on every rank (docs/3d.md walks through it):
 Every rank therefore ends the step with its shard of exactly the parameters one rank alone would have.
 """
 import math
+from collections import namedtuple
 
 import numpy as np
 
-from hpcpar import backend
+from hpcpar import backend, faults
 from hpcpar.config import check
 from hpcpar.data import MarkovLanguage, Regression, TokenFile
 from hpcpar.data_parallel import DataParallel
@@ -31,6 +32,9 @@ from hpcpar.pipeline.schedules import build
 from hpcpar.runtime import UsageError
 from hpcpar.tensor_parallel import parallelize
 from hpcpar.tensor_parallel.parallelize import check_divisible
+
+
+StepResult = namedtuple("StepResult", "loss grad_norm lr skipped stop")
 
 
 def make_data(cfg, seq_len):
@@ -93,8 +97,8 @@ class Trainer:
         self.schedule = build(cfg.schedule, cfg.pp, cfg.microbatches, cfg.chunks)
         self.chunks = self._build_chunks()
         params = [p for c in self.chunks for p in c.parameters()]
-        self.tied = [p for c in self.chunks for p in c.parameters()
-                     if cfg.pp > 1 and p.name == "wte.weight" and (c.embed is not None or c.head is not None)]
+        # both copies of a tied embedding split over the pipeline: the first stage's and the last's
+        self.tied = [p for p in params if cfg.pp > 1 and p.name == "wte.weight" and not cfg.untied]
         partial = [p for p in params if p.tp_partial]
         self.dp = DataParallel(params, g.dp_comm, cfg.bucket_mb, cfg.zero1, late=self.tied + partial)
         self.partial = partial
@@ -164,15 +168,18 @@ class Trainer:
         self.dp.finish()
         return losses
 
-    def step(self, step):
-        """One optimizer step; returns (loss, grad_norm, lr, skipped)."""
+    def step(self, step, stop_requested=False):
+        """One optimizer step. ``stop_requested``: this rank got a stop signal (preemption).
+        Returns StepResult(loss, grad_norm, lr, skipped, stop); ``stop`` is agreed by every rank."""
         cfg, g = self.cfg, self.grid
+        faults.check_step(step, g.rank_id)
         losses = self.gradients(step)
         shards = self.dp.shards()
-        # one world all-reduce gives every rank the loss and the squared gradient norm
+        # one world all-reduce gives every rank the loss, the squared gradient norm, and whether any
+        # rank was asked to stop - so all of them finish this step and stop together
         norm_sq = self.dp.norm_sq(shards) if (cfg.zero1 or g.dp_rank == 0) else 0.0
         mine = sum(float(l) for l in losses) if (g.is_last_stage and g.tp_rank == 0) else 0.0
-        totals = g.world_comm.all_reduce(np.array([mine, norm_sq]))
+        totals = g.world_comm.all_reduce(np.array([mine, norm_sq, float(stop_requested)]))
         loss, norm = totals[0] / self.loss_terms, math.sqrt(totals[1])
         lr = learning_rate(step, cfg.lr, cfg.min_lr, cfg.warmup, cfg.steps)
         finite = math.isfinite(loss) and math.isfinite(norm)
@@ -184,7 +191,7 @@ class Trainer:
             self.optimizer.step(shards, lr)
             self.dp.gather_params()
         self.dp.zero_grad()
-        return loss, norm, lr, not finite
+        return StepResult(loss, norm, lr, not finite, totals[2] > 0)
 
     def _sync_late_gradients(self):
         """Gradients that are not final when the backward ends (see data_parallel.py)."""

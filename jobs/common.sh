@@ -51,6 +51,16 @@ inside_allocation() {
     require SLURM_NTASKS "the job's number of tasks: submit this script with sbatch (e.g. $USAGE)"
 }
 
+# fixed_layout: TP, PP and DP all given; RANKS, their product, must fit in the job.
+fixed_layout() {
+    require_count TP "the tensor-parallel size, e.g. $USAGE"
+    require_count PP "the pipeline-parallel size, e.g. $USAGE"
+    require_count DP "the data-parallel size, e.g. $USAGE"
+    inside_allocation
+    RANKS=$(( TP * PP * DP ))
+    check_ranks "$RANKS"
+}
+
 # check_ranks RANKS: a layout may use fewer ranks than the job has tasks, never more.
 check_ranks() {
     local ranks=$1
@@ -145,14 +155,17 @@ launch_command() {
     echo "== launch: ${LAUNCH[*]}"
 }
 
-dry_run() { [[ ${HPCPAR_DRY_RUN:-0} == 1 ]]; }
+# dry_run: true, after saying so, when HPCPAR_DRY_RUN=1 asks for the launch line only.
+dry_run() {
+    [[ ${HPCPAR_DRY_RUN:-0} == 1 ]] || return 1
+    echo "== dry run (HPCPAR_DRY_RUN=1): nothing launched"
+}
 
 # run_payload RANKS: launch, wait, report; returns the payload's exit status.
 run_payload() {
     local status=0
     launch_command "$1"
     if dry_run; then
-        echo "== dry run (HPCPAR_DRY_RUN=1): nothing launched"
         return 0
     fi
     "${LAUNCH[@]}" || status=$?
@@ -164,7 +177,7 @@ run_payload() {
 
 commit() {
     local head
-    head=$(git -C "$HPCPAR_HOME" rev-parse HEAD 2>/dev/null) || { echo "unknown (not a git checkout)"; return; }
+    head=$(git -C "$HPCPAR_HOME" rev-parse HEAD 2>/dev/null) || { echo "unknown (git rev-parse HEAD failed)"; return; }
     if git -C "$HPCPAR_HOME" diff --quiet HEAD 2>/dev/null; then
         echo "$head"
     else

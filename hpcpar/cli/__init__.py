@@ -15,7 +15,9 @@ COMMANDS = {
     "grid": "grid",
     "demo": "demo",
     "train": "train",
+    "checkpoint": "checkpoint",
     "schedule": "schedule",
+    "bench": "bench",
     "plan": "plan",
 }
 

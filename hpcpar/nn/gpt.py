@@ -102,5 +102,5 @@ class GPT(Stage):
                 # copies start equal and stay equal because their gradients are summed every step
                 weight = Parameter("wte.weight", init_full("wte.weight", (cfg.vocab_size, cfg.d_model),
                                                            0.02, seed, dtype))
-                weight.counted = False                             # the first stage's copy counts
+                weight.counted, weight.tied_copy = False, True     # the first stage's copy counts
             self.head = LMHead(cfg, weight, seed, dtype)

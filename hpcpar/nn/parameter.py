@@ -74,6 +74,8 @@ class Parameter:
                  on tp rank 0 only; the last stage's copy of a tied embedding does not count)
     tp_partial   its gradient is a partial sum over the TP group that must be all-reduced (sequence
                  parallelism: LayerNorm and row-parallel bias see only this rank's tokens)
+    tied_copy    the last pipeline stage's copy of the tied token embedding: kept equal to the first
+                 stage's by summing their gradients, and neither counted in norms nor saved twice
     """
 
     def __init__(self, name, data, decay=None):
@@ -85,6 +87,7 @@ class Parameter:
         self.decay = data.ndim >= 2 if decay is None else decay
         self.counted = True
         self.tp_partial = False
+        self.tied_copy = False
 
     def shard_(self, shard):
         """Keep only this rank's shard of the (full) data."""

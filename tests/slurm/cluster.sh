@@ -52,8 +52,9 @@ install_packages() {
     [[ $(id -u) == 0 ]] || die "installing ${missing[*]} needs root (or install them yourself)"
     say "installing ${missing[*]}"
     export DEBIAN_FRONTEND=noninteractive
-    # The package lists of a fresh machine may be missing or stale: update only when needed.
-    apt-get install -y -q --no-install-recommends "${missing[@]}" >/dev/null \
+    # The package lists of a fresh machine may be missing or stale: update only when needed (and
+    # show apt's messages only then).
+    apt-get install -y -q --no-install-recommends "${missing[@]}" >/dev/null 2>&1 \
         || { apt-get update -q >/dev/null && apt-get install -y -q --no-install-recommends "${missing[@]}" >/dev/null; }
 }
 

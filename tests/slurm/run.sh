@@ -55,7 +55,7 @@ submit_in_background() {
     SBATCH_PID=$!
     # interrupted (see main): end the waiting sbatch too (timeout hands the signal on to it)
     trap 'kill "$SBATCH_PID" 2>/dev/null; exit 1' TERM
-    local tries=50
+    local tries=100
     until [[ -s $LOGS/$name.id ]]; do
         if (( tries-- == 0 )) || ! kill -0 "$SBATCH_PID" 2>/dev/null; then
             bad "sbatch did not accept the job"

@@ -1,0 +1,40 @@
+"""The benchmark suite behind ``hpcpar bench`` and ``make bench`` (docs/performance.md reads it).
+
+One module per benchmark.  Each defines ``run(quick)``, which measures on the ranks it was started
+with and returns a ``common.Result`` on rank 0 (``None`` elsewhere).  The serial driver (driver.py)
+starts every benchmark as its own process - under ``mpiexec -n N`` when it needs N ranks - so that
+no benchmark inherits another's memory, threads or MPI state, and collects the results into
+bench/results.json and BENCHMARKS.md.
+"""
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Spec:
+    label: str          # the issue's letter, or a short tag
+    module: str         # hpcpar.bench.<module>
+    title: str
+    ranks: tuple = ()   # world sizes to run at (() = one serial process)
+    quick_ranks: tuple = ()
+    timeout: int = 300  # seconds per process, so that a hang fails one benchmark, not the suite
+
+    def world_sizes(self, quick):
+        sizes = self.quick_ranks if quick and self.quick_ranks else self.ranks
+        return sizes or (None,)
+
+
+BENCHMARKS = {
+    "gemm": Spec("a", "gemm", "GEMM rate at the training shapes against the BLAS peak"),
+    "p2p": Spec("b", "p2p", "Point-to-point latency and bandwidth: hpcpar.comm against raw mpi4py",
+                ranks=(2,)),
+    "collectives": Spec("c", "collectives", "Collectives: hpcpar.comm against raw mpi4py",
+                        ranks=(2, 4), quick_ranks=(2,)),
+    "engine": Spec("d", "engine", "The engine against PyTorch eager on one core"),
+    "torch-parallel": Spec("e", "torch_parallel",
+                           "Pipeline and tensor parallelism against torch.distributed on gloo", ranks=(2,)),
+    "layout": Spec("f", "layout", "tp 2 x pp 2 x dp 2 against one rank, same global batch", ranks=(8,)),
+    "gpu": Spec("g", "gpu", "GPU: GEMM rate and the block on the device (cupy)"),
+    "tp-block": Spec("tp", "tp_block", "A transformer block at tp = 1 and tp = 2: time and bytes moved",
+                     ranks=(2,)),
+    "bubble": Spec("pp", "bubble", "Pipeline bubble: the engine measured against the simulator", ranks=(2,)),
+}

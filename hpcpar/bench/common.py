@@ -1,0 +1,135 @@
+"""What every benchmark shares: side-by-side timing, the result format, and small MPI and torch helpers.
+
+Timing on a shared machine.  The benchmark machine has two cores that other jobs use too, so any one
+timing can be off by tens of per cent.  Every comparison is therefore measured side by side in one
+process: the candidates run in turn, round after round, in a rotating order (A B C, B C A, C A B, ...,
+so that none always runs first or right after the same neighbour), and a table reports each one's
+best round - the run least disturbed - and the ratio of the best rounds.  The median of the per-round
+ratios goes into the JSON as a second opinion.
+
+Serial benchmarks time process CPU seconds (``time.process_time``): another job taking the core away
+does not inflate them, and for one thread on an idle core they equal wall seconds.  MPI benchmarks
+time wall seconds (a rank waiting in MPI spins, so its CPU time says nothing), with a barrier before
+every timed call and the slowest rank's time kept.
+"""
+import statistics
+import time
+
+import numpy as np
+
+# The model the step benchmarks share: a small GPT-2 (untied output projection, since PyTorch's
+# pipeline stages cannot share a weight across ranks), fp32, sized so that `make bench` stays well
+# under ten minutes on two cores.  The data is the synthetic language (32 tokens); the model's
+# vocabulary is larger so that the output layer costs what it costs in a real model.
+BENCH_MODEL = dict(hidden=256, layers=4, heads=4, seq_len=128, vocab=1024, batch_size=16)
+
+
+def interleave(cases, rounds, clock=time.process_time, before=None):
+    """Time each of ``cases`` (name -> function, one timed call) ``rounds`` times, in a rotating order.
+
+    Every case runs once untimed first (page faults, BLAS buffers, lazy initialisation).  ``before``
+    runs ahead of every call, untimed (a barrier).  Returns name -> list of seconds, one per round."""
+    names = list(cases)
+    times = {n: [] for n in names}
+    for n in names:
+        if before:
+            before()
+        cases[n]()
+    for r in range(rounds):
+        k = r % len(names)
+        for n in names[k:] + names[:k]:
+            if before:
+                before()
+            start = clock()
+            cases[n]()
+            times[n].append(clock() - start)
+    return times
+
+
+def slowest_rank(comm, times):
+    """Per round, the slowest rank's time (MPI benchmarks): name -> list of seconds, on every rank."""
+    from mpi4py import MPI
+    return {n: list(comm.allreduce(np.array(ts), op=MPI.MAX)) for n, ts in times.items()}
+
+
+def best(ts):
+    return min(ts)
+
+
+def paired_ratio(a, b):
+    """Median over rounds of a[i] / b[i]: the ratio with the machine's drift cancelled round by round."""
+    return statistics.median(x / y for x, y in zip(a, b))
+
+
+def summary(times, ours, theirs):
+    """Figures of one side-by-side comparison, for the JSON."""
+    return {"ours_s": best(times[ours]), "theirs_s": best(times[theirs]),
+            "ratio": best(times[ours]) / best(times[theirs]),
+            "ratio_median_paired": paired_ratio(times[ours], times[theirs]), "rounds": len(times[ours])}
+
+
+# --- formatting -------------------------------------------------------------------------------
+
+def ms(seconds):
+    return f"{seconds * 1e3:.3g} ms" if seconds < 1 else f"{seconds:.3g} s"
+
+
+def us(seconds):
+    return f"{seconds * 1e6:.3g} us"
+
+
+def size(nbytes):
+    for unit in ("B", "KB", "MB", "GB"):
+        if nbytes < 1024 or unit == "GB":
+            return f"{nbytes:g} {unit}"
+        nbytes /= 1024
+
+
+def rate(bytes_per_s):
+    return f"{bytes_per_s / 1e9:.3g} GB/s" if bytes_per_s >= 1e9 else f"{bytes_per_s / 1e6:.3g} MB/s"
+
+
+def ratio(x):
+    return f"{x:.2f}x"
+
+
+def pct(x):
+    return f"{100 * x:.0f}%"
+
+
+# --- the result of one benchmark run --------------------------------------------------------------
+
+class Result:
+    """Tables for BENCHMARKS.md, raw figures and targets for the JSON."""
+
+    def __init__(self, note=None):
+        self.tables, self.figures, self.targets = [], {}, []
+        self.notes = [note] if note else []
+
+    def table(self, title, columns, rows, notes=()):
+        self.tables.append({"title": title, "columns": list(columns),
+                            "rows": [[str(c) for c in row] for row in rows], "notes": list(notes)})
+
+    def target(self, what, goal, value, met):
+        """A target of the issues, with its measured value (reported, never asserted)."""
+        self.targets.append({"what": what, "goal": goal, "value": value, "met": bool(met)})
+
+    def as_dict(self):
+        return {"tables": self.tables, "figures": self.figures, "targets": self.targets, "notes": self.notes}
+
+
+# --- PyTorch, the reference ----------------------------------------------------------------------
+
+def import_torch():
+    """(torch, None) with one intra-op thread, or (None, the reason the torch rows are skipped)."""
+    try:
+        import torch
+    except ImportError as err:
+        return None, f"PyTorch is not installed ({err}); pip install torch==2.13.0 to compare"
+    torch.set_num_threads(1)
+    return torch, None
+
+
+def torch_tensor(torch, a):
+    """A numpy array as a torch tensor (copied, so both sides own their memory)."""
+    return torch.tensor(np.ascontiguousarray(a))

@@ -1,0 +1,97 @@
+"""The machine a benchmark ran on: CPU, BLAS and its settings, MPI, PyTorch - what a reader needs to
+judge the numbers, collected without starting MPI (mpi4py is imported with initialisation off).
+
+The BLAS rows matter most: numpy's OpenBLAS picks its kernel at run time from the CPU unless
+``OPENBLAS_CORETYPE`` names one (a Haswell kernel on a newer CPU runs at about two thirds of the
+speed), and PyTorch's MKL has its own switches; every such variable is listed as it was.
+"""
+import ctypes
+import glob
+import os
+import platform
+import sys
+from pathlib import Path
+
+# Environment variables that change how fast BLAS, OpenMP or MPI run: listed whatever their value.
+BLAS_ENV_PREFIXES = ("OPENBLAS_", "MKL_", "OMP_", "GOTO", "KMP_", "NVPL_", "BLIS_", "MPIR_CVAR_")
+
+
+def cpu_model():
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def openblas_core():
+    """The kernel OpenBLAS chose at run time (e.g. 'SkylakeX', 'Haswell'), or None if not found."""
+    import numpy as np
+    libs = glob.glob(str(Path(np.__file__).parent.parent / "numpy.libs" / "*openblas*"))
+    for path in libs:
+        lib = ctypes.CDLL(path)
+        for symbol in ("scipy_openblas_get_corename64_", "scipy_openblas_get_corename",
+                       "openblas_get_corename64_", "openblas_get_corename"):
+            fn = getattr(lib, symbol, None)
+            if fn is not None:
+                fn.restype = ctypes.c_char_p
+                return fn().decode()
+    return None
+
+
+def numpy_blas():
+    import numpy as np
+    try:
+        blas = np.show_config(mode="dicts")["Build Dependencies"]["blas"]
+        return f"{blas.get('name')} {blas.get('version')}"
+    except Exception:  # noqa: BLE001 - older numpy: the name is enough
+        return "unknown"
+
+
+def mpi_library():
+    import mpi4py
+    mpi4py.rc.initialize = False            # MPI_Get_library_version is allowed before MPI_Init
+    from mpi4py import MPI
+    return MPI.Get_library_version().splitlines()[0].strip(), mpi4py.__version__
+
+
+def torch_description():
+    try:
+        import torch
+    except ImportError:
+        return "not installed (the PyTorch rows are skipped)"
+    blas = "MKL" if torch.backends.mkl.is_available() else "no MKL"
+    return (f"{torch.__version__} ({blas}, CPU capability {torch.backends.cpu.get_cpu_capability()}; "
+            "1 intra-op thread in every benchmark)")
+
+
+def cupy_description():
+    try:
+        import cupy
+        n = cupy.cuda.runtime.getDeviceCount()
+        name = cupy.cuda.runtime.getDeviceProperties(0)["name"].decode() if n else "no device"
+        return f"cupy {cupy.__version__}, {n} device(s): {name}"
+    except Exception as err:  # noqa: BLE001 - ImportError or any CUDA failure: no GPU section
+        return f"none ({type(err).__name__}: {str(err).splitlines()[0] if str(err) else 'unavailable'})"
+
+
+def describe(launcher, env):
+    """[(what, value)] rows for BENCHMARKS.md and the JSON; ``env``: the benchmarks' environment."""
+    import numpy as np
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
+    mpi, mpi4py_version = mpi_library()
+    env = {k: v for k, v in sorted(env.items()) if k.startswith(BLAS_ENV_PREFIXES)}
+    env.setdefault("OPENBLAS_CORETYPE", "(unset)")
+    return [
+        ("CPU", f"{cpu_model()}, {cores} cores available, {memory:.0f} GiB memory"),
+        ("OS", platform.platform()),
+        ("Python", sys.version.split()[0]),
+        ("numpy", f"{np.__version__}, BLAS {numpy_blas()}, OpenBLAS kernel in use: {openblas_core() or 'unknown'}"),
+        ("BLAS/OpenMP/MPI environment", ", ".join(f"{k}={v}" for k, v in env.items())),
+        ("MPI", f"{mpi} (mpi4py {mpi4py_version}), launched as `{launcher} -n N`"),
+        ("PyTorch", torch_description()),
+        ("GPU", cupy_description()),
+    ]

@@ -1,0 +1,113 @@
+"""Finding, verifying and loading checkpoints, into any layout.
+
+``CheckpointReader`` assembles full tensors from the pieces any layout wrote, checking each file's
+SHA-256 against the manifest the first time it is opened (a missing, truncated or altered file is
+named in the error).  ``load_checkpoint`` is collective: each rank reads what it needs, and if any
+rank fails, every rank raises the same error (``agree``).
+"""
+from pathlib import Path
+
+from safetensors import SafetensorError, safe_open
+
+from hpcpar.checkpoint.files import FORMAT, CheckpointError, read_json, sha256
+from hpcpar.checkpoint.pieces import apply
+from hpcpar.nn.parameter import Shard
+from hpcpar.runtime import agree
+
+
+def latest_checkpoint(directory):
+    """The newest complete step directory under ``directory`` (per ``latest``), or None if none yet."""
+    root = Path(directory)
+    pointer = root / "latest"
+    if pointer.is_file():
+        step_dir = root / pointer.read_text().strip()
+        if not (step_dir / "manifest.json").is_file():
+            raise CheckpointError(f"{pointer} names {step_dir.name}, which is missing or incomplete")
+        return step_dir
+    complete = sorted(d for d in root.glob("step-*") if (d / "manifest.json").is_file())
+    return complete[-1] if complete else None
+
+
+class CheckpointReader:
+    def __init__(self, step_dir):
+        self.dir = Path(step_dir)
+        self.manifest = read_json(self.dir / "manifest.json")
+        if self.manifest.get("format") != FORMAT:
+            raise CheckpointError(f"{self.dir / 'manifest.json'}: not an hpcpar checkpoint "
+                                  f"(format {self.manifest.get('format')!r})")
+        self._open = {}
+
+    def _file(self, name):
+        if name not in self._open:
+            path = self.dir / name
+            want = self.manifest["files"].get(name)
+            if not path.is_file():
+                raise CheckpointError(f"{path} is missing")
+            if want is None:
+                raise CheckpointError(f"{path} is not listed in the manifest")
+            size = path.stat().st_size
+            if size != want["bytes"]:
+                raise CheckpointError(f"{path} is truncated or altered: {size} bytes, the manifest says "
+                                      f"{want['bytes']}")
+            if sha256(path) != want["sha256"]:
+                raise CheckpointError(f"{path}: checksum mismatch (the file was altered or corrupted)")
+            try:
+                self._open[name] = safe_open(str(path), framework="np")
+            except (SafetensorError, OSError) as err:
+                raise CheckpointError(f"{path} is unreadable: {err}") from None
+        return self._open[name]
+
+    def names(self):
+        return list(self.manifest["tensors"])
+
+    def full(self, key):
+        """The full tensor ``key`` ("h.0.ln_1.weight", "optimizer/exp_avg/wte.weight", ...)."""
+        base = key.rsplit("/", 1)[-1]
+        entry = self.manifest["tensors"].get(base)
+        if entry is None:
+            raise CheckpointError(f"{self.dir}: no tensor {base!r} in this checkpoint")
+        parts = [self._file(entry["files"][str(i)]).get_tensor(key) for i in range(entry.get("parts", 1))]
+        if "parts" not in entry:
+            return parts[0]
+        shard = Shard(entry["dim"], entry["parts"], 0, entry["groups"])
+        return shard.assemble(parts, tuple(entry["shape"]))
+
+
+def check_compatible(reader, trainer):
+    tensors = reader.manifest["tensors"]
+    mine = {p.name: p for p in trainer.parameters()}
+    missing = sorted(set(mine) - set(tensors))
+    if missing:
+        raise CheckpointError(f"{reader.dir} holds a different model: no {missing[0]}"
+                              + (f" (and {len(missing) - 1} more)" if len(missing) > 1 else ""))
+    for name, p in mine.items():
+        if tuple(tensors[name]["shape"]) != p.full_shape:
+            raise CheckpointError(f"{reader.dir} holds a different model: {name} is {tuple(tensors[name]['shape'])} "
+                                  f"there and {p.full_shape} here")
+    saved_dtype = reader.manifest.get("config", {}).get("dtype")
+    if saved_dtype and saved_dtype != trainer.cfg.dtype:
+        raise CheckpointError(f"{reader.dir} was written in {saved_dtype}; this run is {trainer.cfg.dtype} "
+                              "(convert it first: hpcpar checkpoint convert)")
+
+
+def load_checkpoint(trainer, directory):
+    """Collective. Load the latest complete checkpoint under ``directory`` into ``trainer`` (any layout).
+    Returns the number of completed steps it holds, or None when there is no checkpoint yet."""
+    comm = trainer.grid.world_comm.mpi
+    step_dir, error = None, None
+    try:
+        step_dir = latest_checkpoint(directory)
+    except CheckpointError as err:
+        error = err
+    agree(comm, error)
+    if step_dir is None:
+        return None
+    try:
+        reader = CheckpointReader(step_dir)
+        check_compatible(reader, trainer)
+        apply(trainer, reader.full, reader.manifest["optimizer"]["states"])
+        trainer.optimizer.t = reader.manifest["optimizer"]["t"]
+    except (CheckpointError, KeyError) as err:
+        error = err if isinstance(err, CheckpointError) else CheckpointError(f"{step_dir}: manifest lacks {err}")
+    agree(comm, error)
+    return reader.manifest["step"]
