@@ -99,17 +99,19 @@ def node_local_comm(comm):
 
 
 def select_device(comm, allow_sharing=False):
-    """Bind this rank to one GPU: the node-local rank picks the device (Slurm's SLURM_LOCALID wins).
+    """Bind this rank to one GPU: its rank among the ranks of its node picks the device.
 
-    More ranks than devices on a node is refused unless ``allow_sharing`` (ranks then share devices
-    round-robin, which is what the tests do on a one-GPU machine).
+    The node-local rank comes from MPI itself (ranks that share memory), which is right under any
+    launcher - srun, or mpiexec inside an allocation, where every rank inherits its launcher's
+    SLURM_LOCALID.  More ranks than devices on a node is refused unless ``allow_sharing`` or
+    HPCPAR_SHARE_GPU=1 (ranks then share devices round-robin, as the tests do on a one-GPU machine).
     """
     import cupy
     local = node_local_comm(comm)
-    local_rank = int(os.environ.get("SLURM_LOCALID", local.rank))
-    local_size = local.size
+    local_rank, local_size = local.rank, local.size
     local.Free()
     n_dev = cupy.cuda.runtime.getDeviceCount()
+    allow_sharing = allow_sharing or os.environ.get("HPCPAR_SHARE_GPU") == "1"
     if local_size > n_dev and not allow_sharing:
         raise UsageError(f"{local_size} ranks on this node but {n_dev} GPU(s); start one rank per GPU "
                          "or set HPCPAR_SHARE_GPU=1 to share")

@@ -70,7 +70,7 @@ class TrainConfig:
     # --- numerics and backend ---------------------------------------------------------------
     dtype: str = opt("float32", "parameter and activation dtype", ["float32", "float64"], "run")
     seed: int = opt(0, "seed of the initialisation, the data order and dropout", group="run")
-    backend: str = opt("numpy", "array backend", ["numpy", "cupy"], "run")
+    backend: str = opt("", "array backend: numpy or cupy (default: $HPCPAR_BACKEND, else numpy)", group="run")
     # --- files and output -------------------------------------------------------------------
     init_from: str = opt("", "start from consolidated GPT-2-named safetensors weights", group="files")
     export: str = opt("", "write the final weights as consolidated safetensors", group="files")
@@ -135,6 +135,11 @@ def check(cfg, world):
                  "steps", "warmup", "save_every", "log_every", "seed"):
         if getattr(cfg, name) < 0:
             raise UsageError(f"--{name.replace('_', '-')} must not be negative, got {getattr(cfg, name)}")
+    if not cfg.backend:
+        import os
+        cfg.backend = os.environ.get("HPCPAR_BACKEND", "numpy")
+    if cfg.backend not in ("numpy", "cupy"):
+        raise UsageError(f"--backend must be numpy or cupy, not {cfg.backend!r}")
     if cfg.lr == 0:
         cfg.lr = PRESET_LR[cfg.model]
     for name in ("lr", "eps", "bucket_mb"):

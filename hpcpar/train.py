@@ -93,7 +93,7 @@ class Trainer:
         # --- all checks done: from here on, ranks communicate --------------------------------------
         self.grid = g = ParallelGrid(cfg.tp, cfg.pp, cfg.dp, comm, cfg.order)
         if cfg.backend == "cupy":
-            backend.select_device(comm, allow_sharing=True)
+            backend.select_device(comm)
         self.schedule = build(cfg.schedule, cfg.pp, cfg.microbatches, cfg.chunks)
         self.chunks = self._build_chunks()
         params = [p for c in self.chunks for p in c.parameters()]
