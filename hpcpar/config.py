@@ -80,6 +80,8 @@ class TrainConfig:
     resume: str = opt("", "resume from the latest complete checkpoint in this directory", group="files")
     metrics: str = opt("", "write one JSON object per step to this file", group="files")
     trace: str = opt("", "write a Chrome/Perfetto trace of every rank to this file", group="files")
+    summary_json: str = opt("", "write the end-of-run figures (loss, tokens/s, MFU, bubble, bytes) as JSON",
+                            group="files")
     log_every: int = opt(0, "print a loss line every K steps (0: about 10 lines per run)", group="files")
     progress: bool = opt(True, "show a progress bar on rank 0", group="files")
 

@@ -206,8 +206,15 @@ class Loop:
         self._print("\n".join(lines))
         self.figures = {"loss": loss, "entropy_floor": floor, "step_time_s": step_time,
                         "tokens_per_s": t.tokens_per_step / step_time, "mfu": flops / step_time / peak,
+                        "gemm_flops_per_s": peak, "model_flops_per_step": flops,
                         "bubble_measured": measured, "bubble_simulated": simulated_bubble(t.schedule, costs),
-                        "bytes_per_step": groups, "steps": steps}
+                        "costs_s": costs, "bytes_per_step": groups, "steps": steps,
+                        "layout": {"tp": cfg.tp, "pp": cfg.pp, "dp": cfg.dp, "world": g.world,
+                                   "schedule": cfg.schedule, "microbatches": cfg.microbatches},
+                        "tokens_per_step": t.tokens_per_step, "step_times_s": times}
+        if cfg.summary_json:
+            with open(cfg.summary_json, "w") as f:
+                json.dump(self.figures, f, indent=1)
 
 
 def _size(n):
