@@ -96,6 +96,7 @@ def loss_fn(logits, targets):
     return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1))
 
 
-def adamw(module):
-    """AdamW with the hyperparameters of ``hpcpar train``'s defaults (hpcpar/config.py)."""
-    return torch.optim.AdamW(module.parameters(), lr=1e-3, betas=(0.9, 0.95), eps=1e-8, weight_decay=0.1)
+def adamw(module, cfg):
+    """torch.optim.AdamW with the hyperparameters of a TrainConfig (hpcpar/config.py)."""
+    return torch.optim.AdamW(module.parameters(), lr=cfg.lr, betas=(cfg.beta1, cfg.beta2), eps=cfg.eps,
+                             weight_decay=cfg.weight_decay)

@@ -27,8 +27,7 @@ class _Parser(argparse.ArgumentParser):
 
     def error(self, message):
         if runtime.launch_rank() == 0:
-            self.print_usage(sys.stderr)
-            print(f"hpcpar: error: {message}", file=sys.stderr)
+            print(f"hpcpar: error: {message} (see: {self.prog} --help)", file=sys.stderr)
         sys.exit(runtime.EXIT_USAGE)
 
 
