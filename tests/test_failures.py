@@ -39,6 +39,7 @@ def test_bad_flag_is_refused():
 
 
 def test_demo_self_check_on_8_ranks():
-    proc, _ = run_mpi(8, hpcpar() + ["demo"], timeout=120)
+    proc, _ = run_mpi(8, hpcpar() + ["demo", "--steps", "2", "--model", "tiny"], timeout=120)
     assert proc.returncode == 0, proc.stderr
     assert "self-check: OK" in proc.stdout
+    assert "hpcpar train: 2 steps, tiny model, tp 2 x pp 2 x dp 2 = 8 ranks" in proc.stdout

@@ -29,20 +29,24 @@ class Tracer:
     """Records one line per traced call: depth, label, input shape, output shape."""
 
     def __init__(self):
-        self.lines, self.depth, self.restore = [], 0, []
+        self.lines, self.depth, self.restore, self.muted = [], 0, [], 0
 
-    def wrap(self, owner, attr, label, describe):
-        """Replace ``owner.attr`` (a method or a module-level function) by a recording wrapper."""
+    def wrap(self, owner, attr, label, describe, mute_inside=False):
+        """Replace ``owner.attr`` (a method or a module-level function) by a recording wrapper.
+        ``mute_inside``: record this call but none of the calls it makes."""
         fn = getattr(owner, attr)
 
         def traced(*args, **kwargs):
             entry = [self.depth, label, describe(args), ""]
-            self.lines.append(entry)
+            if not self.muted:
+                self.lines.append(entry)
             self.depth += 1
+            self.muted += mute_inside
             try:
                 out = fn(*args, **kwargs)
             finally:
                 self.depth -= 1
+                self.muted -= mute_inside
             entry[3] = _shape(out[0] if isinstance(out, tuple) and attr.endswith("forward") else out)
             return out
         setattr(owner, attr, traced)
@@ -82,13 +86,13 @@ def trace_model(tracer, model, expand):
     """Wrap the stage's modules (and the ops that are not modules) for both passes."""
     from hpcpar.nn import attention, gpt, mlp
 
-    def both(module, label):
-        tracer.wrap(module, "forward", label, first)
-        tracer.wrap(module, "backward", label, first)
+    def both(module, label, mute_inside=False):
+        tracer.wrap(module, "forward", label, first, mute_inside)
+        tracer.wrap(module, "backward", label, first, mute_inside)
 
     both(model.embed, "embedding (wte[ids] + wpe)")
     for i, block in enumerate(model.blocks):
-        both(block, f"block h.{i}")
+        both(block, f"block h.{i}" + ("" if i < expand else " (not expanded)"), mute_inside=i >= expand)
         if i >= expand:
             continue
         both(block.ln_1, "ln_1")
@@ -99,7 +103,8 @@ def trace_model(tracer, model, expand):
         both(block.mlp, "mlp")
         both(block.mlp.c_fc, "c_fc     x W + b")
         both(block.mlp.c_proj, "c_proj   h W + b")
-    both(model.head, "head")
+    tracer.wrap(model.head, "forward", "head: loss summed over tokens", first)
+    tracer.wrap(model.head, "backward", "head", lambda a: f"dloss {float(a[0]):.3e}")
     both(model.head.ln_f, "ln_f")
     # ops called as plain functions inside the modules: wrap them where those modules look them up
     tracer.wrap(attention, "attention_forward", "softmax(Q K^T/sqrt(HS) + M) V", first)
