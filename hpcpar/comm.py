@@ -17,11 +17,13 @@ which hand MPI a pointer to contiguous memory - no pickling.  The wrappers add e
 A communicator of size 1 is a no-op for every collective (nothing is counted, nothing is copied).
 """
 import time
+import functools
+import time
 from collections import defaultdict
 
 from mpi4py import MPI
 
-from hpcpar import backend
+from hpcpar import backend, trace
 
 OPS = {"sum": MPI.SUM, "max": MPI.MAX, "min": MPI.MIN}
 
@@ -135,6 +137,22 @@ class _Staging:
         self.bytes += x.nbytes
 
 
+def _traced(op):
+    """Record the call as a "comm" span when tracing is on (hpcpar/trace.py); size-1 groups are free."""
+    def wrap(method):
+        @functools.wraps(method)
+        def call(self, *args, **kwargs):
+            tracer = trace.active()
+            if tracer is None or self.size == 1:
+                return method(self, *args, **kwargs)
+            start = time.perf_counter()
+            out = method(self, *args, **kwargs)
+            tracer.span(f"{self.name} {op}", "collective", start, time.perf_counter(), "comm")
+            return out
+        return call
+    return wrap
+
+
 class Communicator:
     """An MPI communicator with counted, buffer-based collectives and point-to-point calls."""
 
@@ -190,6 +208,7 @@ class Communicator:
 
     # --- collectives --------------------------------------------------------------------------
 
+    @_traced("all_reduce")
     def all_reduce(self, x, op="sum"):
         """Elementwise reduction over the group; a new array (x itself when size is 1)."""
         if self.size == 1:
@@ -198,6 +217,7 @@ class Communicator:
         y = backend.array_module(x).empty_like(x)
         return self._all_reduce(x, y, op)
 
+    @_traced("all_reduce")
     def all_reduce_(self, x, op="sum"):
         """In-place all-reduce of a contiguous array."""
         self._require_contiguous(x, "all_reduce_ target")
@@ -216,6 +236,7 @@ class Communicator:
             finish()
         return y
 
+    @_traced("iall_reduce (start)")
     def iall_reduce_(self, x, op="sum"):
         """Start an in-place all-reduce of a contiguous array; returns a Request (or None if size 1)."""
         self._require_contiguous(x, "iall_reduce_ target")
@@ -227,6 +248,7 @@ class Communicator:
             x.get(out=recv)
         return Request(self.mpi.Iallreduce(MPI.IN_PLACE, recv, op=OPS[op]), (x, recv), finish, self.stats)
 
+    @_traced("all_gather")
     def all_gather(self, x, axis=0):
         """Concatenate every rank's x along ``axis`` (same shape on every rank)."""
         if self.size == 1:
@@ -244,6 +266,7 @@ class Communicator:
         shape = x.shape[:axis] + (self.size * x.shape[axis],) + x.shape[axis + 1:]
         return y.reshape(shape)
 
+    @_traced("reduce_scatter")
     def reduce_scatter(self, x, axis=0, op="sum"):
         """Sum over ranks, then rank i keeps the i-th of ``size`` equal slices along ``axis``."""
         if self.size == 1:
@@ -266,6 +289,7 @@ class Communicator:
             finish()
         return y
 
+    @_traced("ireduce_scatter (start)")
     def ireduce_scatter(self, x, y, op="sum"):
         """Start a reduce-scatter of flat x (size * len(y)) into flat y; returns a Request."""
         self._require_contiguous(x, "ireduce_scatter input")
@@ -281,6 +305,7 @@ class Communicator:
         return Request(self.mpi.Ireduce_scatter_block(send, recv, op=OPS[op]), (x, y, send, recv), finish,
                        self.stats)
 
+    @_traced("iall_gather (start)")
     def iall_gather_(self, y):
         """Start an in-place all-gather of flat y: rank i's block y[i*k:(i+1)*k] (k = len(y) / size) is
         already in place and every block is filled in on completion. Returns a Request."""
@@ -295,6 +320,7 @@ class Communicator:
             y.get(out=recv)
         return Request(self.mpi.Iallgather(MPI.IN_PLACE, recv), (y, recv), finish, self.stats)
 
+    @_traced("bcast")
     def bcast_(self, x, root=0):
         """In-place broadcast of a contiguous array from ``root``."""
         self._require_contiguous(x, "bcast_ target")
@@ -314,11 +340,13 @@ class Communicator:
 
     # --- point to point -----------------------------------------------------------------------
 
+    @_traced("send")
     def send(self, x, dest, tag=0):
         x = self._contiguous(x)
         self.stats.add("send", x.nbytes)
         timed(self.stats, "send", self.mpi.Send, self._in(x, "p2p_send"), dest=dest, tag=tag)
 
+    @_traced("recv")
     def recv_(self, out, source, tag=0):
         """Receive into ``out`` (contiguous, of the sender's shape and dtype)."""
         self._require_contiguous(out, "receive buffer")
@@ -343,6 +371,7 @@ class Communicator:
         buf, finish = self._out(out, ("irecv", source, tag))
         return Request(self.mpi.Irecv(buf, source=source, tag=tag), (out, buf), finish, self.stats)
 
+    @_traced("sendrecv")
     def sendrecv(self, x, dest, out, source, tag=0):
         """Send x to ``dest`` and receive ``out`` from ``source`` in one deadlock-free call."""
         x = self._contiguous(x)

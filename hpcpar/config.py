@@ -80,6 +80,7 @@ class TrainConfig:
     resume: str = opt("", "resume from the latest complete checkpoint in this directory", group="files")
     metrics: str = opt("", "write one JSON object per step to this file", group="files")
     trace: str = opt("", "write a Chrome/Perfetto trace of every rank to this file", group="files")
+    trace_steps: int = opt(10, "steps to trace, from the second step on", group="files")
     summary_json: str = opt("", "write the end-of-run figures (loss, tokens/s, MFU, bubble, bytes) as JSON",
                             group="files")
     log_every: int = opt(0, "print a loss line every K steps (0: about 10 lines per run)", group="files")
@@ -134,7 +135,7 @@ def check(cfg, world):
         if getattr(cfg, name) < 1:
             raise UsageError(f"--{name.replace('_', '-')} must be at least 1, got {getattr(cfg, name)}")
     for name in ("dp", "microbatches", "chunks", "layers", "hidden", "heads", "ffn", "seq_len", "vocab",
-                 "steps", "warmup", "save_every", "log_every", "seed"):
+                 "steps", "warmup", "save_every", "log_every", "seed", "trace_steps"):
         if getattr(cfg, name) < 0:
             raise UsageError(f"--{name.replace('_', '-')} must not be negative, got {getattr(cfg, name)}")
     if not cfg.backend:

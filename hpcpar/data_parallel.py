@@ -20,7 +20,7 @@ releases once it has done that (``release_late``).
 """
 import time
 
-from hpcpar import backend
+from hpcpar import backend, trace
 from hpcpar.buckets import Bucket, make_buckets
 from hpcpar.comm import wait_all
 from hpcpar.optim import Shard
@@ -86,8 +86,14 @@ class DataParallel:
         """Launch what is left (in bucket order, the same on every DP rank) and wait for everything."""
         for i in range(len(self.buckets)):
             self._launch(i)
+        start = time.perf_counter()
         wait_all(self._requests)
         self._requests = []
+        tracer = trace.active()
+        if tracer is not None and self.comm.size > 1:
+            tracer.span("dp wait", "collective", start, time.perf_counter(), "comm")
+            for i, t in enumerate(self.launch_times):        # in flight from launch to the end of the wait
+                tracer.span(f"bucket {i}", "dp-overlap", t, time.perf_counter(), "dp")
 
     def shards(self):
         """The flat slices this rank updates: whole buckets, or its 1/dp slice of each (ZeRO-1)."""

@@ -13,7 +13,7 @@ import time
 
 import numpy as np
 
-from hpcpar import checkpoint
+from hpcpar import checkpoint, trace
 from hpcpar.checkpoint.consolidated import export, init_from
 from hpcpar.flops import gemm_rate, gpt_step_flops, mlp_step_flops
 from hpcpar.runtime import EXIT_FAILURE, EXIT_PREEMPTED
@@ -101,12 +101,19 @@ class Loop:
         log_every = cfg.log_every or max(1, cfg.steps // 10)
         for c in self.grid.communicators():
             c.stats.reset()
+        tracer = self._start_trace()
+        traced = range(start_step + 1, start_step + 1 + cfg.trace_steps)   # the first step pays for start-up
         status = 0
         try:
             for step in range(start_step, cfg.steps):
+                if tracer:
+                    tracer.enabled = step in traced
                 t0 = time.perf_counter()
                 loss, norm, lr, skipped, stop = t.step(step, self.stop_requested)
                 seconds = time.perf_counter() - t0
+                if tracer and tracer.enabled:
+                    g = self.grid
+                    trace.add_engine_step(tracer, step, t.engine, f"tp{g.tp_rank}.dp{g.dp_rank}")
                 self.history.append((step, loss, norm, lr, seconds))
                 if step > start_step:          # the first step pays for start-up: keep it out of the figures
                     self.timelines.append(t.engine.timeline)
@@ -149,8 +156,21 @@ class Loop:
                 bar.close()
             if metrics:
                 metrics.close()
+        if tracer:
+            trace.write(trace.stop(), self.grid.world_comm.mpi, cfg.trace)
+            self._print(f"trace: {cfg.trace} (open in https://ui.perfetto.dev; hpcpar trace summary {cfg.trace})")
         self.summary(peak)
         return status
+
+    def _start_trace(self):
+        cfg, g, s = self.cfg, self.grid, self.trainer.schedule
+        if not cfg.trace:
+            return None
+        meta = {"schedule": s.name, "stages": s.stages, "microbatches": s.microbatches, "chunks": s.chunks,
+                "split_backward": s.split_backward, "tp": cfg.tp, "pp": cfg.pp, "dp": cfg.dp,
+                "model": cfg.model, "dtype": cfg.dtype}
+        label = f"rank {g.rank_id} {g.coords}"
+        return trace.start(label, g.world_comm.mpi, meta)
 
     def _bar(self, start):
         if not (self.root and self.cfg.progress):

@@ -14,11 +14,12 @@ One step, on every rank (docs/3d.md walks through it):
 Every rank therefore ends the step with its shard of exactly the parameters one rank alone would have.
 """
 import math
+import time
 from collections import namedtuple
 
 import numpy as np
 
-from hpcpar import backend, faults
+from hpcpar import backend, faults, trace
 from hpcpar.config import check
 from hpcpar.data import MarkovLanguage, Regression, TokenFile
 from hpcpar.data_parallel import DataParallel
@@ -161,7 +162,10 @@ class Trainer:
         """Forward and backward of step ``step``'s batch. Afterwards every gradient this rank holds is
         final: summed over micro-batches, DP replicas and tied copies (with ZeRO-1: this rank's shards).
         Returns this rank's per-micro-batch loss sums (non-empty on the last stage only)."""
+        start = trace.active() and time.perf_counter()
         inputs, targets, contexts = self._contexts_and_batches(step)
+        if start:
+            trace.active().span("data", "data", start, time.perf_counter())
         self.dp.start_step()
         losses = self.engine.run(inputs, targets, contexts, 1.0 / self.loss_terms, self.dp.grads_ready)
         self._sync_late_gradients()
@@ -188,8 +192,11 @@ class Trainer:
             if coef < 1.0:
                 for s in shards:
                     s.grad *= coef
+            start = trace.active() and time.perf_counter()
             self.optimizer.step(shards, lr)
             self.dp.gather_params()
+            if start:
+                trace.active().span("optimizer", "optimizer", start, time.perf_counter())
         self.dp.zero_grad()
         return StepResult(loss, norm, lr, not finite, totals[2] > 0)
 

@@ -16,9 +16,11 @@ COMMANDS = {
     "demo": "demo",
     "train": "train",
     "checkpoint": "checkpoint",
+    "trace": "trace",
     "schedule": "schedule",
     "bench": "bench",
     "plan": "plan",
+    "scaling": "scaling",
 }
 
 

@@ -80,7 +80,7 @@ def main():
     log.append(f"sent {pp.stats.calls['send']} messages, {sent // 1024} KiB")
     rank_by_rank(world, log)
 
-    loss = pp.all_reduce(np.array([sum(losses)]))[0] / tokens
+    loss = pp.all_reduce(np.array([sum(losses)], dtype=np.float64))[0] / tokens   # same dtype on both ranks
     once(world, f"pipeline loss {loss:.12f}")
 
     # the same step on one rank, to compare with

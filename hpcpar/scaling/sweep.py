@@ -1,0 +1,177 @@
+"""Run the points of a sweep: one MPI job of ``hpcpar train`` each, stored as one JSON result each.
+
+The output directory holds
+
+    results/<mode>-<series>-n<N>.json   one per point: the command, its exit status, where and how it
+                                        ran, and the figures of ``hpcpar train --summary-json``
+    logs/<mode>-<series>-n<N>.log       the command line and everything the job printed
+    scaling.csv, *.png                  the report (report.py), drawn from every result in results/
+
+Each point is a fresh job, started with ``mpiexec -n N`` ($HPCPAR_MPIEXEC, else the mpiexec next to
+this Python) or ``srun -n N`` ($HPCPAR_SRUN, else ``srun --mpi=pmi2``, inside a Slurm allocation).
+A point that fails or outlives ``--timeout`` is recorded as such and the sweep goes on.
+"""
+import json
+import os
+import shlex
+import signal
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import asdict, fields, replace
+from pathlib import Path
+
+from hpcpar.bench.driver import launcher as mpiexec_launcher
+from hpcpar.runtime import UsageError
+
+LAUNCHERS = ("mpiexec", "srun")
+PER_POINT = ("tp", "pp", "dp", "batch_size", "progress", "summary_json")   # set by the sweep, point by point
+# files every point would write over (the sweep keeps each point's figures in results/ instead)
+SHARED_FILES = ("metrics", "trace", "save", "resume", "export")
+THREAD_VARS = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")
+TERM_GRACE_S = 10           # after SIGTERM, how long a stopped job may take before SIGKILL
+
+
+def base_config(args):
+    """The training options every point shares (defaults, --config file, flags), checked for options
+    the sweep must set itself."""
+    from hpcpar.cli.train import config_from
+    from hpcpar.config import TrainConfig
+    cfg, default = config_from(args), TrainConfig()
+    for name in ("tp", "pp", "dp"):
+        if getattr(cfg, name) != getattr(default, name):
+            raise UsageError(f"--{name} is set point by point from --layouts: leave it out")
+    for name in SHARED_FILES:
+        if getattr(cfg, name, ""):
+            raise UsageError(f"--{name}: every point would write the same file; the sweep keeps each "
+                             f"point's figures in OUT/results instead")
+    return cfg
+
+
+def passed_flags(args):
+    """The training flags given on the command line, as flags again, for every point's job."""
+    from hpcpar.config import TrainConfig
+    flags = ["--config", args.config] if args.config else []
+    for f in fields(TrainConfig):
+        if f.name in PER_POINT or not hasattr(args, f.name):
+            continue
+        name, value = f.name.replace("_", "-"), getattr(args, f.name)
+        if isinstance(f.default, bool):
+            flags.append(f"--{name}" if value else f"--no-{name}")
+        else:
+            flags += [f"--{name}", str(value)]
+    return flags
+
+
+def checked_configs(points, cfg):
+    """Each point's configuration as ``hpcpar train`` will check it (a bad one is refused now, not
+    minutes into the sweep); the check also fills in the derived micro-batches and chunks."""
+    from hpcpar.config import check
+    configs = []
+    for p in points:
+        lay = p.layout
+        try:
+            configs.append(check(replace(cfg, tp=lay.tp, pp=lay.pp, dp=lay.dp, batch_size=p.batch_size), p.ranks))
+        except UsageError as err:
+            raise UsageError(f"--layouts {p.series.name} at {p.ranks} ranks ({lay}): {err}") from None
+    return configs
+
+
+def launch_prefix(launcher, ranks):
+    if launcher == "srun":
+        return shlex.split(os.environ.get("HPCPAR_SRUN") or "srun --mpi=pmi2") + ["-n", str(ranks)]
+    if launcher == "mpiexec":
+        return mpiexec_launcher() + ["-n", str(ranks)]
+    raise UsageError(f"--launcher must be {' or '.join(LAUNCHERS)}, not {launcher!r}")
+
+
+def train_command(point, launcher, flags, summary):
+    lay = point.layout
+    return [*launch_prefix(launcher, point.ranks), sys.executable, "-m", "hpcpar", "train",
+            "--tp", str(lay.tp), "--pp", str(lay.pp), "--dp", str(lay.dp), "--batch-size", str(point.batch_size),
+            *flags, "--no-progress", "--summary-json", str(summary)]
+
+
+def run_job(cmd, log, timeout):
+    """Run ``cmd`` with its output in ``log``; (exit status, or None after ``timeout`` s; seconds).
+    The job gets a session of its own, so that a job that hangs - or a sweep that is interrupted - can
+    end it as a whole: SIGTERM to the launcher and the ranks, SIGKILL if they are still there later."""
+    start = time.monotonic()
+    with open(log, "w") as out:
+        out.write(f"$ {shlex.join(cmd)}\n")
+        out.flush()
+        proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+        status = None
+        try:
+            status = proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            pass
+        finally:
+            if proc.poll() is None:
+                os.killpg(proc.pid, signal.SIGTERM)
+                try:
+                    proc.wait(timeout=TERM_GRACE_S)
+                except subprocess.TimeoutExpired:
+                    os.killpg(proc.pid, signal.SIGKILL)
+                    proc.wait()
+    return status, time.monotonic() - start
+
+
+def first_error(log):
+    """The line of a failed job's log that says why: hpcpar's own error line, else the last line."""
+    lines = [line for line in Path(log).read_text(errors="replace").splitlines() if line.strip()]
+    errors = [line for line in lines if line.startswith("hpcpar: error")]
+    if errors:
+        return errors[0]
+    return lines[-1] if lines else "(no output)"
+
+
+def run_point(point, cfg, launcher, flags, out, timeout):
+    """One point, start to finish: its result record (also written to results/<name>.json)."""
+    log, summary = out / "logs" / f"{point.name}.log", out / "logs" / f"{point.name}.summary.json"
+    summary.unlink(missing_ok=True)
+    cmd = train_command(point, launcher, flags, summary)
+    status, seconds = run_job(cmd, log, timeout)
+    record = {"mode": point.mode, "series": point.series.name, "ranks": point.ranks, "layout": asdict(point.layout),
+              "batch_size": point.batch_size, "microbatches": cfg.microbatches, "chunks": cfg.chunks,
+              "schedule": cfg.schedule, "model": cfg.model, "steps": cfg.steps,
+              "launcher": launcher, "command": cmd, "exit_status": status, "timed_out": status is None,
+              "timeout_s": timeout, "wall_s": seconds, "log": str(log.relative_to(out)),
+              "host": socket.gethostname(), "host_cpus": len(os.sched_getaffinity(0)),
+              "nodes": int(os.environ.get("SLURM_JOB_NUM_NODES", 1)),
+              "threads": {var: os.environ.get(var) for var in THREAD_VARS},
+              "date": time.strftime("%Y-%m-%d %H:%M:%S %Z"), "summary": None}
+    if status == 0 and summary.exists():
+        record["summary"] = json.loads(summary.read_text())
+        summary.unlink()
+    else:
+        record["error"] = f"no answer within {timeout} s" if status is None else \
+            first_error(log) if status else "exit status 0 but no --summary-json written"
+    (out / "results" / f"{point.name}.json").write_text(json.dumps(record, indent=1) + "\n")
+    return record
+
+
+def describe(record):
+    """One line about a finished point."""
+    head = f"{record['series']:>12} {record['ranks']:>4} rank(s) {'tp{tp}pp{pp}dp{dp}'.format(**record['layout'])}"
+    s = record["summary"]
+    if s is None:
+        return f"{head}: FAILED ({record['error']}; log: {record['log']})"
+    return f"{head}: {s['step_time_s'] * 1e3:9.1f} ms/step {s['tokens_per_s']:11,.0f} tokens/s"
+
+
+def sweep(points, configs, launcher, flags, out, timeout, progress=True):
+    """Run every point in turn, a progress bar over the sweep; returns the result records."""
+    from tqdm import tqdm
+    for sub in ("results", "logs"):
+        (out / sub).mkdir(parents=True, exist_ok=True)
+    records = []
+    with tqdm(total=len(points), desc="scaling", unit="run", disable=not progress, file=sys.stderr,
+              dynamic_ncols=True) as bar:
+        for point, cfg in zip(points, configs):
+            bar.set_postfix_str(f"{point.series.name} on {point.ranks}")
+            records.append(run_point(point, cfg, launcher, flags, out, timeout))
+            bar.write(describe(records[-1]), file=sys.stdout)
+            bar.update()
+    return records

@@ -1,0 +1,117 @@
+"""Reading a trace back: where each rank's time went, the measured bubble against the simulator's,
+and the measured timeline drawn like ``hpcpar schedule --plot`` draws a simulated one.
+
+    busy       time in F, B and W (the pipeline's work) during each step
+    bubble     1 - busy / (p x pipeline time of the step): idle share, as the simulator defines it
+    comm       time inside collectives and waits for messages, as a share of the traced wall time
+    overlap    share of the DP buckets' time in flight that coincides with compute (hidden traffic)
+"""
+import json
+import statistics
+from collections import defaultdict
+
+
+def load(path):
+    with open(path) as f:
+        data = json.load(f)
+    names, spans = {}, defaultdict(list)
+    for ev in data["traceEvents"]:
+        if ev["ph"] == "M" and ev["name"] == "process_name":
+            names[ev["pid"]] = ev["args"]["name"]
+        elif ev["ph"] == "X":
+            spans[ev["pid"]].append(ev)
+    return data.get("otherData", {}), names, spans
+
+
+def _union(intervals):
+    total, end = 0.0, float("-inf")
+    for a, b in sorted(intervals):
+        if b > end:
+            total += b - max(a, end)
+            end = b
+    return total
+
+
+def _overlap(intervals, others):
+    """Length of the parts of ``intervals`` covered by ``others``."""
+    covered = 0.0
+    for a, b in intervals:
+        covered += _union([(max(a, c), min(b, d)) for c, d in others if min(b, d) > max(a, c)])
+    return covered
+
+
+def per_rank(spans):
+    """{pid: figures} for every rank of the trace."""
+    out = {}
+    for pid, evs in spans.items():
+        work = [e for e in evs if e["cat"] in ("F", "B", "W")]
+        steps = defaultdict(list)
+        for e in evs:
+            if e.get("args", {}).get("step") is not None:
+                steps[e["args"]["step"]].append(e)
+        step_time = sum(max(e["ts"] + e["dur"] for e in es) - min(e["ts"] for e in es) for es in steps.values())
+        busy = sum(e["dur"] for e in work)
+        wall = max(e["ts"] + e["dur"] for e in evs) - min(e["ts"] for e in evs)
+        comm = _union([(e["ts"], e["ts"] + e["dur"]) for e in evs if e["tid"] == 1])
+        flight = [(e["ts"], e["ts"] + e["dur"]) for e in evs if e["cat"] == "dp-overlap"]
+        compute = [(e["ts"], e["ts"] + e["dur"]) for e in evs if e["tid"] == 0]
+        out[pid] = {"busy_us": busy, "step_us": step_time, "wall_us": wall, "comm_us": comm,
+                    "idle": 1 - busy / step_time if step_time else 0.0,
+                    "overlap": _overlap(flight, compute) / sum(b - a for a, b in flight) if flight else None,
+                    "costs": {op: [e["dur"] for e in work if e["cat"] == op] for op in ("F", "B", "W")},
+                    "steps": len(steps)}
+    return out
+
+
+def simulated(meta, figures):
+    from hpcpar.pipeline.schedules import build
+    from hpcpar.pipeline.simulate import Costs, simulate
+    if not meta.get("schedule") or meta.get("stages", 1) == 1:
+        return 0.0
+    mean = {op: statistics.fmean([d for f in figures.values() for d in f["costs"][op]] or [0.0])
+            for op in ("F", "B", "W")}
+    schedule = build(meta["schedule"], meta["stages"], meta["microbatches"], meta.get("chunks", 1))
+    return simulate(schedule, Costs(F=mean["F"], B=mean["B"], W=mean["W"])).bubble
+
+
+def summary(path):
+    meta, names, spans = load(path)
+    figures = per_rank(spans)
+    lines = [f"{path}: {len(figures)} ranks, {meta.get('schedule', '?')} schedule, tp {meta.get('tp')} x "
+             f"pp {meta.get('pp')} x dp {meta.get('dp')}, {max(f['steps'] for f in figures.values())} steps traced",
+             f"{'rank':<26} {'busy ms':>9} {'idle':>6} {'comm':>6} {'overlap':>8}"]
+    for pid in sorted(figures):
+        f = figures[pid]
+        ov = "-" if f["overlap"] is None else f"{f['overlap']:.0%}"
+        lines.append(f"{names.get(pid, pid):<26} {f['busy_us'] / 1e3:>9.1f} {f['idle']:>6.1%} "
+                     f"{f['comm_us'] / f['wall_us']:>6.1%} {ov:>8}")
+    bubble = statistics.fmean(f["idle"] for f in figures.values())
+    comm = statistics.fmean(f["comm_us"] / f["wall_us"] for f in figures.values())
+    overlaps = [f["overlap"] for f in figures.values() if f["overlap"] is not None]
+    lines += [f"bubble    measured {bubble:.1%} of pipeline time idle; simulated {simulated(meta, figures):.1%} "
+              "for the measured mean F, B, W",
+              f"comm      {comm:.1%} of wall time inside communication (mean over ranks)"]
+    if overlaps:
+        lines.append(f"overlap   {statistics.fmean(overlaps):.0%} of the DP buckets' time in flight hidden "
+                     "behind compute")
+    return "\n".join(lines)
+
+
+def plot(path, out, step=None):
+    """The measured F/B/W timeline of one traced step (default: the last), one row per rank."""
+    from hpcpar.pipeline.plot import plot_timeline
+    meta, names, spans = load(path)
+    traced = sorted({e["args"]["step"] for evs in spans.values() for e in evs if "step" in e.get("args", {})})
+    step = traced[-1] if step is None else step
+    if step not in traced:
+        raise ValueError(f"step {step} is not in the trace (traced: {traced[0]}..{traced[-1]})")
+    pids = sorted(spans)
+    work = {pid: [e for e in spans[pid] if e["cat"] in ("F", "B", "W") and e["args"]["step"] == step]
+            for pid in pids}
+    zero = min(e["ts"] for es in work.values() for e in es)
+    rows = [[((e["ts"] - zero) / 1e3, (e["ts"] + e["dur"] - zero) / 1e3, e["cat"], e["args"]["mb"],
+              e["args"]["chunk"]) for e in work[pid]] for pid in pids]
+    plot_timeline(rows, out, title=f"measured step {step}: {meta.get('schedule')} tp {meta.get('tp')} x "
+                  f"pp {meta.get('pp')} x dp {meta.get('dp')}", unit_label="ms",
+                  labels=[names.get(pid, str(pid)) for pid in pids])
+    return out

@@ -1,0 +1,33 @@
+"""Tracing a real 2 x 2 run: one Chrome trace for all ranks, matched flow arrows, summary and plot."""
+import json
+from collections import Counter
+
+from mpitools import hpcpar, run, run_mpi
+
+
+def test_trace_of_a_pipeline_run(tmp_path):
+    out = tmp_path / "t.json"
+    proc, _ = run_mpi(4, hpcpar() + ["train", "--tp", "2", "--pp", "2", "--microbatches", "4", "--steps", "4",
+                                     "--layers", "4", "--no-progress", "--trace", str(out), "--trace-steps", "2"],
+                      timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    events = json.loads(out.read_text())["traceEvents"]
+    names = {e["pid"]: e["args"]["name"] for e in events if e["ph"] == "M" and e["name"] == "process_name"}
+    assert sorted(names.values()) == sorted(f"rank {r} tp{r % 2}.pp{r // 2}.dp0" for r in range(4))
+    work = Counter((e["pid"], e["cat"]) for e in events if e["ph"] == "X" and e["cat"] in ("F", "B"))
+    assert set(work.values()) == {2 * 4}                    # 2 traced steps x 4 micro-batches, per rank
+    flows = Counter((e["id"], e["ph"]) for e in events if e["ph"] in ("s", "f"))
+    ids = {i for i, _ in flows}
+    assert len(ids) == 2 * 4 * 2 * 2                        # steps x mbs x (F and B) x TP pipelines
+    assert all(flows[(i, "s")] == 1 and flows[(i, "f")] == 1 for i in ids)
+    assert any(e["ph"] == "X" and e["cat"] == "collective" and e["name"] == "tp all_reduce" for e in events)
+
+    summary, _ = run(hpcpar() + ["trace", "summary", str(out)])
+    assert summary.returncode == 0, summary.stderr
+    assert "bubble    measured" in summary.stdout and "simulated" in summary.stdout
+    assert summary.stdout.count("rank ") == 4 + 1
+    png = tmp_path / "timeline.png"
+    plot, _ = run(hpcpar() + ["trace", "plot", str(out), "-o", str(png)])
+    assert plot.returncode == 0 and png.read_bytes()[:4] == b"\x89PNG"
+    bad, _ = run(hpcpar() + ["trace", "summary", str(tmp_path / "missing.json")])
+    assert bad.returncode == 2 and "cannot read trace" in bad.stderr
