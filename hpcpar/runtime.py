@@ -93,6 +93,9 @@ def run_guarded(fn, *args, debug=False, who=None):
         if launch_rank() == 0:
             print(f"hpcpar: error: {err}", file=sys.stderr, flush=True)
         return EXIT_USAGE if isinstance(err, UsageError) else EXIT_FAILURE
+    except BrokenPipeError:             # `hpcpar ... | head`: the reader left; not an error
+        sys.stdout = open(os.devnull, "w")
+        return 0
     except KeyboardInterrupt:
         print(f"hpcpar: interrupted on rank {launch_rank()}", file=sys.stderr, flush=True)
         abort(130)

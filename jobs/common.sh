@@ -9,7 +9,7 @@
 #   HPCPAR_VENV      the Python environment holding hpcpar and its MPI; default: $HPCPAR_HOME/.venv
 #   HPCPAR_CMD       the program every rank runs; default: hpcpar train
 #   HPCPAR_ARGS      its flags after --tp/--pp/--dp; default: the training flags (train_args below).
-#                    Set it empty to pass none: HPCPAR_CMD="hpcpar demo" HPCPAR_ARGS= sbatch ...
+#                    Set it empty to pass none: HPCPAR_CMD="hpcpar grid" HPCPAR_ARGS= sbatch ...
 #   HPCPAR_LAUNCHER  srun (default) or mpiexec (the MPI library's own launcher, inside the allocation)
 #   SRUN_MPI         srun's --mpi plugin; default pmi2 (the MPICH wheel).  Open MPI: pmix
 #   SRUN_FLAGS       extra srun flags, e.g. "--cpu-bind=cores" or "--gpu-bind=closest"
@@ -19,7 +19,8 @@
 #
 # Training flags (passed only when HPCPAR_ARGS is unset): SCHEDULE (1f1b), MICROBATCHES (hpcpar's
 # default: PP), MODEL (tiny), DATA (synthetic), STEPS (100), BATCH_SIZE (16, the global batch),
-# BACKEND (cupy when the job holds GPUs, else numpy), METRICS ($RUN_DIR/metrics.jsonl).
+# BACKEND (cupy when the job holds GPUs, else numpy), METRICS ($RUN_DIR/metrics.jsonl; set but
+# empty: none).
 #
 # Exit statuses, the same as hpcpar's: 0 done, 1 failure, 2 bad configuration, 3 preempted after
 # writing a checkpoint (requeue me).
@@ -101,29 +102,40 @@ setup_environment() {
 # --- what the ranks run -------------------------------------------------------------------------
 
 # train_args: the flags of `hpcpar train` other than the layout, into the array TRAIN_ARGS.
+# METRICS set but empty: no metrics file.
 # --no-progress: a progress bar redrawn in a log file is noise; the loss lines stay.
 train_args() {
+    local metrics=${METRICS-$RUN_DIR/metrics.jsonl}
     TRAIN_ARGS=(--schedule "${SCHEDULE:-1f1b}" --model "${MODEL:-tiny}" --data "${DATA:-synthetic}"
-                --steps "${STEPS:-100}" --batch-size "${BATCH_SIZE:-16}" --backend "$BACKEND"
-                --metrics "${METRICS:-$RUN_DIR/metrics.jsonl}" --no-progress)
+                --steps "${STEPS:-100}" --batch-size "${BATCH_SIZE:-16}" --backend "$BACKEND")
+    if [[ -n $metrics ]]; then
+        TRAIN_ARGS+=(--metrics "$metrics")
+    fi
+    TRAIN_ARGS+=(--no-progress)
     if [[ -n ${MICROBATCHES:-} ]]; then
         TRAIN_ARGS+=(--microbatches "$MICROBATCHES")
+    fi
+}
+
+# payload_args [DEFAULT FLAGS...]: HPCPAR_ARGS split into words when it is set (empty: no flags),
+# else the default flags, into the array ARGS.
+payload_args() {
+    if [[ -v HPCPAR_ARGS ]]; then
+        # `read -a` splits on spaces without expanding * or ?: the variables hold words, not shell code.
+        read -r -a ARGS <<<"$HPCPAR_ARGS"
+    else
+        ARGS=("$@")
     fi
 }
 
 # build_payload TP PP DP [DEFAULT FLAGS...]: the command every rank runs, into the array PAYLOAD:
 # HPCPAR_CMD, the layout flags, then HPCPAR_ARGS - or, when HPCPAR_ARGS is unset, the default flags.
 build_payload() {
-    local tp=$1 pp=$2 dp=$3 cmd=() args=()
+    local tp=$1 pp=$2 dp=$3 cmd=()
     shift 3
-    # `read -a` splits on spaces without expanding * or ?: the variables hold words, not shell code.
     read -r -a cmd <<<"${HPCPAR_CMD:-hpcpar train}"
-    if [[ -v HPCPAR_ARGS ]]; then
-        read -r -a args <<<"$HPCPAR_ARGS"
-    else
-        args=("$@")
-    fi
-    PAYLOAD=("${cmd[@]}" --tp "$tp" --pp "$pp" --dp "$dp" "${args[@]}")
+    payload_args "$@"
+    PAYLOAD=("${cmd[@]}" --tp "$tp" --pp "$pp" --dp "$dp" "${ARGS[@]}")
 }
 
 # launch_command RANKS: the full command line, launcher included, into the array LAUNCH.
@@ -163,8 +175,14 @@ dry_run() {
 
 # run_payload RANKS: launch, wait, report; returns the payload's exit status.
 run_payload() {
-    local status=0
     launch_command "$1"
+    run_launch
+}
+
+# run_launch: run the command in LAUNCH (unless this is a dry run) and end the log with its exit
+# status, which it returns.
+run_launch() {
+    local status=0
     if dry_run; then
         return 0
     fi

@@ -105,8 +105,8 @@ def test_every_job_script_says_what_it_is_for_and_what_to_change(script):
     ("multi_node.sbatch", {"TP": 4}, "set PP to the pipeline-parallel size, e.g. TP=4 PP=2"),
     ("preemptible.sbatch", {"PP": 1, "DP": 1}, "set TP to the tensor-parallel size, e.g. TP=2 PP=2 DP=2"),
     ("scaling.sbatch", {"SLURM_NTASKS": 8},
-     "set SLURM_ARRAY_TASK_ID to the rank count of this point: submit as an array, "
-     "e.g. sbatch --array=1,2,4,8 jobs/scaling.sbatch"),
+     "set RANKS to the rank counts: submit as an array, e.g. sbatch --array=1,2,4,8 jobs/scaling.sbatch, "
+     "or set RANKS=1,2,4,8"),
     ("single_node.sbatch", {"TP": 2, "PP": 2, "DP": 2},
      "set SLURM_NTASKS to the job's number of tasks: submit this script with sbatch"),
 ])
@@ -155,11 +155,11 @@ def test_training_settings_come_from_variables(tmp_path):
 
 
 def test_the_payload_and_its_flags_can_be_replaced(tmp_path):
-    layout = dict(TP=2, PP=2, DP=2, SLURM_NTASKS=8, HPCPAR_CMD="hpcpar demo")
+    layout = dict(TP=2, PP=2, DP=2, SLURM_NTASKS=8, HPCPAR_CMD="hpcpar grid")
     assert launch_line(run_job("single_node.sbatch", tmp_path, HPCPAR_ARGS="", **layout)).endswith(
-        " hpcpar demo --tp 2 --pp 2 --dp 2")
+        " hpcpar grid --tp 2 --pp 2 --dp 2")
     assert launch_line(run_job("single_node.sbatch", tmp_path, HPCPAR_ARGS="--debug --seed 3", **layout)).endswith(
-        " hpcpar demo --tp 2 --pp 2 --dp 2 --debug --seed 3")
+        " hpcpar grid --tp 2 --pp 2 --dp 2 --debug --seed 3")
 
 
 def test_a_smaller_layout_uses_part_of_the_job(tmp_path):
@@ -209,31 +209,37 @@ def test_multi_node_warns_when_tensor_parallel_groups_span_nodes(tmp_path):
     assert "warning: TP=8 does not divide the 4 ranks per node" in proc.stdout
 
 
-@pytest.mark.parametrize("variables, layout, batch", [
-    ({}, "--tp 1 --pp 1 --dp 4", 16),
-    ({"SCALING_MODE": "weak", "BATCH_SIZE": 8}, "--tp 1 --pp 1 --dp 4", 32),
-    ({"SCALE_AXIS": "tp", "PP": 2}, "--tp 2 --pp 2 --dp 1", 16),
-    ({"SCALE_AXIS": "pp"}, "--tp 1 --pp 4 --dp 1", 16),
+TRAINING = "--schedule 1f1b --model tiny --data synthetic --steps 100 --batch-size 16 --backend numpy --no-progress"
+
+
+@pytest.mark.parametrize("variables, sweep, launcher", [
+    ({}, "--ranks 4 --mode strong --layouts dp --launcher srun --timeout 600", "srun --mpi=pmi2 --wait=120"),
+    ({"SCALING_MODE": "weak", "LAYOUTS": "tp2dp,pp", "POINT_TIMEOUT": 60, "SRUN_FLAGS": "--cpu-bind=cores"},
+     "--ranks 4 --mode weak --layouts tp2dp,pp --launcher srun --timeout 60",
+     "srun --mpi=pmi2 --wait=120 --cpu-bind=cores"),
+    ({"HPCPAR_LAUNCHER": "mpiexec", "MPIEXEC_FLAGS": "-bind-to core"},
+     "--ranks 4 --mode strong --layouts dp --launcher mpiexec --timeout 600", "mpiexec -bind-to core"),
 ])
-def test_scaling_point_from_the_array_index(tmp_path, variables, layout, batch):
+def test_an_array_task_runs_its_point_with_hpcpar_scaling(tmp_path, variables, sweep, launcher):
     proc = run_job("scaling.sbatch", tmp_path, SLURM_ARRAY_TASK_ID=4, SLURM_NTASKS=8, **variables)
-    line = launch_line(proc)
-    mode = variables.get("SCALING_MODE", "strong")
-    assert line.startswith(f"srun --mpi=pmi2 --ntasks=4 --wait=120 hpcpar train {layout} ")
-    assert f"--batch-size {batch} " in line and f"--metrics {tmp_path}/run/{mode}-4.jsonl" in line
-    assert f"== scaling point: {mode}, 4 rank(s) = " in proc.stdout
+    assert launch_line(proc) == f"hpcpar scaling {sweep} --out {tmp_path}/run {TRAINING}"
+    assert f"== each point: {launcher} -n <ranks> hpcpar train ..." in proc.stdout
+
+
+def test_scaling_without_an_array_runs_every_point_of_ranks(tmp_path):
+    proc = run_job("scaling.sbatch", tmp_path, RANKS="1,2,4", SLURM_NTASKS=4, HPCPAR_ARGS="--steps 5")
+    assert launch_line(proc) == (f"hpcpar scaling --ranks 1,2,4 --mode strong --layouts dp --launcher srun "
+                                 f"--timeout 600 --out {tmp_path}/run --steps 5")
 
 
 @pytest.mark.parametrize("variables, message", [
-    ({"SCALE_AXIS": "dp", "TP": 2, "SLURM_ARRAY_TASK_ID": 3},
-     "3 ranks do not split into blocks of 2 (TP x PP x DP without dp): change --array"),
-    ({"SCALE_AXIS": "ep"}, "SCALE_AXIS must be tp, pp or dp, not 'ep'"),
-    ({"SCALING_MODE": "medium"}, "SCALING_MODE must be strong or weak, not 'medium'"),
+    ({"RANKS": "1,2,16"}, "the layout needs 16 ranks but the job has 8 task(s)"),
+    ({"RANKS": "1,two"}, "RANKS must list whole numbers >= 1, e.g. 1,2,4,8, not '1,two'"),
+    ({"RANKS": ","}, "RANKS must list whole numbers >= 1"),
     ({"SLURM_ARRAY_TASK_ID": 16}, "the layout needs 16 ranks but the job has 8 task(s)"),
 ])
 def test_scaling_refuses_points_it_cannot_run(tmp_path, variables, message):
-    variables = {"SLURM_ARRAY_TASK_ID": 4, "SLURM_NTASKS": 8, **variables}
-    assert message in refusal(run_job("scaling.sbatch", tmp_path, **variables))
+    assert message in refusal(run_job("scaling.sbatch", tmp_path, SLURM_NTASKS=8, **variables))
 
 
 def test_preemptible_saves_and_resumes_in_one_directory(tmp_path):
