@@ -82,6 +82,7 @@ test-slurm: install
 
 test-gpu: install
 	$(PY) -m pytest -q -m gpu tests; $(PYTEST_OK)
+	HPCPAR_SHARE_GPU=1 timeout -k 10 600 $(MPIEXEC) -n 2 $(PY) -m pytest -q --only-mpi -m gpu -p no:cacheprovider tests; $(PYTEST_OK)
 
 clean:
 	rm -rf $(VENV) build *.egg-info .pytest_cache

@@ -126,15 +126,23 @@ class _Staging:
 
     def down(self, x, slot):
         """Device -> host copy of ``x`` into a staging buffer."""
+        start = time.perf_counter()
         h = self.host(x, slot)
         x.get(out=h)
-        self.bytes += x.nbytes
+        self._account("staging d2h", start, x.nbytes)
         return h
 
     def up(self, h, x):
         """Host -> device copy back into ``x``."""
+        start = time.perf_counter()
         x.set(h)
-        self.bytes += x.nbytes
+        self._account("staging h2d", start, x.nbytes)
+
+    def _account(self, what, start, nbytes):
+        self.bytes += nbytes
+        tracer = trace.active()
+        if tracer is not None:                  # the trace shows staging apart from the MPI call
+            tracer.span(what, "staging", start, time.perf_counter(), "comm", bytes=nbytes)
 
 
 def _traced(op):

@@ -106,13 +106,14 @@ class DataParallel:
         return out
 
     def norm_sq(self, shards):
-        """Sum of squared gradients this rank is responsible for (each parameter counted once)."""
+        """Sum of squared gradients this rank is responsible for (each parameter counted once), as a
+        0-d array on the gradients' device (no copy to the host here)."""
         total = 0.0
         for s, b in zip(shards, self.buckets):
             lo = b.shard(self.comm.rank, self.comm.size)[0] if self.zero1 else 0
             for a, c in b.ranges(lo, lo + s.grad.size, lambda p: p.counted):
                 g = s.grad[a - lo:c - lo]
-                total += float(g @ g)
+                total = total + g @ g
         return total
 
     def gather_params(self):

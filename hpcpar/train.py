@@ -180,11 +180,14 @@ class Trainer:
         losses = self.gradients(step)
         shards = self.dp.shards()
         # one world all-reduce gives every rank the loss, the squared gradient norm, and whether any
-        # rank was asked to stop - so all of them finish this step and stop together
+        # rank was asked to stop - so all of them finish this step and stop together.  The three numbers
+        # stay on the device until after the reduction: this is the step's only device-to-host copy.
+        xp = self.xp
         norm_sq = self.dp.norm_sq(shards) if (cfg.zero1 or g.dp_rank == 0) else 0.0
-        mine = sum(float(l) for l in losses) if (g.is_last_stage and g.tp_rank == 0) else 0.0
-        totals = g.world_comm.all_reduce(np.array([mine, norm_sq, float(stop_requested)]))
-        loss, norm = totals[0] / self.loss_terms, math.sqrt(totals[1])
+        mine = sum(losses) if (g.is_last_stage and g.tp_rank == 0) else 0.0
+        totals = xp.stack([xp.asarray(v, dtype=np.float64) for v in (mine, norm_sq, float(stop_requested))])
+        totals = backend.to_numpy(g.world_comm.all_reduce(totals))
+        loss, norm = float(totals[0]) / self.loss_terms, math.sqrt(totals[1])
         lr = learning_rate(step, cfg.lr, cfg.min_lr, cfg.warmup, cfg.steps)
         finite = math.isfinite(loss) and math.isfinite(norm)
         if finite:

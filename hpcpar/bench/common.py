@@ -49,7 +49,12 @@ def interleave(cases, rounds, clock=time.process_time, before=None):
 def slowest_rank(comm, times):
     """Per round, the slowest rank's time (MPI benchmarks): name -> list of seconds, on every rank."""
     from mpi4py import MPI
-    return {n: list(comm.allreduce(np.array(ts), op=MPI.MAX)) for n, ts in times.items()}
+    out = {}
+    for n, ts in times.items():
+        slowest = np.array(ts)
+        comm.Allreduce(MPI.IN_PLACE, slowest, op=MPI.MAX)
+        out[n] = list(slowest)
+    return out
 
 
 def best(ts):

@@ -41,6 +41,7 @@ def vocab_parallel_cross_entropy_backward(dloss, cache):
     xp = array_module(p)
     dloss = xp.broadcast_to(xp.asarray(dloss, dtype=p.dtype), (p.shape[0],))
     dz = p * dloss[:, None]
-    rows = xp.arange(p.shape[0])
-    dz[rows[mine], local_t[mine]] -= dloss[mine]
+    # every row at once, subtracting 0 where the target is not on this rank: no boolean indexing,
+    # which on a GPU would need the number of True entries on the host (a hidden copy)
+    dz[xp.arange(p.shape[0]), local_t] -= xp.where(mine, dloss, 0.0)
     return dz

@@ -8,9 +8,9 @@
 # check failed.  Every file it writes is under one temp dir, removed at the end unless a check
 # failed or KEEP=1.
 #
-# Today's payloads are `hpcpar demo` and `hpcpar grid` (real 8- and 2-rank MPI jobs) and two
-# stand-ins in this folder: fault.py (a rank raises) and fake_train.py (`hpcpar train`'s flags and
-# exit statuses, with a fake checkpoint).  use_training_payload below is where `hpcpar train` goes.
+# The payload is `hpcpar train` itself - a few steps of the tiny model, 8 ranks as tp 2 x pp 2 x dp 2
+# - run through srun and mpiexec, as a scaling array (`hpcpar scaling`), and preempted with real
+# checkpoints; plus one stand-in, fault.py in this folder: a rank that raises mid-job.
 set -euo pipefail
 
 cd "$(dirname "${BASH_SOURCE[0]}")/../.."
@@ -27,7 +27,10 @@ EXIT_SKIP=77
 # scripts' variables over from the caller's shell, so each check sets exactly what it means.
 unset HPCPAR_HOME HPCPAR_VENV HPCPAR_CMD HPCPAR_ARGS HPCPAR_LAUNCHER HPCPAR_DRY_RUN SRUN_FLAGS SRUN_MPI \
       MPIEXEC_FLAGS RUN_DIR TP PP DP SCHEDULE MICROBATCHES MODEL DATA STEPS BATCH_SIZE BACKEND METRICS \
-      SAVE_DIR SAVE_EVERY CKPT_DIR MAX_REQUEUES SCALING_MODE SCALE_AXIS
+      SAVE_DIR SAVE_EVERY CKPT_DIR MAX_REQUEUES SCALING_MODE LAYOUTS RANKS POINT_TIMEOUT HPCPAR_SRUN \
+      HPCPAR_MPIEXEC
+# The training of every check: a few steps of the tiny model (jobs/common.sh's default model).
+export STEPS=3
 
 finish() {
     local status=$?
@@ -129,76 +132,89 @@ expect_banner() {
     expect_line "^== [a-z_]+\.sbatch: ended .* exit status $1 "
 }
 
-# --- payloads -------------------------------------------------------------------------------------
+# --- what a training job leaves ---------------------------------------------------------------------
 
-# Today's 8-rank payload: the demo job.  When `hpcpar train` lands, export HPCPAR_CMD="hpcpar train"
-# with a short run (e.g. STEPS=5 MODEL=tiny) here and check its metrics in expect_payload_ok.
-use_training_payload() {
-    export HPCPAR_CMD="hpcpar demo" HPCPAR_ARGS=''
+# expect_trained RANKS LAYOUT: one MPI job of RANKS ranks trained - not RANKS one-rank jobs, which is
+# what a launch without PMI (srun --mpi=none) gives: rank 0 of a real job prints the summary once.
+expect_trained() {
+    expect_count 1 "^hpcpar train: $STEPS steps, tiny model, $2 = $1 ranks,"
 }
 
-# One MPI job of RANKS ranks - not RANKS one-rank jobs, which is what a launch without PMI
-# (srun --mpi=none) gives: rank 0 of a real job prints the grid and the self-check once.
-expect_payload_ok() {
-    local ranks=$1
-    expect_count 1 "^grid .* = $ranks ranks"
-    expect_count 1 "^self-check: OK"
+# expect_steps FILE N: the metrics FILE holds steps 0 .. N-1, each once and in order (a run that
+# was stopped and resumed appends to the file of the run before).
+expect_steps() {
+    local steps
+    steps=$(grep -oE '^\{"step": [0-9]+' "$1" | grep -oE '[0-9]+$' | tr '\n' ' ')
+    [[ $steps == "$(seq -s ' ' 0 $(( $2 - 1 ))) " ]] || bad "$1 holds the steps '$steps', expected 0 to $(( $2 - 1 ))"
 }
 
 # --- the checks -----------------------------------------------------------------------------------
 
 check_single_node_srun() {
-    use_training_payload
+    export RUN_DIR=$WORK/single-srun
     TP=2 PP=2 DP=2 submit single-srun --ntasks=8 jobs/single_node.sbatch
     expect_rc 0
-    expect_line "^== launch: srun --mpi=pmi2 --ntasks=8 .*hpcpar demo --tp 2 --pp 2 --dp 2$"
-    expect_payload_ok 8
+    expect_line "^== launch: srun --mpi=pmi2 --ntasks=8 --wait=120 hpcpar train --tp 2 --pp 2 --dp 2 "
+    expect_trained 8 "tp 2 x pp 2 x dp 2"
+    expect_steps "$RUN_DIR/metrics.jsonl" "$STEPS"
     expect_banner 0
 }
 
 check_single_node_mpiexec() {
-    use_training_payload
+    export RUN_DIR=$WORK/single-mpiexec
     TP=2 PP=2 DP=2 HPCPAR_LAUNCHER=mpiexec submit single-mpiexec --ntasks=8 jobs/single_node.sbatch
     expect_rc 0
-    expect_line "^== launch: mpiexec -n 8 "
-    expect_payload_ok 8
+    expect_line "^== launch: mpiexec -n 8 env -u SLURM_LOCALID hpcpar train --tp 2 --pp 2 --dp 2 "
+    expect_trained 8 "tp 2 x pp 2 x dp 2"
 }
 
 # One node stands in for several; 2 CPUs per task also checks the thread settings.
 check_multi_node() {
-    use_training_payload
+    export RUN_DIR=$WORK/multi
     TP=2 PP=2 submit multi --nodes=1 --ntasks-per-node=4 --cpus-per-task=2 jobs/multi_node.sbatch
     expect_rc 0
     expect_line "2 CPU\(s\) and 2 thread\(s\) per task"
-    expect_line "^grid tp=2 x pp=2 x dp=1 = 4 ranks"
-    expect_payload_ok 4
+    expect_trained 4 "tp 2 x pp 2 x dp 1"
     expect_banner 0
 }
 
-# A two-point strong-scaling array over tp, with `hpcpar grid` as the payload: point N must be
-# one job of N ranks.
+# A two-point strong-scaling array over tp: each array task runs `hpcpar scaling` for its point,
+# which starts the training with srun and then redraws the report from every result so far - the
+# tasks run one after the other (--exclusive), so the second draws both points.
 check_scaling_array() {
-    export HPCPAR_CMD="hpcpar grid" HPCPAR_ARGS='' SCALE_AXIS=tp SCALING_MODE=strong
+    export LAYOUTS=tp SCALING_MODE=strong RUN_DIR=$WORK/scaling
     submit scaling --array=1,2 --ntasks=2 --output="$LOGS/scaling-%a.out" jobs/scaling.sbatch
     expect_rc 0
-    local n
+    local n point f
     for n in 1 2; do
         OUT=$LOGS/scaling-$n.out
-        expect_line "^== scaling point: strong, $n rank\(s\) = tp $n x pp 1 x dp 1"
-        expect_count 1 "^grid tp=$n x pp=1 x dp=1 = $n ranks"
+        point=strong-tp-n$n
+        expect_line "^== scaling: ranks $n, strong scaling of tp, results in $RUN_DIR$"
+        expect_line "^== launch: hpcpar scaling --ranks $n --mode strong --layouts tp --launcher srun "
+        expect_line "^ +tp +$n rank\(s\) tp${n}pp1dp1: .* ms/step"
         expect_banner 0
+        expect_line '^ "exit_status": 0,$' "$RUN_DIR/results/$point.json"
+        expect_line "^\\\$ srun --mpi=pmi2 --wait=120 -n $n " "$RUN_DIR/logs/$point.log"
+        OUT=$RUN_DIR/logs/$point.log
+        expect_trained "$n" "tp $n x pp 1 x dp 1"
+    done
+    OUT=$LOGS/scaling-2.out
+    expect_count 2 "^strong +tp +[12] +tp[12]pp1dp1 +[0-9.]+ "
+    for n in 1 2; do       # mode ... layout, tp, pp, dp, batch, exit status, time per step
+        expect_line "^strong,tp,$n,tp${n}pp1dp1,$n,1,1,16,0,[0-9.]+," "$RUN_DIR/scaling.csv"
+    done
+    for f in scaling.csv time_per_step.png speedup.png efficiency.png tokens_per_s.png communication.png; do
+        [[ -s $RUN_DIR/$f ]] || bad "the report wrote no $RUN_DIR/$f"
     done
 }
 
 check_missing_variable() {
-    use_training_payload
     PP=2 DP=2 submit missing-tp --ntasks=8 jobs/single_node.sbatch
     expect_rc 2
     expect_line "^single_node.sbatch: error: set TP to the tensor-parallel size"
 }
 
 check_layout_larger_than_job() {
-    use_training_payload
     TP=4 PP=2 DP=2 submit too-big --ntasks=8 jobs/single_node.sbatch
     expect_rc 2
     expect_line "the layout needs 16 ranks but the job has 8 task\(s\)"
@@ -206,7 +222,7 @@ check_layout_larger_than_job() {
 
 # A configuration hpcpar itself refuses: every rank exits 2, rank 0 says why, once.
 check_bad_flag() {
-    export HPCPAR_CMD="hpcpar demo" HPCPAR_ARGS=--no-such-flag
+    export HPCPAR_ARGS=--no-such-flag
     TP=2 PP=2 DP=2 submit bad-flag --ntasks=8 jobs/single_node.sbatch
     expect_rc 2
     expect_count 1 "unrecognized arguments: --no-such-flag"
@@ -223,31 +239,34 @@ check_fault_aborts() {
     (( SECONDS - start < 60 )) || bad "the failed job took $(( SECONDS - start )) s: did the other ranks hang?"
 }
 
-# The job script's part of preemption with a stand-in payload: USR1 reaches the ranks, exit 3 makes
-# the script requeue the job, and the second run resumes from the (fake) checkpoint.
-check_preemptible_requeue() {
-    export HPCPAR_CMD="python tests/slurm/fake_train.py" STEPS=20 CKPT_DIR=$WORK/checkpoint
-    TP=1 PP=1 DP=1 submit_in_background preempt --ntasks=1 jobs/preemptible.sbatch
-    wait_for_line "^fake-train: running"
+# Preemption with real checkpoints.  Once training is under way (its first checkpoint is written),
+# USR1 goes to the batch script - what `#SBATCH --signal=B:USR1@120` sends before the time limit.
+# The script hands it to srun and srun to the 8 ranks, which finish the step, write a checkpoint
+# and exit 3; the script requeues the job; the second run resumes after that step, not at step 0,
+# and trains to the end.
+check_preemption() {
+    local steps=20 stopped
+    export STEPS=$steps SAVE_EVERY=2 CKPT_DIR=$WORK/checkpoint RUN_DIR=$WORK/preempt
+    TP=2 PP=2 DP=2 submit_in_background preempt --ntasks=8 jobs/preemptible.sbatch
+    wait_for_line "^checkpoint: $CKPT_DIR/step-"
     scancel --signal=USR1 --batch "$JOB_ID"
     wait_for_job
     expect_rc 0
-    expect_line "^fake-train: preempted by signal 10 at step [0-9]+, checkpoint written"
+    expect_line "^no checkpoint in $CKPT_DIR yet"
+    expect_line "got SIGUSR1 at .*, passing it to the ranks"
+    stopped=$(sed -nE 's/^hpcpar: stopped by a signal after step ([0-9]+);.*/\1/p' "$OUT")
+    if ! [[ $stopped =~ ^[0-9]+$ ]] || (( stopped == 0 || stopped >= steps )); then
+        bad "no line 'hpcpar: stopped by a signal after step K' with 0 < K < $steps"
+    fi
+    expect_line "^checkpoint: $CKPT_DIR/step-0*$stopped$"
     expect_line "exit status 3 \(preempted, checkpoint written\)"
     expect_line "^== requeueing job $JOB_ID"
     expect_line "^== restart 1 of this job"
-    expect_line "^fake-train: resumed at step [0-9]+"
-    expect_line "^fake-train: done, 20 steps"
+    expect_line "^resumed from $CKPT_DIR/step-0*$stopped after step $stopped$"
+    expect_line "^step +$steps/$steps "
+    expect_line "^checkpoint: $CKPT_DIR/step-0*$steps$"
     expect_line "exit status 0 \(done\)"
-}
-
-# PLACEHOLDER for the preemption test proper, once `hpcpar train` writes checkpoints: submit
-# jobs/preemptible.sbatch with the training payload (a few hundred steps of MODEL=tiny), wait for
-# its first metrics line, `scancel --signal=USR1 --batch`, then check that it wrote a checkpoint,
-# exited 3, was requeued, resumed at the checkpoint's step (not step 0), finished with exit 0, and
-# that its final loss equals that of an uninterrupted run.
-check_preemption_with_checkpoints() {
-    skip "needs checkpoints from hpcpar train; check_preemptible_requeue covers the job script's part"
+    expect_steps "$RUN_DIR/metrics.jsonl" "$steps"
 }
 
 # --- running them -------------------------------------------------------------------------------
@@ -290,8 +309,7 @@ main() {
     check layout_larger_than_job
     check bad_flag
     check fault_aborts
-    check preemptible_requeue
-    check preemption_with_checkpoints
+    check preemption
 
     echo "slurm: ${#PASSED[@]} passed, ${#FAILED[@]} failed, ${#SKIPPED[@]} skipped"
     if (( ${#FAILED[@]} > 0 )); then

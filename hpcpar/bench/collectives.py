@@ -1,0 +1,78 @@
+"""(c) All-reduce, all-gather and reduce-scatter through hpcpar.comm against raw mpi4py (2 and 4 ranks).
+
+Each operation at a few payload sizes (the bytes each rank hands to MPI), float32.  "raw" is the
+mpi4py buffer call on preallocated arrays; "hpcpar" is the wrapper the engine uses:
+
+    all_reduce_(x)       in place, as data parallelism's buckets    raw: Allreduce(IN_PLACE, x)
+    all_reduce(x)        a new output, as tensor parallelism's g    raw: Allreduce(x, y), y preallocated
+    all_gather(x)        a new (size * n) output, along axis 0      raw: Allgather(x, y)
+    reduce_scatter(x)    a new (n / size) output                    raw: Reduce_scatter_block(x, y)
+
+so "hpcpar / raw" shows what the wrapper's conveniences cost: mostly the fresh output array, whose
+pages the kernel must zero on first touch - a real cost the raw call with its reused buffer avoids.
+Every call is timed alone after a barrier, the slowest rank's time counts, and each side keeps its
+fastest call over the interleaved rounds.  With 4 ranks on 2 cores the ranks take turns on the cores
+(MPI spins while it waits), so those times say more about the scheduler than about MPI.
+"""
+import time
+
+import numpy as np
+from mpi4py import MPI
+
+from hpcpar.bench.common import Result, interleave, ratio, size, slowest_rank, us
+from hpcpar.comm import Communicator
+
+SIZES = [4 * 2 ** 10, 256 * 2 ** 10, 4 * 2 ** 20, 32 * 2 ** 20]
+QUICK_SIZES = [4 * 2 ** 10, 2 ** 20]
+
+
+def each_call_timed(fn, iters, barrier, samples):
+    """One round: ``iters`` calls of fn, each after a barrier and timed alone into ``samples``."""
+    def run():
+        for _ in range(iters):
+            barrier()
+            start = time.perf_counter()
+            fn()
+            samples.append(time.perf_counter() - start)
+    return run
+
+
+def operations(world, comm, n):
+    """name -> (raw call, hpcpar call) on buffers of n float32 numbers per rank."""
+    p = world.size
+    x, y = np.ones(n, np.float32), np.empty(n, np.float32)
+    gathered, scattered = np.empty(n * p, np.float32), np.empty(n // p, np.float32)
+    return {
+        "all_reduce_ (in place)": (lambda: world.Allreduce(MPI.IN_PLACE, y), lambda: comm.all_reduce_(y)),
+        "all_reduce": (lambda: world.Allreduce(x, y), lambda: comm.all_reduce(x)),
+        "all_gather": (lambda: world.Allgather(x, gathered), lambda: comm.all_gather(x)),
+        "reduce_scatter": (lambda: world.Reduce_scatter_block(x, scattered), lambda: comm.reduce_scatter(x)),
+    }
+
+
+def run(quick):
+    world = MPI.COMM_WORLD
+    comm = Communicator(world, "world")
+    rows, figures, rounds = [], {}, 2 if quick else 5
+    for nbytes in QUICK_SIZES if quick else SIZES:
+        n = nbytes // 4
+        iters = max(3, min(100, int((1e-3 if quick else 2e-2) / (5e-6 + 4 * world.size * nbytes / 5e9))))
+        for op, (raw, ours) in operations(world, comm, n).items():
+            samples = {"raw": [], "hpcpar": []}
+            interleave({k: each_call_timed(fn, iters, world.Barrier, samples[k])
+                        for k, fn in (("raw", raw), ("hpcpar", ours))}, rounds, time.perf_counter)
+            fastest = {k: min(ts) for k, ts in slowest_rank(world, samples).items()}
+            figures[f"{op} {nbytes}"] = fastest
+            rows.append([op, size(nbytes), us(fastest["raw"]), us(fastest["hpcpar"]),
+                         ratio(fastest["hpcpar"] / fastest["raw"])])
+    if world.rank:
+        return None
+    res = Result()
+    res.table(f"{world.size} ranks: time of one call (the slowest rank; fastest call of the interleaved rounds)",
+              ["operation", "payload per rank", "raw mpi4py", "hpcpar.comm", "hpcpar / raw"], rows,
+              ["payload: the bytes each rank hands to MPI (an all-gather's own part, a reduce-scatter's whole "
+               "input); the ratio is time, so below 1.00x hpcpar is faster (noise), above it pays for its output."]
+              + (["4 ranks share 2 cores: oversubscribed, the absolute times are the scheduler's."]
+                 if world.size > 2 else []))
+    res.figures = figures
+    return res
