@@ -40,7 +40,7 @@ PYTEST_OK := rc=$$?; if [ $$rc -eq 5 ]; then rc=0; fi; exit $$rc
 MPI_SIZES ?= 2 4 8
 MPI_TEST_TIMEOUT ?= 900
 
-.PHONY: install test test-serial test-mpi demo bench test-slurm test-gpu docs-figures clean
+.PHONY: install test test-serial test-mpi demo bench test-slurm test-gpu gpu-wheels clean
 
 install: $(STAMP)
 
@@ -83,6 +83,15 @@ test-slurm: install
 test-gpu: install
 	$(PY) -m pytest -q -m gpu tests; $(PYTEST_OK)
 	HPCPAR_SHARE_GPU=1 timeout -k 10 600 $(MPIEXEC) -n 2 $(PY) -m pytest -q --only-mpi -m gpu -p no:cacheprovider tests; $(PYTEST_OK)
+
+# Wheels a GPU machine without network needs for jobs/gpu_check.sh (Python 3.12, x86-64).
+gpu-wheels: install
+	rm -rf .whl && mkdir -p .whl
+	$(PIP) download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
+	  --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 \
+	  -d .whl "mpich==$$($(PY) -c 'import importlib.metadata as m; print(m.version("mpich"))')" \
+	  "mpi4py==$$($(PY) -c 'import mpi4py; print(mpi4py.__version__)')" pytest-mpi
+	@ls -la .whl
 
 clean:
 	rm -rf $(VENV) build *.egg-info .pytest_cache
