@@ -3,9 +3,11 @@
 Serial examples run with this interpreter; MPI examples as whole jobs (mpiexec -n 2) from a serial
 test, with a timeout so that a hang fails the test.
 """
+import functools
 import pkgutil
 import re
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -14,9 +16,17 @@ from mpitools import run, run_mpi
 
 EXAMPLES = sorted(m.name for m in pkgutil.iter_modules(hpcpar.examples.__path__) if not m.name.startswith("_"))
 SERIAL = {"one_step", "caches"}
-MPI_2 = {"tp_split", "pipeline_by_hand", "data_parallel_by_hand"}
+MPI_2 = {"tp_split", "tp_gpt", "pipeline_by_hand", "data_parallel_by_hand"}
 
 
+# the chapter that quotes each example's whole output
+QUOTED_IN = {"one_step": "engine.md", "caches": "engine.md", "tp_split": "tensor_parallel.md",
+             "tp_gpt": "tensor_parallel.md", "pipeline_by_hand": "pipeline.md",
+             "data_parallel_by_hand": "data_parallel.md"}
+DOCS = Path(__file__).resolve().parent.parent / "docs"
+
+
+@functools.lru_cache(maxsize=None)
 def example(name):
     """Run an example the way its docstring says; returns its stdout (it must exit 0)."""
     cmd = [sys.executable, "-m", f"hpcpar.examples.{name}"]
@@ -34,6 +44,14 @@ def test_every_example_is_tested_and_documented():
     for name in EXAMPLES:
         doc = __import__(f"hpcpar.examples.{name}", fromlist=["_"]).__doc__
         assert doc and f"hpcpar.examples.{name}" in doc, f"{name}: the docstring must say how to run it"
+
+
+@pytest.mark.parametrize("name", sorted(QUOTED_IN))
+def test_docs_quote_the_current_output(name):
+    """Every line the example prints appears in its chapter: the docs are not stale."""
+    text = (DOCS / QUOTED_IN[name]).read_text()
+    missing = [line for line in example(name).splitlines() if line.strip() and line not in text]
+    assert not missing, f"docs/{QUOTED_IN[name]} does not show these lines of {name}: {missing}"
 
 
 def test_tp_split_prints_the_seed_example_rank_by_rank():
@@ -57,6 +75,17 @@ def test_tp_split_refuses_a_wrong_world_size():
     proc, _ = run_mpi(3, [sys.executable, "-m", "hpcpar.examples.tp_split"], timeout=60)
     assert proc.returncode == 2
     assert "mpiexec -n 2" in proc.stderr
+
+
+def test_tp_gpt_counts_and_memory():
+    out = example("tp_gpt")
+    assert out.count("loss 3.488397655419") == 3          # one rank, tp 2, tp 2 + sequence parallelism
+    # 2 all-reduces per block each way, plus the embedding's g and the loss (forward), the head's f (backward)
+    assert "  forward:  7 all_reduce (5.05 MiB)" in out and "  backward: 5 all_reduce (5.00 MiB)" in out
+    assert "  forward:  5 all_gather (2.50 MiB), 2 all_reduce (0.05 MiB), 5 reduce_scatter (5.00 MiB)" in out
+    assert "  backward: 5 all_gather (2.50 MiB), 5 reduce_scatter (5.00 MiB)" in out
+    kept = [float(x) for x in re.findall(r"blocks ([0-9.]+) MiB", out)]
+    assert kept == [50.06, 29.06, 27.03]
 
 
 def test_one_step_matches_the_trainer():
@@ -100,7 +129,7 @@ def test_data_parallel_by_hand_equals_one_rank():
         assert any(f"samples {16 * r}-{16 * r + 15}" in line for line in lines)
         # the first bucket's all-reduce starts before the backward has finished
         started = [i for i, line in enumerate(lines) if "bucket 0 all-reduce started" in line]
-        finished = [i for i, line in enumerate(lines) if line.endswith("backward finished; waiting for the all-reduces")]
+        finished = [i for i, line in enumerate(lines) if "backward finished; waiting" in line]
         assert started and finished and started[0] < finished[0]
         diffs = re.findall(r"(?:after the all-reduces: |max relative difference )([0-9.e+-]+)", "\n".join(lines))
         assert len(diffs) == 2 and all(float(d) < 1e-13 for d in diffs)
