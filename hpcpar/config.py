@@ -99,7 +99,10 @@ def defaults():
 
 def load_toml(path):
     """Options from a TOML file (keys as the flags, with - or _), checked against the known options."""
-    import tomllib
+    try:
+        import tomllib
+    except ImportError:                      # Python 3.10: the same parser, from PyPI
+        import tomli as tomllib
     path = Path(path)
     try:
         raw = tomllib.loads(path.read_text())

@@ -16,16 +16,17 @@ import numpy as np
 from hpcpar import checkpoint, trace
 from hpcpar.checkpoint.consolidated import export, init_from
 from hpcpar.flops import gemm_rate, gpt_step_flops, mlp_step_flops
+from hpcpar.pipeline.bubble import pipeline_bubble
 from hpcpar.runtime import EXIT_FAILURE, EXIT_PREEMPTED
 from hpcpar.train import Trainer
 
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGUSR1)
 
 
-def engine_busy(timeline):
-    """(busy seconds in F/B/W, engine seconds) of one step's timeline."""
-    busy = sum(end - start for start, end, op, _, _ in timeline if op in ("F", "B", "W"))
-    return busy, (timeline[-1][1] if timeline else 0.0)
+def engine_window(engine):
+    """(start, end, busy seconds in F/B/W) of the step the engine just ran, on the shared clock."""
+    busy = sum(end - start for start, end, op, _, _ in engine.timeline if op in ("F", "B", "W"))
+    return engine.started, engine.started + (engine.timeline[-1][1] if engine.timeline else 0.0), busy
 
 
 def mean_costs(timelines):
@@ -54,7 +55,7 @@ class Loop:
         self.root = self.grid.rank_id == 0
         self.history = []          # (step, loss, grad_norm, lr, seconds)
         self.timelines = []        # this rank's engine timelines (steps after the first)
-        self.idle = []             # this rank's idle share of each step's pipeline time
+        self.windows = []          # (tp, dp, step, start, end, busy) of this rank's steps
 
     def measure_gemm_rate(self):
         """Aggregate GEMM FLOP/s of all ranks running at once (they share the machine's cores)."""
@@ -81,6 +82,20 @@ class Loop:
             path = checkpoint.save_checkpoint(self.trainer, directory, completed, self.cfg.keep)
             self._print(f"checkpoint: {path}")
 
+    def _make_output_dirs(self):
+        """Rank 0 writes these files; their folders may not exist yet (agreed: no rank runs ahead)."""
+        from pathlib import Path
+        from hpcpar.runtime import agree
+        error = None
+        if self.root:
+            try:
+                for f in (self.cfg.metrics, self.cfg.trace, self.cfg.summary_json, self.cfg.export):
+                    if f:
+                        Path(f).parent.mkdir(parents=True, exist_ok=True)
+            except OSError as err:
+                error = err
+        agree(self.grid.world_comm.mpi, error)
+
     def _stop_handler(self):
         """SIGTERM / SIGUSR1 (Slurm's --signal) only set a flag: the step in progress finishes, every
         rank agrees in the step's all-reduce, and the loop saves and exits with EXIT_PREEMPTED."""
@@ -93,6 +108,7 @@ class Loop:
 
     def run(self):
         cfg, t = self.cfg, self.trainer
+        self._make_output_dirs()
         start_step = self.start()
         self._stop_handler()
         peak = self.measure_gemm_rate()
@@ -117,8 +133,8 @@ class Loop:
                 self.history.append((step, loss, norm, lr, seconds))
                 if step > start_step:          # the first step pays for start-up: keep it out of the figures
                     self.timelines.append(t.engine.timeline)
-                    busy, total = engine_busy(t.engine.timeline)
-                    self.idle.append(1 - busy / total if total else 0.0)
+                    g = self.grid
+                    self.windows.append((g.tp_rank, g.dp_rank, step) + engine_window(t.engine))
                 if self.root:
                     record = {"step": step, "loss": loss, "lr": lr, "grad_norm": norm,
                               "tokens_per_s": t.tokens_per_step / seconds, "step_time_s": seconds,
@@ -189,7 +205,7 @@ class Loop:
         cfg, t, g = self.cfg, self.trainer, self.grid
         steps = max(1, len(self.history) - 1)
         volume = {c.name: c.stats.total_bytes() / max(1, len(self.history)) for c in g.communicators()}
-        mine = {"idle": statistics.fmean(self.idle) if self.idle else 0.0, "volume": volume,
+        mine = {"windows": self.windows, "volume": volume,
                 "costs": mean_costs(self.timelines)}
         everyone = g.world_comm.mpi.gather(mine, root=0)       # once per run: a pickled gather is fine
         if not self.root or not self.history:
@@ -204,12 +220,13 @@ class Loop:
             for name, b in r["volume"].items():
                 groups[name] = groups.get(name, 0.0) + b
         costs = {op: statistics.fmean(r["costs"][op] for r in everyone) for op in ("F", "B", "W")}
-        measured = statistics.fmean(r["idle"] for r in everyone)
+        measured = pipeline_bubble([w for r in everyone for w in r["windows"]])
         floor = getattr(t.data, "entropy_floor", None)
         n_params = sum(p.data.size for p in t.parameters())
         lines = [
             f"hpcpar train: {len(self.history)} steps, {cfg.model} model, tp {cfg.tp} x pp {cfg.pp} x dp {cfg.dp} "
-            f"= {g.world} ranks, {cfg.schedule} with {cfg.microbatches} micro-batches"
+            f"= {g.world} ranks, {cfg.schedule} with {cfg.microbatches} micro-batch"
+            + ("es" if cfg.microbatches > 1 else "")
             + (f" x {cfg.chunks} chunks" if cfg.chunks > 1 else "") + f", {cfg.dtype}",
             f"  loss        {loss:.6g}" + (f"   (entropy floor {floor:.6g}: {100 * (loss / floor - 1):+.1f}%)"
                                            if floor else ""),
@@ -219,8 +236,9 @@ class Loop:
             f"  bubble      measured {100 * measured:.1f}% of pipeline time idle; simulated "
             f"{100 * simulated_bubble(t.schedule, costs):.1f}% for the measured F {costs['F'] * 1e3:.2f} ms, "
             f"B {costs['B'] * 1e3:.2f} ms, W {costs['W'] * 1e3:.2f} ms",
-            "  bytes/step  " + ", ".join(f"{name} {_size(groups[name])}" for name in ("tp", "pp", "dp", "embed", "world")
-                                         if groups.get(name)) + " (payload, all ranks)",
+            "  bytes/step  " + (", ".join(f"{name} {_size(groups[name])}" for name in ("tp", "pp", "dp", "embed", "world")
+                                          if groups.get(name)) or "none: a single rank communicates with nobody")
+            + (" (payload handed to MPI, all ranks)" if g.world > 1 else ""),
             f"  parameters  {n_params:,} on rank 0 of this layout",
         ]
         self._print("\n".join(lines))

@@ -2,13 +2,17 @@
 and the measured timeline drawn like ``hpcpar schedule --plot`` draws a simulated one.
 
     busy       time in F, B and W (the pipeline's work) during each step
-    bubble     1 - busy / (p x pipeline time of the step): idle share, as the simulator defines it
+    idle       this rank's share of its pipeline's step time not spent in F, B or W
+    bubble     1 - busy / (p x makespan) per pipeline and step (pipeline/bubble.py): the simulator's measure
     comm       time inside collectives and waits for messages, as a share of the traced wall time
     overlap    share of the DP buckets' time in flight that coincides with compute (hidden traffic)
 """
 import json
+import re
 import statistics
 from collections import defaultdict
+
+from hpcpar.pipeline.bubble import pipeline_bubble
 
 
 def load(path):
@@ -40,16 +44,32 @@ def _overlap(intervals, others):
     return covered
 
 
-def per_rank(spans):
-    """{pid: figures} for every rank of the trace."""
-    out = {}
+def windows(spans, names):
+    """(tp, dp, step, start, end, busy) of every rank's traced steps, for pipeline_bubble."""
+    out = []
     for pid, evs in spans.items():
-        work = [e for e in evs if e["cat"] in ("F", "B", "W")]
+        coords = re.search(r"tp(\d+)\.pp\d+\.dp(\d+)", names.get(pid, ""))
+        tp, dp = (int(coords[1]), int(coords[2])) if coords else (0, pid)
         steps = defaultdict(list)
         for e in evs:
             if e.get("args", {}).get("step") is not None:
                 steps[e["args"]["step"]].append(e)
-        step_time = sum(max(e["ts"] + e["dur"] for e in es) - min(e["ts"] for e in es) for es in steps.values())
+        for step, es in steps.items():
+            busy = sum(e["dur"] for e in es if e["cat"] in ("F", "B", "W"))
+            out.append((tp, dp, step, min(e["ts"] for e in es), max(e["ts"] + e["dur"] for e in es), busy))
+    return out
+
+
+def per_rank(spans, names):
+    """{pid: figures} for every rank of the trace."""
+    out = {}
+    bounds = defaultdict(list)                 # the pipeline's step windows: (tp, dp, step) -> [(start, end)]
+    for tp, dp, step, start, end, _ in windows(spans, names):
+        bounds[(tp, dp, step)].append((start, end))
+    for pid, evs in spans.items():
+        work = [e for e in evs if e["cat"] in ("F", "B", "W")]
+        mine = windows({pid: evs}, names)
+        step_time = sum(max(e for _, e in bounds[w[:3]]) - min(s for s, _ in bounds[w[:3]]) for w in mine)
         busy = sum(e["dur"] for e in work)
         wall = max(e["ts"] + e["dur"] for e in evs) - min(e["ts"] for e in evs)
         comm = _union([(e["ts"], e["ts"] + e["dur"]) for e in evs if e["tid"] == 1])
@@ -59,7 +79,7 @@ def per_rank(spans):
                     "idle": 1 - busy / step_time if step_time else 0.0,
                     "overlap": _overlap(flight, compute) / sum(b - a for a, b in flight) if flight else None,
                     "costs": {op: [e["dur"] for e in work if e["cat"] == op] for op in ("F", "B", "W")},
-                    "steps": len(steps)}
+                    "steps": len(mine)}
     return out
 
 
@@ -76,7 +96,7 @@ def simulated(meta, figures):
 
 def summary(path):
     meta, names, spans = load(path)
-    figures = per_rank(spans)
+    figures = per_rank(spans, names)
     lines = [f"{path}: {len(figures)} ranks, {meta.get('schedule', '?')} schedule, tp {meta.get('tp')} x "
              f"pp {meta.get('pp')} x dp {meta.get('dp')}, {max(f['steps'] for f in figures.values())} steps traced",
              f"{'rank':<26} {'busy ms':>9} {'idle':>6} {'comm':>6} {'overlap':>8}"]
@@ -85,7 +105,7 @@ def summary(path):
         ov = "-" if f["overlap"] is None else f"{f['overlap']:.0%}"
         lines.append(f"{names.get(pid, pid):<26} {f['busy_us'] / 1e3:>9.1f} {f['idle']:>6.1%} "
                      f"{f['comm_us'] / f['wall_us']:>6.1%} {ov:>8}")
-    bubble = statistics.fmean(f["idle"] for f in figures.values())
+    bubble = pipeline_bubble(windows(spans, names))
     comm = statistics.fmean(f["comm_us"] / f["wall_us"] for f in figures.values())
     overlaps = [f["overlap"] for f in figures.values() if f["overlap"] is not None]
     lines += [f"bubble    measured {bubble:.1%} of pipeline time idle; simulated {simulated(meta, figures):.1%} "

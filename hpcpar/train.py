@@ -97,7 +97,7 @@ class Trainer:
             backend.select_device(comm)
         self.schedule = build(cfg.schedule, cfg.pp, cfg.microbatches, cfg.chunks)
         self.chunks = self._build_chunks()
-        params = [p for c in self.chunks for p in c.parameters()]
+        params = self.parameters()
         # both copies of a tied embedding split over the pipeline: the first stage's and the last's
         self.tied = [p for p in params if cfg.pp > 1 and p.name == "wte.weight" and not cfg.untied]
         partial = [p for p in params if p.tp_partial]
@@ -213,4 +213,10 @@ class Trainer:
         self.dp.release_late()
 
     def parameters(self):
-        return [p for c in self.chunks for p in c.parameters()]
+        """This rank's parameters, each once (one rank may hold both ends of a tied embedding)."""
+        seen, out = set(), []
+        for p in (p for c in self.chunks for p in c.parameters()):
+            if id(p) not in seen:
+                seen.add(id(p))
+                out.append(p)
+        return out

@@ -70,7 +70,7 @@ def test_tensor_and_data_parallel_print_the_single_rank_losses():
     assert losses(tp) == one
     assert "tp 20.1 MB" in tp                  # 2 ranks x (10 MiB + 48 KiB) per step, docs/tensor_parallel.md
     # payload counters: docs/tensor_parallel.md and docs/data_parallel.md explain each number
-    for flags, volume in ((["--tp", "2", "--sequence-parallel"], "tp 30.2 MB"), (["--dp", "2"], "dp 1.6 MB"),
+    for flags, volume in ((["--tp", "2", "--sequence-parallel"], "tp 34.2 MB"), (["--dp", "2"], "dp 1.6 MB"),
                           (["--dp", "2", "--zero1"], "dp 2.4 MB")):
         out = train(2, *flags, "--steps", "5")
         assert losses(out) == one, flags

@@ -10,7 +10,7 @@ import json
 import pytest
 
 from hpcpar.runtime import UsageError
-from hpcpar.scaling import layouts
+from hpcpar.scaling import layouts, sweep
 from hpcpar.scaling.report import PLOTS, derive
 from mpitools import hpcpar, run
 
@@ -95,6 +95,20 @@ def test_weak_scaling_speedup_is_the_scaled_speedup():
     assert rows[1]["speedup"] == pytest.approx(3.2) and rows[1]["efficiency"] == pytest.approx(0.8)
 
 
+def test_a_point_that_ran_more_than_once_shows_its_fastest_run():
+    rows = derive([record("strong", 1, 0.8, 512), record("strong", 1, 0.6, 512), record("strong", 1, 0.7, 512, status=1),
+                   record("strong", 2, 0.5, 512, status=1)])
+    assert [(r["ranks"], r["runs"], r["step_time_s"], r["exit_status"]) for r in rows] == [(1, 3, 0.6, 0), (2, 1, None, 1)]
+
+
+def test_repeated_runs_rotate_through_the_points():
+    points = layouts.points([1, 2, 4], layouts.parse_layouts("dp"), "strong", 8)
+    assert [name for _, name in sweep.runs(points, 1)] == ["strong-dp-n1", "strong-dp-n2", "strong-dp-n4"]
+    assert [name for _, name in sweep.runs(points, 2)] == [
+        "strong-dp-n1-run1", "strong-dp-n2-run1", "strong-dp-n4-run1",
+        "strong-dp-n2-run2", "strong-dp-n4-run2", "strong-dp-n1-run2"]
+
+
 # --- real sweeps ----------------------------------------------------------------------------------
 
 @pytest.fixture(scope="module")
@@ -127,7 +141,8 @@ def test_a_sweep_stores_one_result_per_run(sweep_dir):
 def test_a_sweep_writes_the_csv_and_the_plots(sweep_dir):
     out, proc = sweep_dir
     rows = list(csv.DictReader((out / "scaling.csv").open()))
-    assert [(r["ranks"], r["layout"], r["batch_size"]) for r in rows] == [("1", "tp1pp1dp1", "4"), ("2", "tp2pp1dp1", "8")]
+    assert [(r["ranks"], r["layout"], r["batch_size"], r["runs"]) for r in rows] == [
+        ("1", "tp1pp1dp1", "4", "1"), ("2", "tp2pp1dp1", "8", "1")]
     assert float(rows[0]["speedup"]) == 1.0 and float(rows[1]["speedup"]) > 0
     for name in PLOTS:
         assert (out / name).read_bytes().startswith(PNG)
@@ -150,7 +165,7 @@ def test_failed_and_hung_points_are_recorded_and_the_sweep_goes_on(tmp_path):
     proc = scaling("--ranks", "1,2", "--layouts", "tp", "--hidden", 48, "--heads", 3, "--steps", 100000,
                    "--timeout", 3, "--no-progress", "--out", tmp_path)
     assert proc.returncode == 1
-    assert "2 of 2 point(s) failed: tp on 1, tp on 2" in proc.stderr
+    assert "2 of 2 run(s) failed: tp on 1, tp on 2" in proc.stderr
     hung = json.loads((tmp_path / "results" / "strong-tp-n1.json").read_text())
     assert hung["timed_out"] and hung["exit_status"] is None and hung["summary"] is None
     refused = json.loads((tmp_path / "results" / "strong-tp-n2.json").read_text())
@@ -168,6 +183,8 @@ def test_failed_and_hung_points_are_recorded_and_the_sweep_goes_on(tmp_path):
     (["--ranks", "8", "--batch-size", "4"], "--layouts dp at 8 ranks (tp1pp1dp8): --batch-size 4 must divide"),
     (["--ranks", "2", "--mode", "medium"], "argument --mode: invalid choice: 'medium'"),
     (["--ranks", "2", "--launcher", "mpirun"], "argument --launcher: invalid choice: 'mpirun'"),
+    (["--ranks", "2", "--repeat", "0"], "--repeat must be at least 1, got 0"),
+    (["--ranks", "2", "--timeout", "0"], "--timeout must be positive, got 0.0"),
     (["report"], "hpcpar scaling report needs the sweep's directory"),
     (["report", "/nonexistent"], "no results in /nonexistent/results"),
 ])

@@ -32,7 +32,7 @@ BENCHMARKS = {
     "engine": Spec("d", "engine", "The engine against PyTorch eager on one core"),
     "torch-parallel": Spec("e", "torch_parallel",
                            "Pipeline and tensor parallelism against torch.distributed on gloo", ranks=(2,)),
-    "layout": Spec("f", "layout", "tp 2 x pp 2 x dp 2 against one rank, same global batch", ranks=(8,)),
+    "layout": Spec("f", "layout", "tp 2 x pp 2 x dp 2 against one rank, same global batch"),
     "gpu": Spec("g", "gpu", "GPU: GEMM rate and the block on the device (cupy)"),
     "tp-block": Spec("tp", "tp_block", "A transformer block at tp = 1 and tp = 2: time and bytes moved",
                      ranks=(2,)),

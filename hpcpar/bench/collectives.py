@@ -10,8 +10,8 @@ mpi4py buffer call on preallocated arrays; "hpcpar" is the wrapper the engine us
 
 so "hpcpar / raw" shows what the wrapper's conveniences cost: mostly the fresh output array, whose
 pages the kernel must zero on first touch - a real cost the raw call with its reused buffer avoids.
-Every call is timed alone after a barrier, the slowest rank's time counts, and each side keeps its
-fastest call over the interleaved rounds.  With 4 ranks on 2 cores the ranks take turns on the cores
+Every call is timed alone after a barrier, raw and hpcpar alternating call by call; the slowest
+rank's time counts, and each side keeps its fastest call.  With 4 ranks on 2 cores the ranks take turns on the cores
 (MPI spins while it waits), so those times say more about the scheduler than about MPI.
 """
 import time
@@ -24,17 +24,6 @@ from hpcpar.comm import Communicator
 
 SIZES = [4 * 2 ** 10, 256 * 2 ** 10, 4 * 2 ** 20, 32 * 2 ** 20]
 QUICK_SIZES = [4 * 2 ** 10, 2 ** 20]
-
-
-def each_call_timed(fn, iters, barrier, samples):
-    """One round: ``iters`` calls of fn, each after a barrier and timed alone into ``samples``."""
-    def run():
-        for _ in range(iters):
-            barrier()
-            start = time.perf_counter()
-            fn()
-            samples.append(time.perf_counter() - start)
-    return run
 
 
 def operations(world, comm, n):
@@ -53,22 +42,21 @@ def operations(world, comm, n):
 def run(quick):
     world = MPI.COMM_WORLD
     comm = Communicator(world, "world")
-    rows, figures, rounds = [], {}, 2 if quick else 5
+    rows, figures = [], {}
     for nbytes in QUICK_SIZES if quick else SIZES:
         n = nbytes // 4
-        iters = max(3, min(100, int((1e-3 if quick else 2e-2) / (5e-6 + 4 * world.size * nbytes / 5e9))))
+        iters = max(4, min(300, int((0.01 if quick else 0.1) / (5e-6 + 4 * world.size * nbytes / 5e9))))
         for op, (raw, ours) in operations(world, comm, n).items():
-            samples = {"raw": [], "hpcpar": []}
-            interleave({k: each_call_timed(fn, iters, world.Barrier, samples[k])
-                        for k, fn in (("raw", raw), ("hpcpar", ours))}, rounds, time.perf_counter)
-            fastest = {k: min(ts) for k, ts in slowest_rank(world, samples).items()}
+            # one call per turn, raw and hpcpar alternating, a barrier before each
+            calls = interleave({"raw": raw, "hpcpar": ours}, iters, time.perf_counter, world.Barrier)
+            fastest = {k: min(ts) for k, ts in slowest_rank(world, calls).items()}
             figures[f"{op} {nbytes}"] = fastest
             rows.append([op, size(nbytes), us(fastest["raw"]), us(fastest["hpcpar"]),
                          ratio(fastest["hpcpar"] / fastest["raw"])])
     if world.rank:
         return None
     res = Result()
-    res.table(f"{world.size} ranks: time of one call (the slowest rank; fastest call of the interleaved rounds)",
+    res.table(f"{world.size} ranks: time of one call (the slowest rank; fastest of the alternating calls)",
               ["operation", "payload per rank", "raw mpi4py", "hpcpar.comm", "hpcpar / raw"], rows,
               ["payload: the bytes each rank hands to MPI (an all-gather's own part, a reduce-scatter's whole "
                "input); the ratio is time, so below 1.00x hpcpar is faster (noise), above it pays for its output."]

@@ -1,16 +1,15 @@
 """The serial driver of ``hpcpar bench``: each benchmark in its own process, results to JSON and Markdown.
 
 A benchmark that needs ranks runs as ``mpiexec -n N python -m hpcpar.bench NAME`` with the launcher
-the Makefile and the tests use (``HPCPAR_MPIEXEC``, else the ``mpiexec`` beside this Python).  Every
-process gets one BLAS/OpenMP thread (the benchmarks compare one core against one core); every other
-variable, ``OPENBLAS_CORETYPE`` included, is passed on as it is and listed in the machine table.
-A benchmark that fails or hangs is reported as such; the others still run.
+the Makefile and the tests use (``HPCPAR_MPIEXEC``, else the ``mpiexec`` beside this Python), through
+the scaling study's job runner (a hung job is ended as a whole).  Every process gets one BLAS/OpenMP
+thread (the benchmarks compare one core against one core); every other variable, ``OPENBLAS_CORETYPE``
+included, is passed on as it is and listed in the machine table.  A benchmark that fails or hangs is
+reported as such; the others still run.
 """
 import json
 import os
 import shlex
-import signal
-import subprocess
 import sys
 import tempfile
 import time
@@ -27,57 +26,49 @@ def launcher():
     return shlex.split(os.environ.get("HPCPAR_MPIEXEC") or str(Path(sys.executable).parent / "mpiexec"))
 
 
-def child_env():
-    env = dict(os.environ)
-    env.update({var: "1" for var in THREAD_VARS})
-    return env
+def one_thread_each():
+    """The benchmarks' processes inherit this process's environment: one BLAS/OpenMP thread each."""
+    os.environ.update({var: "1" for var in THREAD_VARS})
 
 
 def _tail(text, lines=15):
     return "\n".join(text.strip().splitlines()[-lines:])
 
 
-def run_one(name, ranks, quick, env):
+def run_one(name, ranks, quick):
     """One process (or MPI job) of benchmark ``name``: its result dict, with how it ran."""
+    from hpcpar.scaling.sweep import run_job     # (scaling imports this module: import it late)
     spec = BENCHMARKS[name]
     with tempfile.TemporaryDirectory(prefix="hpcpar-bench-") as tmp:
-        out = Path(tmp) / "result.json"
+        out, log = Path(tmp) / "result.json", Path(tmp) / "output.log"
         cmd = ([*launcher(), "-n", str(ranks)] if ranks else []) + \
             [sys.executable, "-m", "hpcpar.bench", name, "--out", str(out)] + (["--quick"] if quick else [])
-        start = time.monotonic()
-        # a session of its own, so that a hung MPI job can be ended as a whole (launcher and ranks)
-        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env,
-                                start_new_session=True)
-        try:
-            output, _ = proc.communicate(timeout=spec.timeout)
-            error = None if proc.returncode == 0 and out.exists() else \
-                f"exit status {proc.returncode}:\n{_tail(output)}"
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.communicate()
-            error = f"did not finish within {spec.timeout} s"
+        status, seconds = run_job(cmd, log, spec.timeout)
+        error = None if status == 0 and out.exists() else \
+            f"did not finish within {spec.timeout} s" if status is None else \
+            f"exit status {status}:\n{_tail(log.read_text(errors='replace'))}"
         result = json.loads(out.read_text()) if error is None else {"tables": [], "figures": {}, "targets": [],
                                                                      "notes": [], "error": error}
     shown = ["mpiexec", "-n", str(ranks)] if ranks else []
-    result.update(ranks=ranks or 1, seconds=time.monotonic() - start,
+    result.update(ranks=ranks or 1, seconds=seconds,
                   command=" ".join(shown + ["python", "-m", "hpcpar.bench", name] + (["--quick"] if quick else [])))
     return result
 
 
 def run(names, quick=False, out_json=None, markdown_path=None, command="hpcpar bench", log=print):
     """Run ``names`` in order; write the JSON and Markdown files. Returns the report dict."""
-    env = child_env()
+    one_thread_each()
     started = time.monotonic()
     report = {"command": command, "date": time.strftime("%Y-%m-%d %H:%M %Z"), "quick": quick,
-              "machine": describe(" ".join(launcher()), env), "benchmarks": {}}
+              "machine": describe(" ".join(launcher()), os.environ), "benchmarks": {}}
     for name in names:
         spec = BENCHMARKS[name]
         runs = []
         for ranks in spec.world_sizes(quick):
-            result = run_one(name, ranks, quick, env)
+            result = run_one(name, ranks, quick)
             state = "FAILED" if "error" in result else "ok"
-            log(f"hpcpar bench: {name:<15} {'(' + str(result['ranks']) + ' ranks)':<11} "
-                f"{result['seconds']:6.1f} s  {state}")
+            ranks = f"({result['ranks']} rank{'s' if result['ranks'] > 1 else ''})"
+            log(f"hpcpar bench: {name:<15} {ranks:<10} {result['seconds']:6.1f} s  {state}")
             runs.append(result)
         report["benchmarks"][name] = {"label": spec.label, "title": spec.title, "runs": runs}
     report["seconds"] = time.monotonic() - started

@@ -23,16 +23,18 @@ TARGET = 1.10
 
 def block_cases(hidden, batch, seq, torch):
     """name -> one forward + backward of a block (ours; torch explicit; torch SDPA)."""
+    from hpcpar import backend
     from hpcpar.nn.block import TransformerBlock
     from hpcpar.nn.gpt import GPTConfig
     cfg = GPTConfig(vocab_size=64, seq_len=seq, n_layer=4, n_head=max(1, hidden // 64), d_model=hidden)
     ours = TransformerBlock(cfg, 0, seed=0, dtype=np.float32)
     x = np.random.default_rng(0).standard_normal((batch, seq, hidden)).astype(np.float32)
     dy = 0.1 * x
+    x_dev, dy_dev = backend.xp().asarray(x), backend.xp().asarray(dy)     # on the GPU under cupy (gpu.py)
 
     def ours_step():
-        y, cache = ours.forward(x)
-        ours.backward(dy, cache)
+        y, cache = ours.forward(x_dev)
+        ours.backward(dy_dev, cache)
     cases = {"ours": ours_step}
     if torch is not None:
         from hpcpar.bench.torch_gpt import Block

@@ -54,7 +54,7 @@ def mpi_library():
     import mpi4py
     mpi4py.rc.initialize = False            # MPI_Get_library_version is allowed before MPI_Init
     from mpi4py import MPI
-    return MPI.Get_library_version().splitlines()[0].strip(), mpi4py.__version__
+    return " ".join(MPI.Get_library_version().split("\n")[0].split()), mpi4py.__version__
 
 
 def torch_description():
@@ -83,8 +83,8 @@ def describe(launcher, env):
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
     memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
     mpi, mpi4py_version = mpi_library()
-    env = {k: v for k, v in sorted(env.items()) if k.startswith(BLAS_ENV_PREFIXES)}
-    env.setdefault("OPENBLAS_CORETYPE", "(unset)")
+    env = {"OPENBLAS_CORETYPE": env.get("OPENBLAS_CORETYPE", "(unset)"),      # first: it matters most
+           **{k: v for k, v in sorted(env.items()) if k.startswith(BLAS_ENV_PREFIXES)}}
     return [
         ("CPU", f"{cpu_model()}, {cores} cores available, {memory:.0f} GiB memory"),
         ("OS", platform.platform()),

@@ -11,9 +11,10 @@ axis; tp2dp: tp 2, and dp takes the rest; tp2pp2dp2: exactly that layout (8 rank
 one layout per rank count.  --mode strong keeps --batch-size as the global batch of every point;
 weak makes it the batch per rank (N ranks train on N x --batch-size sequences per step).  Every
 other flag below is hpcpar train's and goes to every point (--no-progress: no bar over the sweep).
-Output in --out: results/*.json (one per point: the command, its exit status, the summary),
-logs/*.log, scaling.csv and the PNGs.  Exit status 1 if a point failed.  docs/scaling.md explains
-the study and how to read the plots.
+--repeat 3 runs the sweep three times and plots each point's fastest run.  Output in --out:
+results/*.json (one per run: the command, its exit status, the summary), logs/*.log, scaling.csv
+and the PNGs.  Exit status 1 if a run failed.  docs/scaling.md explains the study and how to read
+the plots.
 """
 HELP = "a strong or weak scaling sweep of hpcpar train -> JSON per run, CSV and PNG plots"
 
@@ -34,7 +35,10 @@ def add_arguments(p):
                    help="mpiexec ($HPCPAR_MPIEXEC, else the venv's) or srun ($HPCPAR_SRUN, else "
                         "'srun --mpi=pmi2'), with -n N (default mpiexec)")
     g.add_argument("--out", metavar="DIR", help="output directory (default runs/scaling-<mode>-<date>-<time>)")
-    g.add_argument("--timeout", type=float, default=600.0, help="seconds each point may run (default 600)")
+    g.add_argument("--timeout", type=float, default=600.0, help="seconds each run may take (default 600)")
+    g.add_argument("--repeat", type=int, default=1,
+                   help="run the sweep R times in a rotating order; the report keeps each point's fastest "
+                        "run, the least disturbed on a shared machine (default 1)")
     train.add_arguments(p)
 
 
@@ -63,6 +67,8 @@ def _sweep(args):
         raise UsageError("hpcpar scaling needs --ranks, e.g. --ranks 1,2,4 (or: hpcpar scaling report DIR)")
     if not args.timeout > 0:
         raise UsageError(f"--timeout must be positive, got {args.timeout}")
+    if args.repeat < 1:
+        raise UsageError(f"--repeat must be at least 1, got {args.repeat}")
     if _under_mpi():
         raise UsageError("hpcpar scaling starts its own MPI jobs: run it from a shell or a batch script, "
                          "not under mpiexec or srun")
@@ -72,11 +78,11 @@ def _sweep(args):
     configs = sweep.checked_configs(points, cfg)
     out = Path(args.out or time.strftime(f"runs/scaling-{args.mode}-%Y%m%d-%H%M%S"))
     records = sweep.sweep(points, configs, args.launcher, sweep.passed_flags(args), out, args.timeout,
-                          progress=getattr(args, "progress", True))
+                          args.repeat, progress=getattr(args, "progress", True))
     _show(*report.report(out))
     failed = [f"{r['series']} on {r['ranks']}" for r in records if r["summary"] is None]
     if failed:
-        print(f"hpcpar scaling: {len(failed)} of {len(records)} point(s) failed: {', '.join(failed)} "
+        print(f"hpcpar scaling: {len(failed)} of {len(records)} run(s) failed: {', '.join(failed)} "
               f"(their logs: {out / 'logs'})", file=sys.stderr)
         return EXIT_FAILURE
     return 0

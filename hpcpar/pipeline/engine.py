@@ -49,6 +49,13 @@ class PipelineEngine:
         self.n_stages = self.p * self.v
         self.program = schedule.with_communication()[self.rank]
         self.act_shape, self.dtype, self.lookahead = act_shape, dtype, lookahead
+        from mpi4py import MPI
+        top = self.tag(1, schedule.microbatches - 1, self.n_stages - 1)
+        limit = pp_comm.mpi.Get_attr(MPI.TAG_UB)
+        if top > limit:
+            from hpcpar.runtime import UsageError
+            raise UsageError(f"{schedule.microbatches} micro-batches x {self.n_stages} stages need message tags "
+                             f"up to {top}, beyond this MPI's limit {limit}")
         self.pool = BufferPool(backend.xp())
         # the last backward action of each chunk (W when split): after it the chunk's gradients are final
         last = "W" if schedule.split_backward else "B"

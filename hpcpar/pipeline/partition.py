@@ -54,11 +54,12 @@ def balanced(costs, n_stages, first_extra=0.0, last_extra=0.0):
 
 
 def gpt_block_costs(cfg, method):
-    """(per-block cost, first-stage extra, last-stage extra) for a GPT config."""
+    """(per-block cost, first-stage extra, last-stage extra) for a GPT config.  On several stages the
+    last one holds the output projection - its own copy of the token embedding when tied."""
     C, F, V, T = cfg.d_model, cfg.d_ff, cfg.vocab_size, cfg.seq_len
     if method == "params":
         block = 4 * C + 3 * C * C + 3 * C + C * C + C + C * F + F + F * C + C
-        return [block] * cfg.n_layer, V * C + T * C, 2 * C + (0 if cfg.tied else V * C)
+        return [block] * cfg.n_layer, V * C + T * C, 2 * C + V * C
     # forward FLOPs per token: 2 per multiply-add of every GEMM, plus attention's QK^T and PV
     block = 2 * (3 * C * C + C * C + 2 * C * F) + 2 * 2 * T * C
     return [block] * cfg.n_layer, 0, 2 * C * V

@@ -90,9 +90,12 @@ def _message(rank, action, p):
 
 
 def simulate(schedule, costs=Costs(), blocking_sends=False, program=None):
-    """Execute ``program`` (default: ``schedule.with_communication()``) and measure it."""
+    """Execute ``program`` (default: ``schedule.with_communication()``) and measure it.  ``costs``: one
+    Costs for every rank, or a list of one per rank (stages that are not balanced, e.g. the last one
+    also computes the output layer and the loss; a message takes its sender's latency)."""
     program = schedule.with_communication() if program is None else program
     p = schedule.stages
+    rank_costs = list(costs) if isinstance(costs, (list, tuple)) else [costs] * p
     pc = [0] * p                    # next instruction of each rank
     clock = [0.0] * p
     arrival = {}                    # message key -> time it arrives (posted, not yet received)
@@ -107,7 +110,7 @@ def simulate(schedule, costs=Costs(), blocking_sends=False, program=None):
         """Execute rank r's next instruction if it can run now; return whether it did."""
         a = program[r][pc[r]]
         if a.op in COMPUTE:
-            end = clock[r] + costs.of(a, schedule.split_backward)
+            end = clock[r] + rank_costs[r].of(a, schedule.split_backward)
             events[r].append(Event(r, clock[r], end, a))
             clock[r] = end
             if not schedule.forward_only and a.op != "W":
@@ -119,10 +122,11 @@ def simulate(schedule, costs=Costs(), blocking_sends=False, program=None):
                             ("SEND_F", "SEND_B"))
             if other is None or _message(a.peer, other, p) != _message(r, a, p):
                 return False
-            clock[r] = clock[a.peer] = max(clock[r], clock[a.peer]) + costs.latency
+            sender = r if a.op.startswith("SEND") else a.peer
+            clock[r] = clock[a.peer] = max(clock[r], clock[a.peer]) + rank_costs[sender].latency
             pc[a.peer] += 1
         elif a.op.startswith("SEND"):
-            arrival[_message(r, a, p)] = clock[r] + costs.latency
+            arrival[_message(r, a, p)] = clock[r] + rank_costs[r].latency
         else:
             key = _message(r, a, p)
             if key not in arrival:

@@ -1,6 +1,8 @@
 """From the stored results of a sweep to its figures: a CSV, a table and five PNG plots.
 
-Every figure comes from one point's ``hpcpar train --summary-json`` (results/*.json, sweep.py):
+Every figure comes from one run's ``hpcpar train --summary-json`` (results/*.json, sweep.py); where
+a point ran more than once (``--repeat``, or a later sweep into the same directory), from its fastest
+run - on a shared machine, the one least disturbed by other jobs:
 
 * time per step: the median over the timed steps (the first step, start-up, is left out);
 * tokens/s: tokens per step / time per step;
@@ -26,7 +28,7 @@ from pathlib import Path
 from hpcpar.runtime import UsageError
 
 GROUPS = ("tp", "pp", "dp", "embed", "world")
-COLUMNS = ("mode", "series", "ranks", "layout", "tp", "pp", "dp", "batch_size", "exit_status", "step_time_s",
+COLUMNS = ("mode", "series", "ranks", "layout", "tp", "pp", "dp", "batch_size", "runs", "exit_status", "step_time_s",
            "tokens_per_s", "speedup", "efficiency", "compute_share", "outside_share", "bytes_per_rank",
            *(f"bytes_{g}" for g in GROUPS), "bubble_measured", "bubble_simulated", "mfu", "loss", "wall_s")
 PLOTS = ("time_per_step.png", "speedup.png", "efficiency.png", "tokens_per_s.png", "communication.png")
@@ -67,10 +69,23 @@ def _row(record):
     return row
 
 
+def _fastest(rows):
+    """One row per point: its fastest run that finished (else its last run), with the count of runs."""
+    points = {}
+    for row in rows:
+        points.setdefault((row["mode"], row["series"], row["ranks"]), []).append(row)
+    best = []
+    for key in sorted(points):
+        done = [r for r in points[key] if r["step_time_s"] is not None]
+        row = min(done, key=lambda r: r["step_time_s"]) if done else points[key][-1]
+        best.append(dict(row, runs=len(points[key])))
+    return best
+
+
 def derive(records):
-    """The rows of every record, with speedup and efficiency against the smallest rank count that ran
-    in the same mode and series."""
-    rows = sorted((_row(r) for r in records), key=lambda r: (r["mode"], r["series"], r["ranks"]))
+    """One row per point (mode, series, ranks), with speedup and efficiency against the smallest rank
+    count that ran in the same mode and series."""
+    rows = _fastest([_row(r) for r in records])
     base = {}
     for row in rows:
         if row["tokens_per_s"] is not None:
@@ -91,11 +106,11 @@ def write_csv(rows, path):
 
 
 def table(rows):
-    head = (f"{'mode':6s} {'series':>12s} {'ranks':>5s}  {'layout':12s} {'ms/step':>9s} {'tokens/s':>10s} "
+    head = (f"{'mode':6s} {'series':>12s} {'ranks':>5s}  {'layout':12s} {'runs':>4s} {'ms/step':>9s} {'tokens/s':>10s} "
             f"{'speedup':>7s} {'effic.':>6s} {'outside F/B/W':>13s} {'MB/rank/step':>12s}")
     lines = [head, "-" * len(head)]
     for r in rows:
-        start = f"{r['mode']:6s} {r['series']:>12s} {r['ranks']:>5d}  {r['layout']:12s} "
+        start = f"{r['mode']:6s} {r['series']:>12s} {r['ranks']:>5d}  {r['layout']:12s} {r['runs']:>4d} "
         if r["step_time_s"] is None:
             lines.append(start + f"failed: exit status {r['exit_status']}")
             continue

@@ -11,6 +11,7 @@ Each point is a fresh job, started with ``mpiexec -n N`` ($HPCPAR_MPIEXEC, else 
 this Python) or ``srun -n N`` ($HPCPAR_SRUN, else ``srun --mpi=pmi2``, inside a Slurm allocation).
 A point that fails or outlives ``--timeout`` is recorded as such and the sweep goes on.
 """
+import contextlib
 import json
 import os
 import shlex
@@ -108,14 +109,20 @@ def run_job(cmd, log, timeout):
         except subprocess.TimeoutExpired:
             pass
         finally:
-            if proc.poll() is None:
-                os.killpg(proc.pid, signal.SIGTERM)
-                try:
-                    proc.wait(timeout=TERM_GRACE_S)
-                except subprocess.TimeoutExpired:
-                    os.killpg(proc.pid, signal.SIGKILL)
-                    proc.wait()
+            _stop(proc)
     return status, time.monotonic() - start
+
+
+def _stop(proc):
+    """End ``proc``'s session if it still runs: SIGTERM (hpcpar finishes its step and exits; srun hands
+    the signal to its ranks), then SIGKILL after TERM_GRACE_S."""
+    for sig, grace in ((signal.SIGTERM, TERM_GRACE_S), (signal.SIGKILL, None)):
+        if proc.poll() is not None:
+            return
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, sig)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            proc.wait(timeout=grace)
 
 
 def first_error(log):
@@ -127,51 +134,81 @@ def first_error(log):
     return lines[-1] if lines else "(no output)"
 
 
-def run_point(point, cfg, launcher, flags, out, timeout):
-    """One point, start to finish: its result record (also written to results/<name>.json)."""
-    log, summary = out / "logs" / f"{point.name}.log", out / "logs" / f"{point.name}.summary.json"
+def runnable_others(samples=5, interval=0.1):
+    """Processes other than this one ready to run, averaged over half a second before a run: how much
+    of the machine other work wanted (Linux's /proc/stat; None elsewhere)."""
+    counts = []
+    for _ in range(samples):
+        try:
+            with open("/proc/stat") as f:
+                counts += [int(line.split()[1]) - 1 for line in f if line.startswith("procs_running ")]
+        except (OSError, ValueError):
+            return None
+        time.sleep(interval)
+    return sum(counts) / len(counts) if counts else None
+
+
+def run_point(point, cfg, launcher, flags, out, timeout, name):
+    """One run of a point, start to finish: its result record (also written to results/<name>.json)."""
+    log, summary = out / "logs" / f"{name}.log", out / "logs" / f"{name}.summary.json"
     summary.unlink(missing_ok=True)
     cmd = train_command(point, launcher, flags, summary)
+    others = runnable_others()
     status, seconds = run_job(cmd, log, timeout)
     record = {"mode": point.mode, "series": point.series.name, "ranks": point.ranks, "layout": asdict(point.layout),
               "batch_size": point.batch_size, "microbatches": cfg.microbatches, "chunks": cfg.chunks,
               "schedule": cfg.schedule, "model": cfg.model, "steps": cfg.steps,
               "launcher": launcher, "command": cmd, "exit_status": status, "timed_out": status is None,
               "timeout_s": timeout, "wall_s": seconds, "log": str(log.relative_to(out)),
-              "host": socket.gethostname(), "host_cpus": len(os.sched_getaffinity(0)),
+              "host": socket.gethostname(), "host_cpus": len(os.sched_getaffinity(0)), "runnable_others": others,
               "nodes": int(os.environ.get("SLURM_JOB_NUM_NODES", 1)),
               "threads": {var: os.environ.get(var) for var in THREAD_VARS},
               "date": time.strftime("%Y-%m-%d %H:%M:%S %Z"), "summary": None}
     if status == 0 and summary.exists():
         record["summary"] = json.loads(summary.read_text())
         summary.unlink()
+    elif status is None:
+        record["error"] = f"no answer within {timeout} s"
+    elif status:
+        record["error"] = first_error(log)
     else:
-        record["error"] = f"no answer within {timeout} s" if status is None else \
-            first_error(log) if status else "exit status 0 but no --summary-json written"
-    (out / "results" / f"{point.name}.json").write_text(json.dumps(record, indent=1) + "\n")
+        record["error"] = "exit status 0 but no --summary-json written"
+    (out / "results" / f"{name}.json").write_text(json.dumps(record, indent=1) + "\n")
     return record
 
 
 def describe(record):
-    """One line about a finished point."""
+    """One line about a finished run."""
     head = f"{record['series']:>12} {record['ranks']:>4} rank(s) {'tp{tp}pp{pp}dp{dp}'.format(**record['layout'])}"
     s = record["summary"]
     if s is None:
         return f"{head}: FAILED ({record['error']}; log: {record['log']})"
-    return f"{head}: {s['step_time_s'] * 1e3:9.1f} ms/step {s['tokens_per_s']:11,.0f} tokens/s"
+    others = record["runnable_others"]
+    return (f"{head}: {s['step_time_s'] * 1e3:9.1f} ms/step {s['tokens_per_s']:11,.0f} tokens/s"
+            + ("" if others is None else f"  ({others:.1f} other processes wanted the {record['host_cpus']} cores)"))
 
 
-def sweep(points, configs, launcher, flags, out, timeout, progress=True):
-    """Run every point in turn, a progress bar over the sweep; returns the result records."""
+def runs(points, repeat):
+    """(point index, run name) of every run: the whole sweep ``repeat`` times, each time starting one
+    point later, so that a burst of load from another job does not hit every run of the same point.
+    With ``repeat`` > 1 the runs of a point are named <point>-run1, -run2, ..."""
+    n = len(points)
+    for r in range(repeat):
+        for i in [*range(r % n, n), *range(r % n)]:
+            yield i, points[i].name + (f"-run{r + 1}" if repeat > 1 else "")
+
+
+def sweep(points, configs, launcher, flags, out, timeout, repeat=1, progress=True):
+    """Run every point ``repeat`` times, a progress bar over the sweep; returns the result records."""
     from tqdm import tqdm
     for sub in ("results", "logs"):
         (out / sub).mkdir(parents=True, exist_ok=True)
     records = []
-    with tqdm(total=len(points), desc="scaling", unit="run", disable=not progress, file=sys.stderr,
+    with tqdm(total=len(points) * repeat, desc="scaling", unit="run", disable=not progress, file=sys.stderr,
               dynamic_ncols=True) as bar:
-        for point, cfg in zip(points, configs):
-            bar.set_postfix_str(f"{point.series.name} on {point.ranks}")
-            records.append(run_point(point, cfg, launcher, flags, out, timeout))
+        for i, name in runs(points, repeat):
+            bar.set_postfix_str(f"{points[i].series.name} on {points[i].ranks}")
+            records.append(run_point(points[i], configs[i], launcher, flags, out, timeout, name))
             bar.write(describe(records[-1]), file=sys.stdout)
             bar.update()
     return records

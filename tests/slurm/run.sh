@@ -128,8 +128,12 @@ skip() {
 expect_banner() {
     expect_line "^== [a-z_]+\.sbatch: job [0-9]+ .* started [0-9]{4}-"
     expect_line "^== nodes: $(hostname -s) \(1 node\(s\)\)"
-    expect_line "^== code: $ROOT at commit $(git rev-parse HEAD)"
     expect_line "^== [a-z_]+\.sbatch: ended .* exit status $1 "
+    # a commit of this repository (not necessarily today's HEAD: a commit may land while the job runs)
+    local commit
+    commit=$(sed -nE "s|^== code: $ROOT at commit ([0-9a-f]{40}).*|\1|p" "$OUT" | head -n 1)
+    git cat-file -e "$commit^{commit}" 2>/dev/null \
+        || bad "no line '== code: $ROOT at commit <a commit of this repository>'"
 }
 
 # --- what a training job leaves ---------------------------------------------------------------------
@@ -199,9 +203,9 @@ check_scaling_array() {
         expect_trained "$n" "tp $n x pp 1 x dp 1"
     done
     OUT=$LOGS/scaling-2.out
-    expect_count 2 "^strong +tp +[12] +tp[12]pp1dp1 +[0-9.]+ "
-    for n in 1 2; do       # mode ... layout, tp, pp, dp, batch, exit status, time per step
-        expect_line "^strong,tp,$n,tp${n}pp1dp1,$n,1,1,16,0,[0-9.]+," "$RUN_DIR/scaling.csv"
+    expect_count 2 "^strong +tp +[12] +tp[12]pp1dp1 +1 +[0-9.]+ "
+    for n in 1 2; do       # mode ... layout, tp, pp, dp, batch, runs, exit status, time per step
+        expect_line "^strong,tp,$n,tp${n}pp1dp1,$n,1,1,16,1,0,[0-9.]+," "$RUN_DIR/scaling.csv"
     done
     for f in scaling.csv time_per_step.png speedup.png efficiency.png tokens_per_s.png communication.png; do
         [[ -s $RUN_DIR/$f ]] || bad "the report wrote no $RUN_DIR/$f"

@@ -1,0 +1,41 @@
+"""The benchmark suite: a quick run writes valid JSON and Markdown; the GEMM list matches the FLOP model.
+
+No assertion here is about speed: timings on a shared machine are the benchmark's business, not a
+test's (BENCHMARKS.md, docs/performance.md).
+"""
+import json
+from types import SimpleNamespace
+
+import pytest
+
+from hpcpar.bench.gemm import block_gemms, head_gemms
+from hpcpar.flops import gpt_step_flops
+from mpitools import hpcpar, run
+
+
+def test_quick_bench_writes_json_and_a_markdown_table(tmp_path):
+    out, md = tmp_path / "results.json", tmp_path / "BENCHMARKS.md"
+    proc, _ = run(hpcpar() + ["bench", "--quick", "--only", "gemm", "--out", str(out), "--markdown", str(md)],
+                  timeout=300)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    report = json.loads(out.read_text())
+    assert report["quick"] and dict(report["machine"])["numpy"]
+    (gemm,) = report["benchmarks"]["gemm"]["runs"]
+    assert "error" not in gemm and gemm["tables"][0]["rows"]
+    assert set(gemm["figures"]["peak_gflops"]) == {"float32", "float64"}
+    text = md.read_text()
+    assert "## (a) GEMM rate" in text and "| GEMM | m x k x n |" in text and "OPENBLAS_CORETYPE" in text
+
+
+def test_unknown_benchmark_is_refused():
+    proc, _ = run(hpcpar() + ["bench", "--only", "gemm,nonsense"], timeout=60)
+    assert proc.returncode == 2 and "nonsense" in proc.stderr
+
+
+@pytest.mark.parametrize("hidden,heads,seq,vocab", [(64, 2, 32, 0), (256, 4, 128, 1024)])
+def test_gemm_list_has_the_flops_of_the_model_formula(hidden, heads, seq, vocab):
+    """The GEMMs the benchmarks time are exactly the model FLOPs hpcpar.flops counts (one block + head)."""
+    batch = 3
+    cfg = SimpleNamespace(d_model=hidden, d_ff=4 * hidden, n_layer=1, vocab_size=vocab, seq_len=seq)
+    gemms = block_gemms(hidden, batch, seq, heads) + (head_gemms(hidden, vocab, batch * seq) if vocab else [])
+    assert sum(g.flops for g in gemms) == gpt_step_flops(cfg, batch * seq)
