@@ -16,7 +16,7 @@ run - on a shared machine, the one least disturbed by other jobs:
   gradient all-reduce that is not hidden, the optimizer step and Python overhead.  Tensor-parallel
   all-reduces happen *inside* forward and backward, so they count as compute here - and so does the
   time a rank waits for a core when ranks outnumber cores;
-* bytes per rank: the summary's ``bytes_per_step`` (payload moved by each kind of group, all ranks
+* bytes per rank: the summary's ``bytes_per_step`` (the payload each kind of group handed to MPI, all ranks
   together) / ranks: the volume, not its time.
 
 Plots are drawn with matplotlib's Agg renderer (``Figure`` without pyplot: no display needed).
