@@ -204,8 +204,10 @@ class Loop:
         """Gather the figures of every rank and print them on rank 0."""
         cfg, t, g = self.cfg, self.trainer, self.grid
         steps = max(1, len(self.history) - 1)
-        volume = {c.name: c.stats.total_bytes() / max(1, len(self.history)) for c in g.communicators()}
-        mine = {"windows": self.windows, "volume": volume,
+        n = max(1, len(self.history))
+        volume = {c.name: c.stats.total_bytes() / n for c in g.communicators()}
+        blocked = {c.name: c.stats.total_seconds() / n for c in g.communicators()}
+        mine = {"windows": self.windows, "volume": volume, "blocked": blocked,
                 "costs": mean_costs(self.timelines)}
         everyone = g.world_comm.mpi.gather(mine, root=0)       # once per run: a pickled gather is fine
         if not self.root or not self.history:
@@ -220,11 +222,14 @@ class Loop:
             for name, b in r["volume"].items():
                 groups[name] = groups.get(name, 0.0) + b
         costs = {op: statistics.fmean(r["costs"][op] for r in everyone) for op in ("F", "B", "W")}
+        blocked = {name: statistics.fmean(r["blocked"].get(name, 0.0) for r in everyone) for name in groups}
         measured = pipeline_bubble([w for r in everyone for w in r["windows"]])
         floor = getattr(t.data, "entropy_floor", None)
         n_params = sum(p.data.size for p in t.parameters())
         lines = [
-            f"hpcpar train: {len(self.history)} steps, {cfg.model} model, tp {cfg.tp} x pp {cfg.pp} x dp {cfg.dp} "
+            f"hpcpar train: {len(self.history)} steps"
+            + (f" (steps {self.history[0][0] + 1}-{self.history[-1][0] + 1})" if self.history[0][0] else "")
+            + f", {cfg.model} model, tp {cfg.tp} x pp {cfg.pp} x dp {cfg.dp} "
             f"= {g.world} ranks, {cfg.schedule} with {cfg.microbatches} micro-batch"
             + ("es" if cfg.microbatches > 1 else "")
             + (f" x {cfg.chunks} chunks" if cfg.chunks > 1 else "") + f", {cfg.dtype}",
@@ -239,6 +244,9 @@ class Loop:
             "  bytes/step  " + (", ".join(f"{name} {_size(groups[name])}" for name in ("tp", "pp", "dp", "embed", "world")
                                           if groups.get(name)) or "none: a single rank communicates with nobody")
             + (" (payload handed to MPI, all ranks)" if g.world > 1 else ""),
+            *([f"  comm time   " + ", ".join(f"{name} {1e3 * sec:.1f} ms" for name, sec in blocked.items() if sec)
+               + f" per step and rank inside MPI calls ({100 * sum(blocked.values()) / step_time:.0f}% of the step)"]
+              if g.world > 1 else []),
             f"  parameters  {n_params:,} on rank 0 of this layout",
         ]
         self._print("\n".join(lines))
@@ -246,8 +254,9 @@ class Loop:
                         "tokens_per_s": t.tokens_per_step / step_time, "mfu": flops / step_time / peak,
                         "gemm_flops_per_s": peak, "model_flops_per_step": flops,
                         "bubble_measured": measured, "bubble_simulated": simulated_bubble(t.schedule, costs),
-                        "costs_s": costs, "bytes_per_step": groups, "steps": steps,
-                        "layout": {"tp": cfg.tp, "pp": cfg.pp, "dp": cfg.dp, "world": g.world,
+                        "costs_s": costs, "bytes_per_step": groups, "comm_seconds_per_step": blocked,
+                        "steps": steps,
+                        "layout": {"tp": cfg.tp, "pp": cfg.pp, "dp": cfg.dp, "world": g.world, "chunks": cfg.chunks,
                                    "schedule": cfg.schedule, "microbatches": cfg.microbatches},
                         "tokens_per_step": t.tokens_per_step, "step_times_s": times}
         if cfg.summary_json:
