@@ -2,9 +2,10 @@
 
 Two ranks run the benchmark GPT as a 2-stage pipeline, 8 micro-batches, 1F1B and GPipe taking turns.
 Each step, each rank's engine records what it ran and when (``PipelineEngine.timeline``, from
-``PipelineEngine.started``, one perf_counter clock for the machine).  Measured, per step:
+``PipelineEngine.started``, one perf_counter clock for the machine).  Measured, per step, as
+``hpcpar train`` and ``hpcpar trace summary`` measure it (loop.engine_window, pipeline/bubble.py):
 
-    makespan   from the first action of either rank to the last action of either rank
+    makespan   from the earlier rank's start of the step to the later rank's end
     bubble     1 - (F and B time summed over both ranks) / (2 x makespan)
 
 Predicted, for the same step: ``simulate(schedule, costs)`` with that step's mean F and B and, as
@@ -15,41 +16,24 @@ are not balanced.  The step with the median makespan is reported (every step's e
 JSON).  Targets: makespan within 10%, bubble within 10 points of the step.
 """
 import statistics
-import time
 
 import numpy as np
 from mpi4py import MPI
 
 from hpcpar.bench.common import BENCH_MODEL, Result, ms, pct
-from hpcpar.loop import engine_busy, mean_costs
+from hpcpar.comm import Communicator
+from hpcpar.loop import engine_window, mean_costs
+from hpcpar.pipeline.bubble import pipeline_bubble
+from hpcpar.plan.pingpong import half_round_trip
 
 SCHEDULES = ("1f1b", "gpipe")
 QUICK_MODEL = dict(hidden=32, layers=2, heads=2, seq_len=16, vocab=64, batch_size=8)
 
 
-def one_way_latency(world, shape, dtype, rounds=20):
-    """Seconds for one message of ``shape`` between the two ranks (fastest of ``rounds`` ping-pongs)."""
-    buf, best = np.zeros(shape, dtype), float("inf")
-    for _ in range(rounds):
-        world.Barrier()
-        start = time.perf_counter()
-        if world.rank == 0:
-            world.Send(buf, dest=1)
-            world.Recv(buf, source=1)
-        else:
-            world.Recv(buf, source=0)
-            world.Send(buf, dest=0)
-        best = min(best, (time.perf_counter() - start) / 2)
-    return best
-
-
 def measured(ranks):
-    """One step: [(started, timeline) of each rank] -> (makespan, bubble)."""
-    first = min(started + tl[0][0] for started, tl in ranks)
-    last = max(started + tl[-1][1] for started, tl in ranks)
-    makespan = last - first
-    busy = sum(engine_busy(tl)[0] for _, tl in ranks)
-    return makespan, 1 - busy / (len(ranks) * makespan)
+    """One step: [(window, timeline) of each rank] -> (makespan, bubble)."""
+    windows = [(0, 0, 0, *window) for window, _ in ranks]
+    return max(w[4] for w in windows) - min(w[3] for w in windows), pipeline_bubble(windows)
 
 
 def predicted(schedule, ranks, latency):
@@ -75,16 +59,16 @@ def run(quick):
             world.Barrier()
             trainer.step(step)
             if step:
-                records[s].append((trainer.engine.started, list(trainer.engine.timeline)))
+                records[s].append((engine_window(trainer.engine), list(trainer.engine.timeline)))
     t = trainers[SCHEDULES[0]]
-    latency = one_way_latency(world, t._act_shape(0), t.dtype)
+    latency = half_round_trip(Communicator(world), int(np.prod(t._act_shape(0))) * t.dtype.itemsize, 20)
     gathered = {s: world.gather(r, root=0) for s, r in records.items()}   # pickled, once: outside any timing
     if world.rank:
         return None
     res = Result()
     rows = []
     for s, per_rank in gathered.items():
-        steps = [list(ranks) for ranks in zip(*per_rank)]          # per step: [(started, timeline) of each rank]
+        steps = [list(ranks) for ranks in zip(*per_rank)]          # per step: [(window, timeline) of each rank]
         meas = [measured(ranks) for ranks in steps]
         median = sorted(range(len(steps)), key=lambda i: meas[i][0])[len(steps) // 2]
         (makespan, bubble), ranks = meas[median], steps[median]
@@ -110,5 +94,6 @@ def run(quick):
                "simulated", "difference"], rows,
               [f"Measured costs (that 1F1B step): F {ms(c[0]['F'])} / B {ms(c[0]['B'])} on rank 0, F {ms(c[1]['F'])} / "
                f"B {ms(c[1]['B'])} on rank 1; message latency {latency * 1e6:.0f} us (ping-pong of one activation).",
-               "makespan: the engine's own time line, first action to last over both ranks (no optimizer step)."])
+               "makespan: the engine's own time line, the step's start on the earlier rank to its end on the later "
+              "(the optimizer step is not part of it)."])
     return res

@@ -86,7 +86,7 @@ def us(seconds):
 def size(nbytes):
     for unit in ("B", "KB", "MB", "GB"):
         if nbytes < 1024 or unit == "GB":
-            return f"{nbytes:g} {unit}"
+            return f"{nbytes:.3g} {unit}"
         nbytes /= 1024
 
 

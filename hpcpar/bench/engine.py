@@ -117,32 +117,30 @@ def bench_step(res, rounds, torch, quick):
         head_gemms(m.d_model, m.vocab_size, B * m.seq_len)
     gemm_s = time_gemms(list({g.name: g for g in gemms}.values()), max(2, rounds // 2), torch)
     counts = {g.name: sum(1 for h in gemms if h.name == g.name) for g in gemms}
-    flops = gpt_step_flops(m, trainer.tokens_per_step)
-    cols, rows = ["", "ours"], []
+    flops, tokens = gpt_step_flops(m, trainer.tokens_per_step), trainer.tokens_per_step
+
+    def column(step_s, gemm_s_total):
+        return [ms(step_s), f"{tokens / step_s:,.0f}", f"{ms(gemm_s_total)} = {pct(gemm_s_total / step_s)}",
+                f"{flops / step_s / 1e9:.0f} GFLOP/s = {pct(flops / step_s / peak)}"]
     mine = min(times["ours"])
     ours_gemm = sum(s * counts[n] for (lib, _, n), s in gemm_s.items() if lib == "numpy")
-    values = {"step": [ms(mine)], "tokens/s": [f"{trainer.tokens_per_step / mine:,.0f}"],
-              "GEMMs (timed alone at the step's shapes)": [f"{ms(ours_gemm)} = {pct(ours_gemm / mine)} of the step"],
-              "model FLOP/s against the square-GEMM peak": [f"{flops / mine / 1e9:.0f} GFLOP/s = {pct(flops / mine / peak)}"
-                                                          f" of {peak / 1e9:.0f}"]}
+    cols = [["step", "tokens/s", "GEMMs (timed alone at the step's shapes), share of the step",
+             f"model FLOP/s, share of the {peak / 1e9:.0f} GFLOP/s peak"], column(mine, ours_gemm)]
+    header = ["", "ours"]
     res.figures["gpt_step"] = {"ours_s": mine, "gemm_ours_s": ours_gemm, "flops": flops, "peak_flops": peak}
     if torch is not None:
         fig = summary(times, "ours", "torch")
-        theirs = fig["theirs_s"]
         torch_gemm = sum(s * counts[n] for (lib, _, n), s in gemm_s.items() if lib == "torch")
-        cols += ["PyTorch", "ours / PyTorch"]
-        values["step"] += [ms(theirs), ratio(fig["ratio"])]
-        values["tokens/s"] += [f"{trainer.tokens_per_step / theirs:,.0f}", ratio(theirs / mine)]
-        values["GEMMs (timed alone at the step's shapes)"] += [f"{ms(torch_gemm)} = {pct(torch_gemm / theirs)}",
-                                                              ratio(ours_gemm / torch_gemm)]
-        values["model FLOP/s against the square-GEMM peak"] += [f"{flops / theirs / 1e9:.0f} GFLOP/s", ""]
+        cols += [column(fig["theirs_s"], torch_gemm),
+                 [ratio(fig["ratio"]), ratio(fig["theirs_s"] / mine), ratio(ours_gemm / torch_gemm), ""]]
+        header += ["PyTorch", "ours / PyTorch"]
         res.figures["gpt_step"].update(fig, gemm_torch_s=torch_gemm)
         res.target("GPT training step (one rank): ours / PyTorch eager", f"<= {TARGET:.2f}x", ratio(fig["ratio"]),
                    fig["ratio"] <= TARGET)
-    rows = [[k] + v for k, v in values.items()]
+    rows = [list(row) for row in zip(*cols)]
     res.table(f"One training step of the benchmark GPT on one rank (hidden {m.d_model}, {m.n_layer} layers, "
               f"{m.n_head} heads, vocabulary {m.vocab_size}, {B} x {m.seq_len} tokens; forward, backward, "
-              "clipping, AdamW)", cols, rows,
+              "clipping, AdamW)", header, rows,
               ["ours: Trainer.step (it also draws the batch); PyTorch: the same model in torch.nn, same batch, "
                "clip_grad_norm_ and torch.optim.AdamW.",
                "peak: numpy's square float32 GEMM (hpcpar.flops.gemm_rate), CPU time, measured in this run."])

@@ -91,7 +91,9 @@ def describe(launcher, env):
         ("Python", sys.version.split()[0]),
         ("numpy", f"{np.__version__}, BLAS {numpy_blas()}, OpenBLAS kernel in use: {openblas_core() or 'unknown'}"),
         ("BLAS/OpenMP/MPI environment", ", ".join(f"{k}={v}" for k, v in env.items())),
-        ("MPI", f"{mpi} (mpi4py {mpi4py_version}), launched as `{launcher} -n N`"),
+        ("MPI", f"{mpi} (mpi4py {mpi4py_version}), launched as `{launcher} -n N`; ranks run with "
+                f"MPIR_CVAR_CH4_PROGRESS_THROTTLE={env.get('MPIR_CVAR_CH4_PROGRESS_THROTTLE', 1)} "
+                "(hpcpar's default under a launcher, hpcpar/runtime.py)"),
         ("PyTorch", torch_description()),
         ("GPU", cupy_description()),
     ]

@@ -1,7 +1,7 @@
 """Run the benchmark suite: each benchmark side by side with its baseline, in one run, written as JSON
 and as the Markdown tables of BENCHMARKS.md (docs/performance.md explains every table).
 
-  hpcpar bench                                   every benchmark (about 5-8 minutes on 2 cores)
+  hpcpar bench                                   every benchmark (2-6 minutes on 2 cores, with other jobs)
   hpcpar bench --only p2p,collectives            some of them
   hpcpar bench --quick --only gemm               tiny sizes: checks that it runs, not figures to quote
   hpcpar bench --out bench/results.json --markdown BENCHMARKS.md      (what `make bench` runs)

@@ -14,8 +14,8 @@ everything.
 from hpcpar.backend import is_device_array
 
 # A chain touches 3 to 5 arrays at once; blocks of 256 KB keep them all inside a 2 MB L2.  Measured
-# on the benchmark machine: 128 KB to 512 KB are within a few per cent, 64 KB pays for its Python
-# loop and 1 MB no longer fits (docs/performance.md).
+# on the benchmark machine (GELU, docs/performance.md): 256 KB was best, 128 and 512 KB within about
+# 15%, 64 KB pays for its Python loop and 1 MB no longer fits.
 BLOCK_BYTES = 256 * 1024
 
 
