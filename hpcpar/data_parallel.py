@@ -27,8 +27,12 @@ from hpcpar.optim import Shard
 
 
 class DataParallel:
-    def __init__(self, params, dp_comm, bucket_mb=4.0, zero1=False, late=()):
+    def __init__(self, params, dp_comm, bucket_mb=4.0, zero1=False, late=(), uses=None):
+        """``uses``: {id(param): how many model chunks report it ready} - a parameter that two chunks
+        of this rank share (the tied embedding when one rank holds both ends of an interleaved model)
+        is final only when the last of them is done with it. Default 1 each."""
         self.comm, self.zero1 = dp_comm, zero1
+        self._uses = uses or {}
         align = dp_comm.size if zero1 else 1
         late_ids = {id(p) for p in late}
         backward_order = [p for p in reversed(params) if id(p) not in late_ids]
@@ -45,6 +49,7 @@ class DataParallel:
 
     def start_step(self):
         self._waiting = [len(b.params) for b in self.buckets]
+        self._pending_uses = dict(self._uses)
         self._launched = [False] * len(self.buckets)
         self._requests = []
         self.launch_times = []
@@ -54,6 +59,10 @@ class DataParallel:
         for p in params:
             i = self._bucket_of[id(p)]
             if self.buckets[i] is self.late:
+                continue
+            left = self._pending_uses.get(id(p), 1) - 1
+            self._pending_uses[id(p)] = left
+            if left > 0:
                 continue
             self._waiting[i] -= 1
             if self._waiting[i] == 0:

@@ -101,7 +101,11 @@ class Trainer:
         # both copies of a tied embedding split over the pipeline: the first stage's and the last's
         self.tied = [p for p in params if cfg.pp > 1 and p.name == "wte.weight" and not cfg.untied]
         partial = [p for p in params if p.tp_partial]
-        self.dp = DataParallel(params, g.dp_comm, cfg.bucket_mb, cfg.zero1, late=self.tied + partial)
+        uses = {}
+        for chunk in self.chunks:
+            for p in chunk.parameters():
+                uses[id(p)] = uses.get(id(p), 0) + 1
+        self.dp = DataParallel(params, g.dp_comm, cfg.bucket_mb, cfg.zero1, late=self.tied + partial, uses=uses)
         self.partial = partial
         self.optimizer = make_optimizer(cfg.optimizer, cfg.lr, cfg.momentum, cfg.beta1, cfg.beta2, cfg.eps,
                                         cfg.weight_decay)

@@ -42,3 +42,11 @@ def test_every_schedule_matches_one_rank(comm, schedule, extra, dims):
 def test_uneven_partition_and_recompute(comm):
     check_step(comm, pp=2, dp=comm.size // 2, partition="5,3", recompute=True, microbatches=4)
     check_step(comm, pp=2, dp=comm.size // 2, partition="params", schedule="gpipe", microbatches=2)
+
+
+@pytest.mark.mpi(min_size=2)
+def test_one_rank_holding_both_ends_of_an_interleaved_model(comm):
+    """pp = 1 with 2 chunks: the tied embedding is one parameter used by both chunks, and its DP
+    all-reduce must wait for the second use (small buckets make an early start visible)."""
+    check_step(comm, pp=1, dp=comm.size, schedule="interleaved", chunks=2, microbatches=2, bucket_mb=0.001,
+               batch_size=2 * comm.size * 2)
