@@ -38,3 +38,18 @@ def gemm_rate(dtype="float32", n=512, seconds=0.2, clock=time.perf_counter):
         a @ b
         best = min(best, clock() - t)
     return 2.0 * n ** 3 / best
+
+
+def gemm_throughput(dtype="float32", n=512, seconds=0.3):
+    """Sustained FLOP/s of n x n x n multiplies: as many as fit in ``seconds`` of wall time.  Run on
+    every rank at once, the sum over ranks is what the machine delivers to them together (ranks that
+    share a core share its rate) - the denominator of an honest utilisation when ranks outnumber cores.
+    ``gemm_rate``'s best single multiply would credit every rank with a whole core."""
+    a = np.random.default_rng(0).standard_normal((n, n)).astype(dtype)
+    b = a.copy()
+    a @ b
+    count, start = 0, time.perf_counter()
+    while time.perf_counter() - start < seconds:
+        a @ b
+        count += 1
+    return 2.0 * n ** 3 * count / (time.perf_counter() - start)

@@ -15,7 +15,7 @@ import numpy as np
 
 from hpcpar import checkpoint, trace
 from hpcpar.checkpoint.consolidated import export, init_from
-from hpcpar.flops import gemm_rate, gpt_step_flops, mlp_step_flops
+from hpcpar.flops import gemm_throughput, gpt_step_flops, mlp_step_flops
 from hpcpar.pipeline.bubble import pipeline_bubble
 from hpcpar.runtime import EXIT_FAILURE, EXIT_PREEMPTED
 from hpcpar.train import Trainer
@@ -60,7 +60,7 @@ class Loop:
     def measure_gemm_rate(self):
         """Aggregate GEMM FLOP/s of all ranks running at once (they share the machine's cores)."""
         self.grid.world_comm.barrier()
-        rate = gemm_rate(self.cfg.dtype, seconds=0.3)
+        rate = gemm_throughput(self.cfg.dtype, seconds=0.3)
         return float(self.grid.world_comm.all_reduce(np.array([rate]))[0])
 
     def start(self):

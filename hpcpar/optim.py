@@ -54,6 +54,7 @@ class AdamW:
         self.b1, self.b2 = betas
         self.eps, self.weight_decay = eps, weight_decay
         self.state, self.t = {}, 0          # state[shard key] = {"exp_avg": m, "exp_avg_sq": v}
+        self._scratch = {}                  # a work array per shard (not state: never saved)
 
     def step(self, shards, lr):
         self.t += 1
@@ -62,15 +63,23 @@ class AdamW:
             xp = array_module(s.data)
             if s.key not in self.state:
                 self.state[s.key] = {"exp_avg": xp.zeros_like(s.data), "exp_avg_sq": xp.zeros_like(s.data)}
-            m, v = self.state[s.key]["exp_avg"], self.state[s.key]["exp_avg_sq"]
+                self._scratch[s.key] = xp.empty_like(s.data)
+            m, v, tmp = self.state[s.key]["exp_avg"], self.state[s.key]["exp_avg_sq"], self._scratch[s.key]
             _decay(s, lr * self.weight_decay)
+            # one scratch array, every operation in place: an update is a few passes over memory
             m *= self.b1
-            m += (1 - self.b1) * s.grad
+            xp.multiply(s.grad, 1 - self.b1, out=tmp)
+            m += tmp                                            # m = b1 m + (1 - b1) g
             v *= self.b2
-            v += (1 - self.b2) * s.grad * s.grad
-            denom = xp.sqrt(v / c2)
-            denom += self.eps
-            s.data -= (lr / c1) * m / denom
+            xp.multiply(s.grad, s.grad, out=tmp)
+            tmp *= 1 - self.b2
+            v += tmp                                            # v = b2 v + (1 - b2) g^2
+            xp.sqrt(v, out=tmp)
+            tmp *= 1 / math.sqrt(c2)
+            tmp += self.eps                                     # sqrt(v / c2) + eps, as PyTorch
+            xp.divide(m, tmp, out=tmp)
+            tmp *= lr / c1
+            s.data -= tmp
 
 
 def _decay(shard, factor):

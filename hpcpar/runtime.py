@@ -15,7 +15,6 @@ import traceback
 
 # Environment variables through which the common launchers tell a process its rank and world size.
 _RANK_VARS = ("PMI_RANK", "OMPI_COMM_WORLD_RANK", "PMIX_RANK", "SLURM_PROCID")
-_SIZE_VARS = ("PMI_SIZE", "OMPI_COMM_WORLD_SIZE", "SLURM_NTASKS")
 
 EXIT_USAGE = 2       # bad configuration or input
 EXIT_FAILURE = 1     # a fault during the run (the job was aborted)
@@ -40,16 +39,23 @@ def agree(comm, error=None):
         raise AgreedError(failed[0])
 
 
+def _rank_var():
+    """The launcher's rank variable, if any. Slurm's SLURM_PROCID counts only inside a job step (srun):
+    a batch script has it too (= 0) without being an MPI process."""
+    for var in _RANK_VARS:
+        if var in os.environ and (var != "SLURM_PROCID" or "SLURM_STEP_ID" in os.environ):
+            return var
+    return None
+
+
 def launch_rank():
     """This process's rank as told by the launcher's environment (0 when not launched by MPI)."""
-    for var in _RANK_VARS:
-        if var in os.environ:
-            return int(os.environ[var])
-    return 0
+    var = _rank_var()
+    return int(os.environ[var]) if var else 0
 
 
 def launched_by_mpi():
-    return any(var in os.environ for var in _RANK_VARS)
+    return _rank_var() is not None
 
 
 def set_launch_defaults():
