@@ -8,8 +8,9 @@ Pipeline messages also get flow arrows from the send to the matching receive.  A
 gathers everything and writes {"traceEvents": [...]}: open it in https://ui.perfetto.dev or
 chrome://tracing - one process per rank, named by its tp/pp/dp coordinates.
 
-Clocks: time.perf_counter is one system-wide monotonic clock on a node; each rank's zero is taken when
-it leaves a barrier, so ranks on different nodes line up to within the barrier's skew.
+Clocks: time.perf_counter is one system-wide monotonic clock on a node, so when every rank shares a node
+they all count from rank 0's zero, exactly; across nodes each rank's zero is the moment it leaves a
+barrier, and ranks line up to within the barrier's skew.
 """
 import json
 import time
@@ -48,11 +49,18 @@ class Tracer:
 
 
 def start(label, comm=None, meta=None):
-    """Switch tracing on for this process (after a barrier on ``comm`` aligns the ranks' zeros)."""
+    """Switch tracing on for this process; collective over ``comm`` (which aligns the ranks' zeros)."""
     global _active
-    if comm is not None:
-        comm.Barrier()
     _active = Tracer(label, meta)
+    if comm is not None:
+        from mpi4py import MPI
+        local = comm.Split_type(MPI.COMM_TYPE_SHARED)
+        one_node = local.size == comm.size
+        local.Free()
+        comm.Barrier()
+        _active.zero = time.perf_counter()
+        if one_node:
+            _active.zero = comm.bcast(_active.zero, root=0)
     return _active
 
 
