@@ -1,6 +1,6 @@
 """hpcpar: a teachable 3D-parallel (tensor x pipeline x data) training engine on MPI.
 
-Reading order for students: grid.py (who talks to whom), comm.py (how they talk), ops/ and nn/ (the
+Reading order for students: grid.py (who talks to whom), comm/ (how they talk), ops/ and nn/ (the
 math of one rank), tensor_parallel/, pipeline/, data_parallel.py, then train.py (all of it at once).
 """
 from hpcpar import runtime as _runtime

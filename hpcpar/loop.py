@@ -244,7 +244,7 @@ class Loop:
             "  bytes/step  " + (", ".join(f"{name} {_size(groups[name])}" for name in ("tp", "pp", "dp", "embed", "world")
                                           if groups.get(name)) or "none: a single rank communicates with nobody")
             + (" (payload handed to MPI, all ranks)" if g.world > 1 else ""),
-            *([f"  comm time   " + ", ".join(f"{name} {1e3 * sec:.1f} ms" for name, sec in blocked.items() if sec)
+            *(["  comm time   " + ", ".join(f"{name} {1e3 * sec:.1f} ms" for name, sec in blocked.items() if sec)
                + f" per step and rank inside MPI calls ({100 * sum(blocked.values()) / step_time:.0f}% of the step)"]
               if g.world > 1 else []),
             f"  parameters  {n_params:,} on rank 0 of this layout",

@@ -10,7 +10,6 @@ activations each rank keeps for the backward - in the blocks, and in total.
 """
 import sys
 
-import numpy as np
 
 from hpcpar.examples._common import once, require_size
 

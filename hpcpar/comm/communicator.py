@@ -1,147 +1,14 @@
-"""Thin, counted wrappers over mpi4py's buffer-based calls.
-
-Every hot-path message goes through the uppercase mpi4py methods (``Allreduce``, ``Send``, ...),
-which hand MPI a pointer to contiguous memory - no pickling.  The wrappers add exactly three things:
-
-1. **Safety**: a non-contiguous input is copied to a contiguous one (and counted as a copy); an
-   in-place target or receive buffer that is not contiguous is refused.  Never silently wrong.
-2. **Counters**: calls, payload bytes and seconds blocked per operation and communicator (``stats``).
-   "Payload" is what this rank hands to MPI (for an all-gather its own part, for a reduce-scatter the
-   whole input); what a ring algorithm puts on the wire is derived in docs/performance.md.  "Blocked"
-   is the wall time spent inside a blocking MPI call, or waiting for a non-blocking one to complete
-   (under "wait"): the communication time a rank could not hide behind computation.
-3. **Device buffers**: a cupy array goes to MPI as it is when MPI is CUDA-aware (after synchronising
-   the current stream, so MPI reads finished data); otherwise it is staged through a pinned host
-   buffer that is reused across steps.
-
-A communicator of size 1 is a no-op for every collective (nothing is counted, nothing is copied).
-"""
+"""Communicator: counted, buffer-based collectives and point-to-point calls (see hpcpar/comm/__init__.py)."""
 import functools
 import time
-from collections import defaultdict
 
 from mpi4py import MPI
 
 from hpcpar import backend, trace
+from hpcpar.comm.requests import Request, Stats, timed
+from hpcpar.comm.staging import Staging
 
 OPS = {"sum": MPI.SUM, "max": MPI.MAX, "min": MPI.MIN}
-
-
-class Stats:
-    """Calls and payload bytes per operation name, and seconds blocked in MPI per operation name."""
-
-    def __init__(self):
-        self.calls = defaultdict(int)
-        self.bytes = defaultdict(int)
-        self.seconds = defaultdict(float)     # "wait": completing non-blocking operations
-
-    def add(self, op, nbytes):
-        self.calls[op] += 1
-        self.bytes[op] += int(nbytes)
-
-    def reset(self):
-        self.calls.clear()
-        self.bytes.clear()
-        self.seconds.clear()
-
-    def total_bytes(self):
-        return sum(self.bytes.values())
-
-    def total_seconds(self):
-        return sum(self.seconds.values())
-
-    def as_dict(self):
-        out = {op: {"calls": self.calls[op], "bytes": self.bytes[op]} for op in sorted(self.calls)}
-        for op, s in self.seconds.items():
-            out.setdefault(op, {})["seconds"] = s
-        return out
-
-
-def timed(stats, name, fn, *args, **kwargs):
-    """fn(*args, **kwargs), its wall time added to stats.seconds[name]."""
-    start = time.perf_counter()
-    result = fn(*args, **kwargs)
-    stats.seconds[name] += time.perf_counter() - start
-    return result
-
-
-class Request:
-    """A pending non-blocking operation, keeping its buffers alive until it completes."""
-
-    def __init__(self, mpi_request, keep=(), finish=None, stats=None):
-        self.mpi_request = mpi_request
-        self._keep = keep          # arrays MPI still reads or writes: must outlive the request
-        self._finish = finish      # e.g. copy a staged host buffer back to the device
-        self.stats = stats         # where the time blocked in wait() is counted
-
-    def wait(self):
-        if self.stats is None:
-            self.mpi_request.Wait()
-        else:
-            timed(self.stats, "wait", self.mpi_request.Wait)
-        self._complete()
-
-    def test(self):
-        done = self.mpi_request.Test()
-        if done:
-            self._complete()
-        return done
-
-    def _complete(self):
-        if self._finish is not None:
-            self._finish()
-            self._finish = None
-        self._keep = ()
-
-
-def wait_all(requests):
-    """Wait for every request (one MPI_Waitall), then run their completions.  The time blocked counts
-    as "wait" in the stats of each communicator involved."""
-    requests = [r for r in requests if r is not None]
-    if requests:
-        start = time.perf_counter()
-        MPI.Request.Waitall([r.mpi_request for r in requests])
-        blocked = time.perf_counter() - start
-        for stats in {id(r.stats): r.stats for r in requests if r.stats is not None}.values():
-            stats.seconds["wait"] += blocked
-        for r in requests:
-            r._complete()
-
-
-class _Staging:
-    """Pinned host buffers for device arrays when MPI is not CUDA-aware, reused by (dtype, size)."""
-
-    def __init__(self):
-        self._buffers = {}
-        self.bytes = 0    # bytes moved between device and host for MPI's sake
-
-    def host(self, x, slot):
-        import cupyx
-        key = (slot, x.dtype.str, x.size)
-        buf = self._buffers.get(key)
-        if buf is None:
-            buf = self._buffers[key] = cupyx.empty_pinned((x.size,), dtype=x.dtype)
-        return buf.reshape(x.shape)
-
-    def down(self, x, slot):
-        """Device -> host copy of ``x`` into a staging buffer."""
-        start = time.perf_counter()
-        h = self.host(x, slot)
-        x.get(out=h)
-        self._account("staging d2h", start, x.nbytes)
-        return h
-
-    def up(self, h, x):
-        """Host -> device copy back into ``x``."""
-        start = time.perf_counter()
-        x.set(h)
-        self._account("staging h2d", start, x.nbytes)
-
-    def _account(self, what, start, nbytes):
-        self.bytes += nbytes
-        tracer = trace.active()
-        if tracer is not None:                  # the trace shows staging apart from the MPI call
-            tracer.span(what, "staging", start, time.perf_counter(), "comm", bytes=nbytes)
 
 
 def _traced(op):
@@ -191,7 +58,7 @@ class Communicator:
             return None
         if self._cuda_aware is None:
             self._cuda_aware = backend.cuda_aware_mpi()
-            self._staging = _Staging()
+            self._staging = Staging()
         import cupy
         cupy.cuda.get_current_stream().synchronize()   # MPI must see finished kernels
         return self._cuda_aware
@@ -396,8 +263,3 @@ class Communicator:
         if finish:
             finish()
         return out
-
-
-def world():
-    return Communicator(MPI.COMM_WORLD, "world")
-

@@ -1,0 +1,26 @@
+"""Thin, counted wrappers over mpi4py's buffer-based calls.
+
+Every hot-path message goes through the uppercase mpi4py methods (``Allreduce``, ``Send``, ...),
+which hand MPI a pointer to contiguous memory - no pickling.  The wrappers add exactly three things:
+
+1. **Safety**: a non-contiguous input is copied to a contiguous one (and counted as a copy); an
+   in-place target or receive buffer that is not contiguous is refused.  Never silently wrong.
+2. **Counters**: calls, payload bytes and seconds blocked per operation and communicator (``stats``).
+   "Payload" is what this rank hands to MPI (for an all-gather its own part, for a reduce-scatter the
+   whole input); what a ring algorithm puts on the wire is derived in docs/performance.md.  "Blocked"
+   is the wall time spent inside a blocking MPI call, or waiting for a non-blocking one to complete
+   (under "wait"): the communication time a rank could not hide behind computation.
+3. **Device buffers**: a cupy array goes to MPI as it is when MPI is CUDA-aware (after synchronising
+   the current stream, so MPI reads finished data); otherwise it is staged through a pinned host
+   buffer that is reused across steps.
+
+A communicator of size 1 is a no-op for every collective (nothing is counted, nothing is copied).
+
+communicator.py   Communicator: the collectives and point-to-point calls
+requests.py       Stats (the counters), Request and wait_all (non-blocking operations)
+staging.py        pinned host buffers for device arrays when MPI is not CUDA-aware
+"""
+from hpcpar.comm.communicator import OPS, Communicator
+from hpcpar.comm.requests import Request, Stats, wait_all
+
+__all__ = ["OPS", "Communicator", "Request", "Stats", "wait_all"]

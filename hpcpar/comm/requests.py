@@ -1,0 +1,86 @@
+"""Counters of communication, and non-blocking operations that keep their buffers alive."""
+import time
+from collections import defaultdict
+
+from mpi4py import MPI
+
+
+class Stats:
+    """Calls and payload bytes per operation name, and seconds blocked in MPI per operation name."""
+
+    def __init__(self):
+        self.calls = defaultdict(int)
+        self.bytes = defaultdict(int)
+        self.seconds = defaultdict(float)     # "wait": completing non-blocking operations
+
+    def add(self, op, nbytes):
+        self.calls[op] += 1
+        self.bytes[op] += int(nbytes)
+
+    def reset(self):
+        self.calls.clear()
+        self.bytes.clear()
+        self.seconds.clear()
+
+    def total_bytes(self):
+        return sum(self.bytes.values())
+
+    def total_seconds(self):
+        return sum(self.seconds.values())
+
+    def as_dict(self):
+        out = {op: {"calls": self.calls[op], "bytes": self.bytes[op]} for op in sorted(self.calls)}
+        for op, s in self.seconds.items():
+            out.setdefault(op, {})["seconds"] = s
+        return out
+
+
+def timed(stats, name, fn, *args, **kwargs):
+    """fn(*args, **kwargs), its wall time added to stats.seconds[name]."""
+    start = time.perf_counter()
+    result = fn(*args, **kwargs)
+    stats.seconds[name] += time.perf_counter() - start
+    return result
+
+
+class Request:
+    """A pending non-blocking operation, keeping its buffers alive until it completes."""
+
+    def __init__(self, mpi_request, keep=(), finish=None, stats=None):
+        self.mpi_request = mpi_request
+        self._keep = keep          # arrays MPI still reads or writes: must outlive the request
+        self._finish = finish      # e.g. copy a staged host buffer back to the device
+        self.stats = stats         # where the time blocked in wait() is counted
+
+    def wait(self):
+        if self.stats is None:
+            self.mpi_request.Wait()
+        else:
+            timed(self.stats, "wait", self.mpi_request.Wait)
+        self._complete()
+
+    def test(self):
+        done = self.mpi_request.Test()
+        if done:
+            self._complete()
+        return done
+
+    def _complete(self):
+        if self._finish is not None:
+            self._finish()
+            self._finish = None
+        self._keep = ()
+
+
+def wait_all(requests):
+    """Wait for every request (one MPI_Waitall), then run their completions.  The time blocked counts
+    as "wait" in the stats of each communicator involved."""
+    requests = [r for r in requests if r is not None]
+    if requests:
+        start = time.perf_counter()
+        MPI.Request.Waitall([r.mpi_request for r in requests])
+        blocked = time.perf_counter() - start
+        for stats in {id(r.stats): r.stats for r in requests if r.stats is not None}.values():
+            stats.seconds["wait"] += blocked
+        for r in requests:
+            r._complete()
