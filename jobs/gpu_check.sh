@@ -4,7 +4,7 @@
 # What it does: the gpu-marked tests on one rank (the engine on cupy against numpy in float64, and the
 # count of device-to-host copies in a step), the same with two ranks sharing the GPU (tensor, pipeline
 # and data parallelism on cupy against numpy; collectives on device buffers, staged and CUDA-aware),
-# then `hpcpar bench --gpu` (GEMM TFLOP/s against cupy's own matmul, one GPT step's MFU, and the same step
+# then `hpcpar bench --only gpu` (GEMM TFLOP/s against cupy's own matmul, one GPT step's MFU, and the same step
 # in PyTorch eager if torch is there). Logs and results go to $OUT (or ./gpu-check).
 #
 # Prepare on a machine with network access, from the repository root:
@@ -49,8 +49,8 @@ step "gpu tests, 1 rank"
 run gpu_tests_1rank.log 240 "$py" -m pytest -q -m gpu -p no:cacheprovider tests/test_gpu.py
 step "gpu tests, 2 ranks sharing the GPU"
 run gpu_tests_2ranks.log 240 mpiexec -n 2 "$py" -m pytest -q --only-mpi -m gpu -p no:cacheprovider tests/test_gpu_mpi.py
-step "hpcpar bench --gpu"
-run gpu_bench.log 180 "$py" -m hpcpar bench --gpu --out "$out/gpu_bench.json" --markdown "$out/gpu_bench.md"
+step "hpcpar bench --only gpu"
+run gpu_bench.log 180 "$py" -m hpcpar bench --only gpu --out "$out/gpu_bench.json" --markdown "$out/gpu_bench.md"
 
 if [ "$status" -eq 0 ]; then step "done: all passed"; else step "done: FAILURES, see $out/"; fi
 exit $status
