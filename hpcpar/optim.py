@@ -63,6 +63,7 @@ class AdamW:
             xp = array_module(s.data)
             if s.key not in self.state:
                 self.state[s.key] = {"exp_avg": xp.zeros_like(s.data), "exp_avg_sq": xp.zeros_like(s.data)}
+            if s.key not in self._scratch:
                 self._scratch[s.key] = xp.empty_like(s.data)
             m, v, tmp = self.state[s.key]["exp_avg"], self.state[s.key]["exp_avg_sq"], self._scratch[s.key]
             _decay(s, lr * self.weight_decay)
