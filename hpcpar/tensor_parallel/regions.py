@@ -39,8 +39,10 @@ class RegionOp:
     backward: Callable     # (comm, dy) -> dx
 
 
-copy_to_region = RegionOp("copy_to_region (f)", lambda c, x: x, lambda c, dy: c.all_reduce(dy))
-reduce_from_region = RegionOp("reduce_from_region (g)", lambda c, x: c.all_reduce(x), lambda c, dy: dy)
+# The all-reduces run in place: every caller hands over a fresh temporary it owns (a partial product,
+# an input gradient), and reducing into it spares allocating - and page-faulting - a new output.
+copy_to_region = RegionOp("copy_to_region (f)", lambda c, x: x, lambda c, dy: c.all_reduce_(dy))
+reduce_from_region = RegionOp("reduce_from_region (g)", lambda c, x: c.all_reduce_(x), lambda c, dy: dy)
 gather_from_region = RegionOp("gather_from_region", lambda c, x: c.all_gather(x, axis=x.ndim - 1),
                               _split_last)
 scatter_to_region = RegionOp("scatter_to_region", _split_last,
