@@ -1,6 +1,5 @@
-"""``hpcpar plan``: the ranked table, --explain, --plot, refusals, and ``plan calibrate``."""
-import subprocess
-import sys
+"""``hpcpar plan``: the ranked table, --explain, --plot and refusals (``plan calibrate``:
+test_plan_validation.py; ``plan local``: test_plan_local.py)."""
 
 import pytest
 
@@ -49,17 +48,3 @@ def test_missing_flags_exit_2(capsys):
 def test_nothing_fits(capsys):
     assert main(["plan", "--model", "gpt3-175b", "--gpus", "8", "--global-batch", "8", "--seq-len", "2048"]) == 2
     assert "no layout fits" in capsys.readouterr().err
-
-
-@pytest.mark.timeout(300)
-def test_calibrate_writes_a_usable_profile(tmp_path):
-    out = tmp_path / "local.toml"
-    run = subprocess.run([sys.executable, "-m", "hpcpar", "plan", "calibrate", "--out", str(out)],
-                         capture_output=True, text=True, timeout=280)
-    assert run.returncode == 0, run.stderr
-    from hpcpar.plan.hardware import load_hardware
-    hw = load_hardware(str(out))
-    assert hw.peak("fp32") > hw.peak("fp64") > 0 and hw.intra.latency > 0 and hw.intra.bandwidth > 0
-    from hpcpar.plan.local import predict_local
-    one, two = predict_local(str(out), model="small"), predict_local(str(out), model="small", dp=2)
-    assert 0 < two.step < one.step

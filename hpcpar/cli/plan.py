@@ -3,6 +3,8 @@
   hpcpar plan --model gpt3-175b --gpus 1024 --gpus-per-node 8 --hardware a100 \\
               --global-batch 1536 --seq-len 2048 [--top 10] [--explain top] [--plot plan.png]
   hpcpar plan calibrate [--out local.toml]      measure this machine into a hardware profile
+  hpcpar plan local --hardware local.toml --model small --dtype fp32 --global-batch 16 [--tp 2]
+              [--pp 2 --microbatches 4] [--dp 2]    every term of one hpcpar train step on this machine
 
 --model: gpt2, gpt3-175b, llama-70b, ... (the files in hpcpar/plan/models), a .toml file, or dims such
 as l=24,h=2048,a=16,V=50257[,kv=8,f=5632,gated=1,tied=0].  --hardware: a100, h100, h200 or a profile
@@ -15,7 +17,8 @@ HELP = "rank layouts of a training job by predicted step time and memory (no MPI
 
 
 def add_arguments(p):
-    p.add_argument("action", nargs="?", choices=["calibrate"], help="calibrate: measure this machine")
+    p.add_argument("action", nargs="?", choices=["calibrate", "local"],
+                   help="calibrate: measure this machine; local: explain an hpcpar train step on it")
     p.add_argument("--model", help="preset name, model .toml, or dims l=..,h=..,a=..,V=..")
     p.add_argument("--gpus", type=int, help="GPUs (ranks) in the job")
     p.add_argument("--gpus-per-node", type=int, help="GPUs per node (default: the hardware profile's)")
@@ -29,6 +32,10 @@ def add_arguments(p):
     p.add_argument("--explain", metavar="LAYOUT", help="print every term of one layout ('top': the best)")
     p.add_argument("--plot", metavar="PNG", help="draw memory and time of the listed layouts")
     p.add_argument("--out", default="local.toml", help="calibrate: where to write the profile")
+    for flag in ("tp", "pp", "dp", "microbatches", "chunks"):
+        p.add_argument(f"--{flag}", type=int, default=0 if flag in ("microbatches", "chunks") else 1,
+                       help=f"local: hpcpar train's --{flag}")
+    p.add_argument("--schedule", default="1f1b", help="local: hpcpar train's --schedule")
 
 
 def _job(args):
@@ -73,12 +80,23 @@ def _calibrate(args):
     return 0
 
 
+def _local(args):
+    from hpcpar.plan.local import explain_local, predict_local
+    dtype = {"fp32": "float32", "fp64": "float64", None: "float32"}.get(args.dtype, args.dtype)
+    print(explain_local(predict_local(args.hardware, model=args.model or "tiny", tp=args.tp, pp=args.pp,
+                                      dp=args.dp, schedule=args.schedule, microbatches=args.microbatches,
+                                      chunks=args.chunks, batch_size=args.global_batch or 16, dtype=dtype)))
+    return 0
+
+
 def run(args):
     import time
 
     from hpcpar.runtime import UsageError
     if args.action == "calibrate":
         return _calibrate(args)
+    if args.action == "local":
+        return _local(args)
     from hpcpar.plan.explain import explain
     from hpcpar.plan.layout import parse_layout
     from hpcpar.plan.search import search

@@ -12,7 +12,7 @@ The size classes are steps: ``[[threshold, fraction], ...]`` - the fraction of t
 not above the size applies (thresholds in GFLOP for GEMMs, in MB for memory passes).
 """
 import tomllib
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
 
@@ -46,6 +46,7 @@ class Hardware:
     inter: Link               # across nodes (InfiniBand)
     gpus_per_node: int
     description: str = ""
+    engine: dict = field(default_factory=dict)   # hpcpar's own costs here ([engine]: calibrate.py, cpu.py)
 
     def peak(self, dtype):
         if dtype not in self.peak_flops:
@@ -105,6 +106,7 @@ def from_mapping(d, name):
             intra=_link(d["intra_node"], "intra_node"),
             inter=_link(d["inter_node"], "inter_node"),
             gpus_per_node=int(d.get("gpus_per_node", 8)),
+            engine=d.get("engine", {}),
         )
     except KeyError as err:
         raise UsageError(f"hardware profile {name}: missing {err.args[0]}") from None
