@@ -10,3 +10,4 @@ __version__ = "0.1.0"
 # Must run before numpy is imported anywhere: one BLAS thread per MPI rank, and MPICH told to stop
 # busy-polling when a rank waits (ranks share cores on laptops and CI machines).
 _runtime.set_launch_defaults()
+_runtime.keep_freed_memory()

@@ -15,9 +15,9 @@ language and prints one JSON line (rank 0) with, for the fastest of the steps af
                job took a core
 
 Why whole steps and a fresh process per probe, rather than a TransformerBlock timed in a loop: numpy
-allocates every activation and temporary anew, and glibc serves large ones with fresh pages from the
-kernel (mmap, or heap top trimmed back after each backward), so a training step pays a page fault
-(about 1.5 us per 4 KiB here) for most bytes it allocates.  A block repeated in a loop reuses warm
+allocates every activation and temporary anew, and unless glibc is told to keep freed memory
+(hpcpar does: runtime.keep_freed_memory) it serves large ones with fresh pages from the kernel, so a
+step can pay a page fault (about 1.5 us per 4 KiB here) for most bytes it allocates.  A block repeated in a loop reuses warm
 memory and runs 20-45 % faster than the same block inside a step; the allocator's state also depends
 on the largest array the process freed so far, so probes must not share a process.
 """
