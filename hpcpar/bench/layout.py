@@ -97,8 +97,8 @@ def run(quick):
                "on the cores.",
                "Communication share: time inside collectives and pipeline waits; with more ranks than cores it "
                "includes waiting for a core.",
-               "MFU is hpcpar train's own figure: FLOPs per step / step time / the GEMM rates of all the run's ranks "
-               "added up, each measured while 8 ranks share 2 cores - so the 8-rank figure reads about 4x low."])
+               "MFU is hpcpar train's own figure: FLOPs per step / step time / the sustained GEMM throughput of all "
+               "the run's ranks running at once (ranks sharing a core share its rate)."])
     res.target("tracing overhead on the 2 x 2 x 2 step", "<= 3%", f"{100 * overhead:+.1f}%", overhead <= 0.03)
     res.figures = {"one_rank": one, "2x2x2": eight, "speedup": speedup, "cores": cores, "tracing_overhead": overhead}
     return res
