@@ -11,11 +11,9 @@ calibrate``); every number in the shipped ones names its source.  Two kinds of r
 The size classes are steps: ``[[threshold, fraction], ...]`` - the fraction of the largest threshold
 not above the size applies (thresholds in GFLOP for GEMMs, in MB for memory passes).
 """
-import tomllib
 from dataclasses import dataclass, field
-from importlib import resources
-from pathlib import Path
 
+from hpcpar.plan import catalog
 from hpcpar.runtime import UsageError
 
 DTYPE_BYTES = {"bf16": 2, "fp16": 2, "fp32": 4, "fp64": 8}
@@ -79,8 +77,8 @@ def step_lookup(classes, size):
 
 
 def presets():
-    folder = resources.files("hpcpar.plan") / "hardware"
-    return sorted(p.name[:-5] for p in folder.iterdir() if p.name.endswith(".toml"))
+    """Names of the shipped hardware profile files."""
+    return catalog.names("hardware")
 
 
 def _link(d, what):
@@ -114,13 +112,5 @@ def from_mapping(d, name):
 
 def load_hardware(spec):
     """A preset name (a100, h100, h200) or a path to a profile TOML -> Hardware."""
-    path = Path(spec)
-    if path.suffix == ".toml" or path.exists():
-        if not path.is_file():
-            raise UsageError(f"hardware profile {spec} does not exist")
-        with open(path, "rb") as fh:
-            return from_mapping(tomllib.load(fh), path.stem)
-    if spec not in presets():
-        raise UsageError(f"unknown hardware {spec!r}: use one of {', '.join(presets())} or a .toml profile")
-    text = (resources.files("hpcpar.plan") / "hardware" / f"{spec}.toml").read_bytes().decode()
-    return from_mapping(tomllib.loads(text), spec)
+    mapping, name = catalog.read(spec, "hardware", "hardware profile", " or a .toml profile")
+    return from_mapping(mapping, name)

@@ -11,11 +11,9 @@ or from a dims string such as ``l=24,h=2048,a=16,V=50257``.  Parameters of a pre
 so a GPT block holds 12h^2 + 13h parameters, and the whole model
 P = 12*l*h^2 * (1 + 13/(12h) + (V + s)/(12*l*h)) with tied embeddings and learned positions.
 """
-import tomllib
 from dataclasses import dataclass, fields, replace
-from importlib import resources
-from pathlib import Path
 
+from hpcpar.plan import catalog
 from hpcpar.runtime import UsageError
 
 # short names accepted in a dims string -> field
@@ -81,8 +79,7 @@ class ModelShape:
 
 def presets():
     """Names of the shipped model files."""
-    folder = resources.files("hpcpar.plan") / "models"
-    return sorted(p.name[:-5] for p in folder.iterdir() if p.name.endswith(".toml"))
+    return catalog.names("models")
 
 
 def from_mapping(data, name):
@@ -125,17 +122,8 @@ def load_model(spec):
     """A preset name, a path to a TOML file, or a dims string -> ModelShape."""
     if "=" in spec:
         return parse_dims(spec)
-    path = Path(spec)
-    if path.suffix == ".toml" or path.exists():
-        if not path.is_file():
-            raise UsageError(f"model file {spec} does not exist")
-        with open(path, "rb") as fh:
-            return from_mapping(tomllib.load(fh), path.stem)
-    if spec not in presets():
-        raise UsageError(f"unknown model {spec!r}: use one of {', '.join(presets())}, a .toml file, "
-                         f"or dims like l=24,h=2048,a=16,V=50257")
-    text = (resources.files("hpcpar.plan") / "models" / f"{spec}.toml").read_bytes()
-    return from_mapping(tomllib.loads(text.decode()), spec)
+    mapping, name = catalog.read(spec, "models", "model", ", a .toml file, or dims like l=24,h=2048,a=16,V=50257")
+    return from_mapping(mapping, name)
 
 
 def with_vocab_padded(model, multiple):
