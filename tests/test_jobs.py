@@ -16,7 +16,7 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 JOB_SCRIPTS = sorted(p.name for p in (ROOT / "jobs").glob("*.sbatch"))
 SHELL_FILES = sorted(str(p.relative_to(ROOT)) for p in
-                     [*(ROOT / "jobs").glob("*.sbatch"), ROOT / "jobs" / "common.sh",
+                     [*(ROOT / "jobs").glob("*.sbatch"), *(ROOT / "jobs").glob("*.sh"),
                       *(ROOT / "tests" / "slurm").glob("*.sh")])
 VENV = Path(sys.executable).parent.parent     # the environment running these tests
 
