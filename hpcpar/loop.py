@@ -224,6 +224,7 @@ class Loop:
         costs = {op: statistics.fmean(r["costs"][op] for r in everyone) for op in ("F", "B", "W")}
         blocked = {name: statistics.fmean(r["blocked"].get(name, 0.0) for r in everyone) for name in groups}
         measured = pipeline_bubble([w for r in everyone for w in r["windows"]])
+        simulated = simulated_bubble(t.schedule, costs)
         floor = getattr(t.data, "entropy_floor", None)
         n_params = sum(p.data.size for p in t.parameters())
         lines = [
@@ -239,7 +240,7 @@ class Loop:
             f"  MFU         {100 * flops / step_time / peak:.1f}% of the GEMM rate measured on these {g.world} ranks "
             f"({peak / 1e9:.1f} GFLOP/s together; {flops / 1e9:.2f} GFLOP per step)",
             f"  bubble      measured {100 * measured:.1f}% of pipeline time idle; simulated "
-            f"{100 * simulated_bubble(t.schedule, costs):.1f}% for the measured F {costs['F'] * 1e3:.2f} ms, "
+            f"{100 * simulated:.1f}% for the measured F {costs['F'] * 1e3:.2f} ms, "
             f"B {costs['B'] * 1e3:.2f} ms, W {costs['W'] * 1e3:.2f} ms",
             "  bytes/step  " + (", ".join(f"{name} {_size(groups[name])}" for name in ("tp", "pp", "dp", "embed", "world")
                                           if groups.get(name)) or "none: a single rank communicates with nobody")
@@ -253,7 +254,7 @@ class Loop:
         self.figures = {"loss": loss, "entropy_floor": floor, "step_time_s": step_time,
                         "tokens_per_s": t.tokens_per_step / step_time, "mfu": flops / step_time / peak,
                         "gemm_flops_per_s": peak, "model_flops_per_step": flops,
-                        "bubble_measured": measured, "bubble_simulated": simulated_bubble(t.schedule, costs),
+                        "bubble_measured": measured, "bubble_simulated": simulated,
                         "costs_s": costs, "bytes_per_step": groups, "comm_seconds_per_step": blocked,
                         "steps": steps,
                         "layout": {"tp": cfg.tp, "pp": cfg.pp, "dp": cfg.dp, "world": g.world, "chunks": cfg.chunks,

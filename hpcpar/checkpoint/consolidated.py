@@ -64,7 +64,7 @@ def init_from(trainer, path):
 def gather_full(trainer):
     """Collective: {name: full array} on world rank 0 (None elsewhere). A once-per-run gather of
     whole tensors: the lowercase, pickling mpi4py gather keeps this short, and it is off the hot path."""
-    tensors, layout = rank_tensors(trainer)
+    tensors, layout = rank_tensors(trainer, optimizer=False)
     mine = {n: (tensors[n], layout[n][0], layout[n][1]) for n in layout}
     everyone = trainer.grid.world_comm.mpi.gather(mine, root=0)
     if everyone is None:

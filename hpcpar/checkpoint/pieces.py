@@ -40,11 +40,12 @@ def _whole_bucket_state(trainer, i):
     return out
 
 
-def rank_tensors(trainer):
-    """Collective over DP. -> (tensors {key: host array}, layout {name: (shard, full_shape)}) of this rank."""
+def rank_tensors(trainer, optimizer=True):
+    """Collective over DP. -> (tensors {key: host array}, layout {name: (shard, full_shape)}) of this rank;
+    the optimizer state too unless ``optimizer`` is False (weights alone need no gather of it)."""
     tensors, layout = {}, {}
     for i, bucket in enumerate(trainer.dp.buckets):
-        state = _whole_bucket_state(trainer, i)
+        state = _whole_bucket_state(trainer, i) if optimizer else None
         for p, a, b in bucket.segments:
             if not writes(trainer, p):
                 continue
