@@ -5,6 +5,8 @@
 #   make test               serial tests, then the MPI tests at world sizes 2, 4 and 8
 #   make demo               the project's main job: 8-rank 2x2x2 training on the synthetic language
 #   make bench              benchmarks -> bench/results.json and BENCHMARKS.md
+#   make docs               rerun every command quoted in docs/ and rewrite the stale outputs
+#                           (DOCS_FLAGS=--check: only list them; --fast: leave out the slow blocks)
 #   make test-slurm         the job scripts on a real single-node Slurm (installs slurm-wlm; needs root)
 #   make test-gpu           the gpu-marked tests (skip cleanly without cupy and a device)
 #
@@ -40,7 +42,7 @@ PYTEST_OK := rc=$$?; if [ $$rc -eq 5 ]; then rc=0; fi; exit $$rc
 MPI_SIZES ?= 2 4 8
 MPI_TEST_TIMEOUT ?= 900
 
-.PHONY: install test test-serial test-mpi demo bench test-slurm test-gpu gpu-wheels clean
+.PHONY: install test test-serial test-mpi demo bench docs test-slurm test-gpu gpu-wheels clean
 
 install: $(STAMP)
 
@@ -73,6 +75,9 @@ test-mpi: install
 
 demo: install
 	$(MPIEXEC) -n 8 $(VENV)/bin/hpcpar demo
+
+docs: install
+	$(PY) -m hpcpar.quotes $(DOCS_FLAGS) docs/*.md docs/course/*.md
 
 bench: install
 	$(VENV)/bin/hpcpar bench --out bench/results.json --markdown BENCHMARKS.md
