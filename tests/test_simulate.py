@@ -153,6 +153,7 @@ dev 2  .  .  F0 F1 F2 F3 .
 dev 3  .  .  .  F0 F1 F2 F3
 makespan  7 time units
 busy      dev 0 57%  dev 1 57%  dev 2 57%  dev 3 57%
+units     16 busy of 28 (4 devices x 7 time units)
 bubble    43% of device time = 75% of the ideal (busy) time
 """
 

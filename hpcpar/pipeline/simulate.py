@@ -67,6 +67,10 @@ class SimResult:
         return [[(e.start, e.end, e.action.op, e.action.mb, e.action.chunk) for e in evs]
                 for evs in self.events]
 
+    def device_time(self):
+        """Device time the step occupies: every device, from the first start to the last end."""
+        return len(self.busy) * self.makespan
+
     def summary(self):
         busy = "  ".join(f"dev {r} {share:.0%}" for r, share in enumerate(self.busy_share))
         idle_per_busy = self.bubble / (1 - self.bubble) if self.bubble < 1 else float("inf")
@@ -75,6 +79,8 @@ class SimResult:
         return "\n".join([
             f"makespan  {self.makespan:g} time units",
             f"busy      {busy}",
+            f"units     {sum(self.busy):g} busy of {self.device_time():g} "
+            f"({len(self.busy)} devices x {self.makespan:g} time units)",
             f"bubble    {self.bubble:.0%} of device time = {idle_per_busy:.0%} of the ideal "
             f"(busy) time",
             f"peak in-flight micro-batches (activations held for backward): {peak}"])
