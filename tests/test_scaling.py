@@ -11,7 +11,7 @@ import pytest
 
 from hpcpar.runtime import UsageError
 from hpcpar.scaling import layouts, sweep
-from hpcpar.scaling.report import PLOTS, derive
+from hpcpar.scaling.report import PLOTS, derive, karp_flatt
 from mpitools import hpcpar, run
 
 PNG = b"\x89PNG\r\n\x1a\n"
@@ -83,10 +83,19 @@ def test_strong_scaling_figures():
     one, failed, four = rows
     assert one["speedup"] == 1 and one["efficiency"] == 1
     assert four["speedup"] == pytest.approx(3.2) and four["efficiency"] == pytest.approx(0.8)
+    # Karp-Flatt: (1/3.2 - 1/4) / (1 - 1/4) = 1/12; none at the base point, where every e fits
+    assert four["serial_fraction"] == pytest.approx(1 / 12) and one["serial_fraction"] is None
     assert failed["speedup"] is None and failed["exit_status"] == 1
     # 2 micro-batches x (F + B) = 60 ms of computing in a 250 ms step
     assert four["compute_share"] == pytest.approx(0.24) and four["outside_share"] == pytest.approx(0.76)
     assert four["bytes_per_rank"] == pytest.approx(4000.0)
+
+
+def test_karp_flatt_inverts_amdahl():
+    for e in (0.0, 0.05, 0.5):
+        for n in (2, 8, 64):
+            assert karp_flatt(1 / (e + (1 - e) / n), n) == pytest.approx(e, abs=1e-12)
+    assert karp_flatt(1.0, 1) is None
 
 
 def test_weak_scaling_speedup_is_the_scaled_speedup():

@@ -10,6 +10,10 @@ run - on a shared machine, the one least disturbed by other jobs:
   per step stay fixed, so this is the classic T(N0) / T(N); in weak scaling they grow with the ranks,
   so it is the *scaled* speedup N/N0 x T(N0) / T(N).  Ideal: N / N0 in both;
 * efficiency: speedup / (N / N0); ideal 1;
+* serial fraction (Karp-Flatt): the share e of the work that Amdahl's law would need to be serial to
+  explain the measured speedup S on n = N / N0 times the ranks, e = (1/S - 1/n) / (1 - 1/n); ideal 0.
+  A constant e over n points to work that does not parallelise; a growing e, to an overhead that grows
+  with the ranks (communication, waiting);
 * outside F/B/W: the share of the step in which a rank, on average, is not running a forward,
   backward or weight-gradient action: 1 - (F + B + W) x micro-batches x chunks / time per step, with
   the mean action times of the summary's ``costs_s``.  It holds pipeline waits (bubble), the data-parallel
@@ -29,7 +33,7 @@ from hpcpar.runtime import UsageError
 
 GROUPS = ("tp", "pp", "dp", "embed", "world")
 COLUMNS = ("mode", "series", "ranks", "layout", "tp", "pp", "dp", "batch_size", "runs", "exit_status", "step_time_s",
-           "tokens_per_s", "speedup", "efficiency", "compute_share", "outside_share", "bytes_per_rank",
+           "tokens_per_s", "speedup", "efficiency", "serial_fraction", "compute_share", "outside_share", "bytes_per_rank",
            *(f"bytes_{g}" for g in GROUPS), "bubble_measured", "bubble_simulated", "mfu", "loss", "wall_s")
 PLOTS = ("time_per_step.png", "speedup.png", "efficiency.png", "tokens_per_s.png", "communication.png")
 
@@ -82,6 +86,14 @@ def _fastest(rows):
     return best
 
 
+def karp_flatt(speedup, growth):
+    """Serial fraction e implied by ``speedup`` on ``growth`` = N / N0 times the ranks:
+    Amdahl's S = 1 / (e + (1 - e)/n) solved for e.  None at n = 1, where every e fits."""
+    if growth <= 1:
+        return None
+    return (1 / speedup - 1 / growth) / (1 - 1 / growth)
+
+
 def derive(records):
     """One row per point (mode, series, ranks), with speedup and efficiency against the smallest rank
     count that ran in the same mode and series."""
@@ -95,6 +107,7 @@ def derive(records):
             b = base[(row["mode"], row["series"])]
             row["speedup"] = row["tokens_per_s"] / b["tokens_per_s"]
             row["efficiency"] = row["speedup"] / (row["ranks"] / b["ranks"])
+            row["serial_fraction"] = karp_flatt(row["speedup"], row["ranks"] / b["ranks"])
     return rows
 
 
@@ -107,15 +120,16 @@ def write_csv(rows, path):
 
 def table(rows):
     head = (f"{'mode':6s} {'series':>12s} {'ranks':>5s}  {'layout':12s} {'runs':>4s} {'ms/step':>9s} {'tokens/s':>10s} "
-            f"{'speedup':>7s} {'effic.':>6s} {'outside F/B/W':>13s} {'MB/rank/step':>12s}")
+            f"{'speedup':>7s} {'effic.':>6s} {'serial':>6s} {'outside F/B/W':>13s} {'MB/rank/step':>12s}")
     lines = [head, "-" * len(head)]
     for r in rows:
         start = f"{r['mode']:6s} {r['series']:>12s} {r['ranks']:>5d}  {r['layout']:12s} {r['runs']:>4d} "
         if r["step_time_s"] is None:
             lines.append(start + f"failed: exit status {r['exit_status']}")
             continue
+        serial = "-" if r["serial_fraction"] is None else f"{r['serial_fraction']:.3f}"
         lines.append(start + f"{r['step_time_s'] * 1e3:9.1f} {r['tokens_per_s']:10,.0f} {r['speedup']:7.2f} "
-                     f"{r['efficiency']:6.0%} {r['outside_share']:13.0%} {r['bytes_per_rank'] / 1e6:12.2f}")
+                     f"{r['efficiency']:6.0%} {serial:>6s} {r['outside_share']:13.0%} {r['bytes_per_rank'] / 1e6:12.2f}")
     return "\n".join(lines)
 
 
