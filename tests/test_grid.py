@@ -71,3 +71,19 @@ def test_grid_command_without_mpi():
     proc, _ = run(hpcpar() + ["grid", "--tp", "3", "--world", "4"])
     assert proc.returncode == 2
     assert proc.stderr.strip() == "hpcpar: error: tp x pp x dp = 3 x 1 x 1 = 3 does not match the world size 4"
+
+
+def test_ranks_per_node_shows_which_link_each_group_crosses():
+    """Two nodes of 8, tp 4 x pp 2 x dp 2: TP and DP inside a node, only the pipeline crosses (tp-dp-pp);
+    the order pp-dp-tp sends every TP all-reduce over the network instead."""
+    from hpcpar.grid import GridLayout
+    from hpcpar.placement import describe, link
+    text = describe(GridLayout(4, 2, 2, 16), 8)
+    assert "node 1: ranks 8-15" in text
+    assert "tp: all 4 groups intra-node (rank 0's: 0,1,2,3)" in text
+    assert "pp: all 8 groups inter-node (rank 0's: 0,8)" in text
+    assert "pipeline sends: 8 of 8 stage-to-stage hops cross nodes" in text
+    assert "tp: all 4 groups inter-node" in describe(GridLayout(4, 2, 2, 16, "pp-dp-tp"), 8)
+    assert link([0, 1, 2, 3], 4) == "intra-node" and link([2, 3, 4, 5], 4) == "inter-node"
+    mixed = describe(GridLayout(2, 1, 3, 6), 4)        # dp groups 0,2,4 and 1,3,5 straddle nodes 0-3 | 4-5
+    assert "dp: all 2 groups inter-node" in mixed and "tp: 1 of 3 groups" not in mixed

@@ -5,6 +5,7 @@ with --world N the map is computed without MPI, for any N (teaching and planning
 
   mpiexec -n 8 hpcpar grid --tp 2 --pp 2 --dp 2
   hpcpar grid --tp 4 --pp 4 --dp 8 --world 128
+  hpcpar grid --tp 4 --pp 2 --dp 2 --world 16 --ranks-per-node 8   (+ nodes, and which link each group uses)
 """
 HELP = "print the rank map of a tp x pp x dp grid"
 
@@ -17,6 +18,9 @@ def add_arguments(p):
                    help="rank order, fastest-varying axis first (default tp-dp-pp, Megatron's)")
     p.add_argument("--world", type=int, default=None,
                    help="print the map for N ranks without starting MPI")
+    p.add_argument("--ranks-per-node", type=int, default=None, metavar="N",
+                   help="also place the ranks on nodes of N (consecutive ranks together) and say which "
+                        "link, intra-node or inter-node, each group crosses")
 
 
 def run(args):
@@ -26,6 +30,7 @@ def run(args):
         print(layout.describe())
         print()
         print(layout.picture())
+        _nodes(layout, args.ranks_per_node)
         return 0
     from hpcpar.grid import ParallelGrid
     grid = ParallelGrid(args.tp, args.pp, args.dp, order=args.order)
@@ -39,4 +44,12 @@ def run(args):
         print(grid.describe())
         print()
         print(grid.picture())
+        _nodes(grid, args.ranks_per_node)
     return 0
+
+
+def _nodes(layout, ranks_per_node):
+    if ranks_per_node is not None:
+        from hpcpar.placement import describe
+        print()
+        print(describe(layout, ranks_per_node))
