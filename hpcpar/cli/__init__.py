@@ -21,6 +21,7 @@ COMMANDS = {
     "bench": "bench",
     "plan": "plan",
     "scaling": "scaling",
+    "course": "course",
 }
 
 

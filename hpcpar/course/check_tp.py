@@ -1,0 +1,85 @@
+"""Tensor-parallel exercises: the column split's backward, the row split's forward, the bytes of the
+all-reduces.  Ranks are simulated: a list holds one array per rank."""
+import numpy as np
+
+from hpcpar.course.exercise import Wrong
+from hpcpar.nn.gpt import preset
+from hpcpar.ops.linear import linear_backward_input, linear_backward_weight, linear_forward
+
+
+def column_parallel_backward(x, w_part, dy_part):
+    """Reference: rank i holds W[:, cols_i]; y_i = x W_i.  Its share of dL/dx is dy_i W_i^T (a partial
+    sum: the f operator all-reduces it), dW_i = x^T dy_i and db_i = sum of dy_i are its own."""
+    return (linear_backward_input(dy_part, w_part), *linear_backward_weight(dy_part, x))
+
+
+def row_parallel_forward(x_parts, w_parts, b):
+    """Reference: rank i holds W[rows_i, :] and x[..., rows_i]; y = sum_i x_i W_i (the all-reduce), then b once."""
+    partial = [linear_forward(x, w) for x, w in zip(x_parts, w_parts)]      # (..., out) each, not yet y
+    total = sum(partial)                                                    # the all-reduce
+    return [total + b for _ in partial]
+
+
+def _close(got, want, what):
+    got = np.asarray(got)
+    if got.shape != want.shape:
+        raise Wrong(f"{what} has shape {got.shape}, expected {want.shape}")
+    if not np.allclose(got, want, rtol=1e-10, atol=1e-12):     # float64 of the same sums in another order
+        raise Wrong(f"{what} differs from the reference by up to {np.abs(got - want).max():.3g}")
+
+
+def check_column_backward(f):
+    rng = np.random.default_rng(0)
+    x, w, dy = rng.standard_normal((2, 3, 8)), rng.standard_normal((8, 6)), rng.standard_normal((2, 3, 6))
+    dx_full = linear_backward_input(dy, w)
+    dw_full, db_full = linear_backward_weight(dy, x)
+    for tp in (2, 3):
+        cols = np.split(np.arange(6), tp)
+        parts = [f(x, w[:, c], dy[..., c]) for c in cols]
+        for i, (c, part) in enumerate(zip(cols, parts)):
+            if not isinstance(part, tuple) or len(part) != 3:
+                raise Wrong("return a tuple (dx_part, dw_part, db_part)")
+            _close(part[1], dw_full[:, c], f"tp {tp}, rank {i}: dw_part (its columns of x^T dy)")
+            _close(part[2], db_full[c], f"tp {tp}, rank {i}: db_part (its columns of dy, summed over rows)")
+        total = sum(np.asarray(p[0]) for p in parts)
+        if np.allclose(parts[0][0], dx_full):
+            raise Wrong("rank 0's dx_part is already the whole dL/dx: each rank only has dy for its own "
+                        "columns, so it can compute only dy_i W_i^T; the all-reduce adds the parts")
+        _close(total, dx_full, f"tp {tp}: the sum of the dx parts (what the all-reduce makes)")
+
+
+def check_row_forward(f):
+    rng = np.random.default_rng(1)
+    x, w, b = rng.standard_normal((2, 3, 8)), rng.standard_normal((8, 5)), rng.standard_normal(5)
+    want = linear_forward(x, w, b)
+    for tp in (2, 4):
+        rows = np.split(np.arange(8), tp)
+        out = f([x[..., r] for r in rows], [w[r] for r in rows], b)
+        if len(out) != tp:
+            raise Wrong(f"return one output per rank: {tp} ranks, got {len(out)}")
+        for i, y in enumerate(out):
+            y = np.asarray(y)
+            if y.shape == want.shape and np.allclose(y, want + (tp - 1) * b):
+                raise Wrong(f"tp {tp}: the bias is added {tp} times - every rank added it before the "
+                            "all-reduce; add it once, after the sum")
+            _close(y, want, f"tp {tp}, rank {i}: y")
+
+
+def activation_allreduce_mib():
+    """Reference: `hpcpar train --tp 2 --dtype float64` (tiny, 32 x 64 tokens) per rank and step: in each
+    block 2 all-reduces forward (attention and MLP outputs, g) and 2 backward (their inputs, f), plus
+    the embedding's g and the head's f: (4 L + 2) activations of b s h float64 numbers."""
+    cfg = preset("tiny")
+    activation = 32 * cfg.seq_len * cfg.d_model * 8
+    return (4 * cfg.n_layer + 2) * activation / 2 ** 20
+
+
+def check_allreduce_mib(answer):
+    want = activation_allreduce_mib()
+    if not isinstance(answer, (int, float)):
+        raise Wrong(f"ANSWER is a number of MiB, got {answer!r}")
+    if abs(answer - want) > 0.05 * want:
+        hint = ("one activation of 32 x 64 x 64 float64 is 1 MiB; count the all-reduces of one step "
+                "(forward and backward) per rank")
+        raise Wrong(f"{answer} MiB; {hint}. Measure: .venv/bin/mpiexec -n 2 .venv/bin/hpcpar train --tp 2 "
+                    "--dtype float64 --steps 5 prints 'tp 20.1 MB' for both ranks together")
