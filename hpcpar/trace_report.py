@@ -117,8 +117,39 @@ def summary(path):
     return "\n".join(lines)
 
 
-def plot(path, out, step=None):
-    """The measured F/B/W timeline of one traced step (default: the last), one row per rank."""
+def _annotations(spans, names, pids, zero, end, flows):
+    """The thin communication lane of each row, the pipeline messages' arrows, and three notes: the first
+    TP all-reduce, the first pipeline send, the largest idle gap (the bubble)."""
+    row = {pid: i for i, pid in enumerate(pids)}
+    lanes = [[((e["ts"] - zero) / 1e3, (e["ts"] + e["dur"] - zero) / 1e3) for e in spans[pid]
+              if e["cat"] in ("collective", "p2p") and zero <= e["ts"] <= zero + end * 1e3] for pid in pids]
+    notes = []
+    tp = [(e["ts"], pid) for pid in pids for e in spans[pid] if e["name"] == "tp all_reduce" and zero <= e["ts"]]
+    if tp:
+        ts, pid = min(tp)
+        notes.append(((ts - zero) / 1e3, row[pid] + 0.32, "TP all-reduce"))
+    starts = {k: (pid, ts) for k, ph, pid, ts in flows if ph == "s" and zero <= ts <= zero + end * 1e3}
+    arrows = [((ts - zero) / 1e3, row[pid], (te - zero) / 1e3, row[pe])
+              for k, ph, pe, te in flows if ph == "f" and k in starts for pid, ts in [starts[k]]]
+    if arrows:
+        x0, y0, x1, y1 = min(arrows)
+        notes.append((x0, y0, "pipeline send: the arrow ends at its receive"))
+    return lanes, arrows, notes
+
+
+def _largest_gap(rows, end):
+    """(middle, row) of the longest stretch in which one row computes nothing, the step's ends included."""
+    best = (0.0, 0.0, 0)
+    for y, boxes in enumerate(rows):
+        edges = [0.0] + [t for a, b, *_ in sorted(boxes) for t in (a, b)] + [end]
+        for a, b in zip(edges[::2], edges[1::2]):
+            best = max(best, (b - a, (a + b) / 2, y))
+    return best[1], best[2]
+
+
+def plot(path, out, step=None, annotate=False):
+    """The measured F/B/W timeline of one traced step (default: the last), one row per rank; with
+    ``annotate``, the communication lanes, the pipeline messages and notes on what to find."""
     from hpcpar.pipeline.plot import plot_timeline
     meta, names, spans = load(path)
     traced = sorted({e["args"]["step"] for evs in spans.values() for e in evs if "step" in e.get("args", {})})
@@ -131,7 +162,20 @@ def plot(path, out, step=None):
     zero = min(e["ts"] for es in work.values() for e in es)
     rows = [[((e["ts"] - zero) / 1e3, (e["ts"] + e["dur"] - zero) / 1e3, e["cat"], e["args"]["mb"],
               e["args"]["chunk"]) for e in work[pid]] for pid in pids]
+    extra = {}
+    if annotate:
+        end = max(b for r in rows for _, b, *_ in r)
+        lanes, arrows, notes = _annotations(spans, names, pids, zero, end, flows(path))
+        x, y = _largest_gap(rows, end)
+        extra = dict(lanes=lanes, arrows=arrows, notes=notes + [(x, y, "idle: part of the bubble")])
     plot_timeline(rows, out, title=f"measured step {step}: {meta.get('schedule')} tp {meta.get('tp')} x "
                   f"pp {meta.get('pp')} x dp {meta.get('dp')}", unit_label="ms",
-                  labels=[names.get(pid, str(pid)) for pid in pids])
+                  labels=[names.get(pid, str(pid)) for pid in pids], **extra)
     return out
+
+
+def flows(path):
+    """(id, "s" | "f", pid, ts) of the flow events: a pipeline message's send and its receive."""
+    with open(path) as f:
+        events = json.load(f)["traceEvents"]
+    return [(e["id"], e["ph"], e["pid"], e["ts"]) for e in events if e.get("ph") in ("s", "f")]

@@ -29,5 +29,16 @@ def test_trace_of_a_pipeline_run(tmp_path):
     png = tmp_path / "timeline.png"
     plot, _ = run(hpcpar() + ["trace", "plot", str(out), "-o", str(png)])
     assert plot.returncode == 0 and png.read_bytes()[:4] == b"\x89PNG"
+    # annotated, and by default beside the trace (never into the working directory or the repository)
+    plot, _ = run(hpcpar() + ["trace", "plot", str(out), "--annotate"], cwd=tmp_path)
+    assert plot.returncode == 0 and plot.stdout.strip() == f"wrote {tmp_path / 't.png'}"
+    assert (tmp_path / "t.png").read_bytes()[:4] == b"\x89PNG"
+    from hpcpar import trace_report
+    meta, names, spans = trace_report.load(out)
+    pids = sorted(spans)
+    zero = min(e["ts"] for evs in spans.values() for e in evs if e["cat"] == "F")
+    lanes, arrows, notes = trace_report._annotations(spans, names, pids, zero, 1e9, trace_report.flows(out))
+    assert any(lanes) and arrows and [n[2] for n in notes][0] == "TP all-reduce"
+    assert trace_report._largest_gap([[(0.0, 1.0, "F", 0, 0)], [(2.5, 3.0, "F", 0, 0)]], 3.0) == (1.25, 1)
     bad, _ = run(hpcpar() + ["trace", "summary", str(tmp_path / "missing.json")])
     assert bad.returncode == 2 and "cannot read trace" in bad.stderr

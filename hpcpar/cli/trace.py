@@ -2,7 +2,10 @@
 
   hpcpar trace summary out.json               per-rank busy, idle, communication and overlap shares,
                                               the measured bubble next to the simulator's prediction
-  hpcpar trace plot out.json -o timeline.png  the measured timeline of one step, like hpcpar schedule --plot
+  hpcpar trace plot out.json                  the measured timeline of one step, like hpcpar schedule --plot,
+                                              into out.png beside the trace (-o to choose)
+  hpcpar trace plot out.json --annotate       ... with the communication lanes, the pipeline messages'
+                                              arrows, and notes on a TP all-reduce, a send and the bubble
 
 The file itself opens in https://ui.perfetto.dev or chrome://tracing.
 """
@@ -15,18 +18,23 @@ def add_arguments(p):
     s.add_argument("path")
     pl = sub.add_parser("plot", help="draw the measured timeline of one step")
     pl.add_argument("path")
-    pl.add_argument("-o", "--output", default="timeline.png", help="PNG to write (default timeline.png)")
+    pl.add_argument("-o", "--output", default=None, help="PNG to write (default: the trace's path with .png)")
+    pl.add_argument("--annotate", action="store_true",
+                    help="draw communication lanes and message arrows, and label what to look at")
     pl.add_argument("--step", type=int, default=None, help="which traced step (default: the last)")
 
 
 def run(args):
+    from pathlib import Path
+
     from hpcpar import trace_report
     from hpcpar.runtime import UsageError
     try:
         if args.action == "summary":
             print(trace_report.summary(args.path))
         else:
-            print(f"wrote {trace_report.plot(args.path, args.output, args.step)}")
+            out = args.output or str(Path(args.path).with_suffix(".png"))
+            print(f"wrote {trace_report.plot(args.path, out, args.step, args.annotate)}")
     except (OSError, ValueError, KeyError) as err:
         raise UsageError(f"cannot read trace {args.path}: {err}") from None
     return 0
