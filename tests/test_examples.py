@@ -1,7 +1,8 @@
-"""Every program in hpcpar/examples runs, and prints the lines the docs quote.
+"""Every program in hpcpar/examples runs, and its chapter quotes it.
 
-Serial examples run with this interpreter; MPI examples as whole jobs (mpiexec -n 2) from a serial
-test, with a timeout so that a hang fails the test.
+Each example runs once per test session, with the command its chapter quotes (docs_session: the
+commands of the docs, run in a scratch directory, with a timeout so that a hang fails the test);
+tests/test_docs.py checks the quoted output against it.
 """
 import functools
 import pkgutil
@@ -12,27 +13,35 @@ from pathlib import Path
 import pytest
 
 import hpcpar.examples
+from docs_session import docs_session
+from hpcpar.quotes.blocks import blocks
 from mpitools import run, run_mpi
 
 EXAMPLES = sorted(m.name for m in pkgutil.iter_modules(hpcpar.examples.__path__) if not m.name.startswith("_"))
-SERIAL = {"one_step", "caches"}
-MPI_2 = {"tp_split", "tp_gpt", "pipeline_by_hand", "data_parallel_by_hand"}
+RANKS = {"one_step": 1, "caches": 1, "tp_split": 2, "tp_gpt": 2, "pipeline_by_hand": 2,
+         "data_parallel_by_hand": 2, "collectives": 4}
+MPI_EXAMPLES = sorted(name for name, n in RANKS.items() if n > 1)
 
 
 # the chapter that quotes each example's whole output
 QUOTED_IN = {"one_step": "engine.md", "caches": "engine.md", "tp_split": "tensor_parallel.md",
              "tp_gpt": "tensor_parallel.md", "pipeline_by_hand": "pipeline.md",
-             "data_parallel_by_hand": "data_parallel.md"}
+             "data_parallel_by_hand": "data_parallel.md", "collectives": "collectives.md"}
 DOCS = Path(__file__).resolve().parent.parent / "docs"
+
+
+def command(name):
+    """The command line the docs quote for an example."""
+    module = f".venv/bin/python -m hpcpar.examples.{name}"
+    return module if RANKS[name] == 1 else f".venv/bin/mpiexec -n {RANKS[name]} {module}"
 
 
 @functools.lru_cache(maxsize=None)
 def example(name):
-    """Run an example the way its docstring says; returns its stdout (it must exit 0)."""
-    cmd = [sys.executable, "-m", f"hpcpar.examples.{name}"]
-    proc, _ = run(cmd, timeout=120) if name in SERIAL else run_mpi(2, cmd, timeout=120)
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    return proc.stdout
+    """The example's output (it must exit 0), from the run the docs check uses too."""
+    status, lines = docs_session().output(command(name))
+    assert status == 0, "\n".join(lines)
+    return "\n".join(lines) + "\n"
 
 
 def rank_lines(out, rank):
@@ -40,7 +49,7 @@ def rank_lines(out, rank):
 
 
 def test_every_example_is_tested_and_documented():
-    assert set(EXAMPLES) == SERIAL | MPI_2
+    assert set(EXAMPLES) == set(RANKS)
     for name in EXAMPLES:
         doc = __import__(f"hpcpar.examples.{name}", fromlist=["_"]).__doc__
         assert doc and f"hpcpar.examples.{name}" in doc, f"{name}: the docstring must say how to run it"
@@ -48,10 +57,11 @@ def test_every_example_is_tested_and_documented():
 
 @pytest.mark.parametrize("name", sorted(QUOTED_IN))
 def test_docs_quote_the_current_output(name):
-    """Every line the example prints appears in its chapter: the docs are not stale."""
-    text = (DOCS / QUOTED_IN[name]).read_text()
-    missing = [line for line in example(name).splitlines() if line.strip() and line not in text]
-    assert not missing, f"docs/{QUOTED_IN[name]} does not show these lines of {name}: {missing}"
+    """The chapter quotes the example in a console block, which tests/test_docs.py checks against its
+    output (to the tolerance of hpcpar/quotes/compare.py: round-off and timings are not text)."""
+    quoted = [q.command for b in blocks(DOCS / QUOTED_IN[name]) for q in b.quotes]
+    assert command(name) in quoted, f"docs/{QUOTED_IN[name]} has no console block '$ {command(name)}'"
+    example(name)
 
 
 def test_tp_split_prints_the_seed_example_rank_by_rank():
@@ -135,7 +145,15 @@ def test_data_parallel_by_hand_equals_one_rank():
         assert len(diffs) == 2 and all(float(d) < 1e-13 for d in diffs)
 
 
-@pytest.mark.parametrize("name", sorted(MPI_2))
+@pytest.mark.parametrize("name", MPI_EXAMPLES)
 def test_mpi_examples_refuse_one_rank(name):
     proc, _ = run([sys.executable, "-m", f"hpcpar.examples.{name}"], timeout=60)
-    assert proc.returncode == 2 and "mpiexec -n 2" in proc.stderr
+    assert proc.returncode == 2 and f"mpiexec -n {RANKS[name]}" in proc.stderr
+
+
+def test_collectives_demonstrates_every_pattern_and_its_cost():
+    out = example("collectives")
+    assert "every rank holds what numpy computes: yes" in out
+    assert "rank 3: (30, 31, 32, 33) -> (72)" in out                       # reduce-scatter: element 3 of the sum
+    assert out.count("-> (60, 64, 68, 72)") == 5                           # reduce on rank 0, all-reduce on all 4
+    assert re.search(r"^all-reduce +[0-9.]+ ms +[0-9.]+ ms$", out, re.M)
