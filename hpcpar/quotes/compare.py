@@ -106,9 +106,10 @@ def _find(lines, target, start, machine):
     for j in range(start, len(lines)):
         if line_difference(target, lines[j], machine) is None:
             return j
-    for j in range(start, len(lines)):
-        if _same_text(target, lines[j]):
-            return j
+    same = [j for j in range(start, len(lines)) if _same_text(target, lines[j])]
+    if same:         # the one sharing the most numbers: "step 1000/1000" is not "step 200/1000"
+        wanted = NUMBER.findall(target)
+        return max(same, key=lambda j: (sum(a == b for a, b in zip(wanted, NUMBER.findall(lines[j]))), -j))
     raise Mismatch(f"quoted line not in the output: {target.strip()!r}")
 
 
