@@ -51,11 +51,12 @@ def test_quote_tolerance():
     assert line_difference("max relative difference 1.6e-15", "max relative difference 1.5e-15") is None
     assert line_difference("max relative difference 1.6e-15", "max relative difference 2.0e-3") is not None
     # figures of the machine are masked; the rest is checked
-    quoted = "  MFU         4.5% of the GEMM rate measured on these 8 ranks (1110.0 GFLOP/s together; 83.95 GFLOP per step)"
-    fresh = "  MFU         27.9% of the GEMM rate measured on these 8 ranks (133.9 GFLOP/s together; 83.95 GFLOP per step)"
+    quoted = "MFU  4.5% of the GEMM rate measured on these 8 ranks (1110.0 GFLOP/s together; 83.95 GFLOP per step)"
+    fresh = "MFU  27.9% of the GEMM rate measured on these 8 ranks (133.9 GFLOP/s together; 83.95 GFLOP per step)"
     assert line_difference(quoted, fresh) is None
     assert line_difference(quoted, fresh.replace("83.95", "84.10")) is not None
-    assert line_difference("step 100/1000  loss 2.97223901749  51.5 ms", "step 100/1000  loss 2.97223937511  101.0 ms") is None
+    assert line_difference("step 100/1000  loss 2.97223901749  51.5 ms",
+                           "step 100/1000  loss 2.97223937511  101.0 ms") is None
     assert line_difference("step 100/1000  loss 2.97223901749", "step 100/1000  loss 2.9731") is not None
     # integers exactly; a decimal to one unit of its last digit
     assert line_difference("pp 4.0 MB in 16 messages", "pp 4.0 MB in 17 messages") is not None

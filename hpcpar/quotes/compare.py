@@ -19,8 +19,8 @@ import re
 NUMBER = re.compile(r"[-+]?(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?(?:[eE][-+]?\d+)?")
 # a match of any of these covers the numbers inside it: they depend on the machine
 MACHINE = re.compile("|".join([
-    r"[-+]?[\d,.]+(?:[eE][-+]?\d+)?\s*(?:ns/step|ms/step|s/step|ns|ms|us|µs|s|sec|seconds|minutes|tokens/s|tok/s|[GMT]FLOP/s|[GMK]B/s|"
-    r"GiB/s|MiB/s)(?![\w/])",
+    r"[-+]?[\d,.]+(?:[eE][-+]?\d+)?\s*(?:ns/step|ms/step|s/step|ns|ms|us|µs|s|sec|seconds|minutes|"
+    r"tokens/s|tok/s|[GMT]FLOP/s|[GMK]B/s|GiB/s|MiB/s)(?![\w/])",
     r"MFU\s+[\d.]+%",
     r"measured [\d.]+%",
     r"simulated [\d.]+% for the measured",
