@@ -51,8 +51,14 @@ def name():
 
 
 def array_module(a):
-    """The module an array belongs to (numpy or cupy), without importing cupy needlessly."""
-    return np if isinstance(a, np.ndarray) else xp()
+    """The module an array belongs to (numpy or cupy), without importing cupy needlessly. Asked of the
+    array, not of the process's choice: a communicator may be handed device arrays in a numpy process."""
+    if isinstance(a, np.ndarray):
+        return np
+    if is_device_array(a):
+        import cupy
+        return cupy
+    return xp()
 
 
 def is_device_array(a):

@@ -1,47 +1,93 @@
-"""The engine on cupy arrays against numpy, float64 (skipped without cupy and a GPU: make test-gpu)."""
+"""The engine on the device against numpy, one rank: on a GPU with cupy, and otherwise on the strict
+CuPy stand-in (tests/fake_cupy), so that these run in every ``make test``."""
 import numpy as np
 import pytest
 
-from gpu_helpers import CopyCounter, require_gpu
+from gpu_helpers import CopyCounter, device_module, is_stand_in
 from hpcpar import backend
-from hpcpar.nn import GPT, GPTConfig
+from hpcpar.nn import GPT, GPTConfig, MLPConfig, MLPModel
 
 pytestmark = pytest.mark.gpu
 
 
 @pytest.fixture
-def cupy():
-    cp = require_gpu()
+def cupy(monkeypatch):
+    cp = device_module(monkeypatch)
     yield cp
     backend.use("numpy")
 
 
-def grads(model, ids, targets):
-    loss, caches = model.forward(ids, None, targets)
+def grads(model, x, targets):
+    loss, caches = model.forward(x, None, targets)
     model.backward(1.0 / targets.size, caches)
     return backend.to_numpy(loss), {p.name: backend.to_numpy(p.grad) for p in model.parameters()}
 
 
-@pytest.mark.parametrize("tied", [True, False])
-def test_gpt_on_cupy_matches_numpy(cupy, tied):
-    cfg = GPTConfig(vocab_size=37, seq_len=16, n_layer=2, n_head=4, d_model=32, tied=tied, dropout=0.1)
-    tokens = np.random.default_rng(0).integers(0, 37, size=(4, 17))
+def same_run(build, cupy, x, targets):
+    """float64 loss and gradients of the model built by ``build`` on numpy and on the device. The device
+    may order its reductions differently (cuBLAS): agreement to 1e-10 relative, not bit for bit."""
     backend.use("numpy")
-    want_loss, want = grads(GPT(cfg, seed=1, dtype="float64"), tokens[:, :-1], tokens[:, 1:])
+    want_loss, want = grads(build(), x, targets)
     backend.use("cupy")
-    got_loss, got = grads(GPT(cfg, seed=1, dtype="float64"), cupy.asarray(tokens[:, :-1]),
-                          cupy.asarray(tokens[:, 1:]))
+    got_loss, got = grads(build(), cupy.asarray(x), cupy.asarray(targets))
     assert abs(got_loss - want_loss) <= 1e-10 * abs(want_loss)
     for name, g in want.items():
         assert np.linalg.norm(got[name] - g) <= 1e-10 * np.linalg.norm(g), name
 
 
+@pytest.mark.parametrize("tied", [True, False])
+def test_gpt_on_the_device_matches_numpy(cupy, tied):
+    cfg = GPTConfig(vocab_size=37, seq_len=16, n_layer=2, n_head=4, d_model=32, tied=tied, dropout=0.1)
+    tokens = np.random.default_rng(0).integers(0, 37, size=(4, 17))
+    same_run(lambda: GPT(cfg, seed=1, dtype="float64"), cupy, tokens[:, :-1], tokens[:, 1:])
+
+
+def test_mlp_on_the_device_matches_numpy(cupy):
+    cfg = MLPConfig(d_in=8, d_model=16, d_ff=32, n_layer=3, d_out=4)
+    rng = np.random.default_rng(1)
+    same_run(lambda: MLPModel(cfg, seed=1, dtype="float64"), cupy, rng.standard_normal((6, 8)),
+             rng.standard_normal((6, 4)))
+
+
 def test_a_step_copies_to_the_host_once(cupy, monkeypatch):
-    """Inside a training step the only device-to-host copy is the agreed (loss, norm, stop) triple."""
+    """Inside a training step the only device-to-host copy is the agreed (loss, norm, stop) triple.
+    A float() or .item() of a loss, an np.asarray of a gradient, ... anywhere in the step breaks this."""
     from mpi4py import MPI
     from train_helpers import trainer
-    t = trainer(MPI.COMM_SELF, backend="cupy", dtype="float32")
+    t = trainer(MPI.COMM_SELF, backend="cupy", dtype="float32", dropout=0.1)
     t.step(0)                                   # warm-up: allocations, kernel compilation
     counter = CopyCounter(cupy, monkeypatch)
     t.step(1)
-    assert counter.count == 1
+    assert (counter.count, counter.staged) == (1, 0)
+
+
+def test_checkpoint_save_and_resume_from_device_arrays(cupy, tmp_path):
+    """Save after 2 steps on the device, resume into a fresh device trainer: steps 3 and 4 repeat the
+    uninterrupted run's (the same computation on the same machine: equal to round-off)."""
+    from mpi4py import MPI
+    from hpcpar.checkpoint import load_checkpoint, save_checkpoint
+    from train_helpers import trainer
+    t = trainer(MPI.COMM_SELF, backend="cupy")
+    for s in range(2):
+        t.step(s)
+    save_checkpoint(t, tmp_path / "ck", 2)
+    want = [t.step(s).loss for s in (2, 3)]
+    resumed = trainer(MPI.COMM_SELF, backend="cupy")
+    assert load_checkpoint(resumed, tmp_path / "ck") == 2
+    assert all(backend.is_device_array(p.data) for p in resumed.parameters())
+    np.testing.assert_allclose([resumed.step(s).loss for s in (2, 3)], want, rtol=1e-12)
+
+
+def test_the_stand_in_refuses_implicit_host_arrays(cupy):
+    """The rules the stand-in enforces, as CuPy does (on a real GPU: CuPy itself)."""
+    d = cupy.arange(4.0)
+    with pytest.raises(TypeError, match="Implicit conversion"):
+        np.asarray(d)
+    with pytest.raises(TypeError):
+        d + np.ones(4)
+    with pytest.raises(TypeError):
+        np.ones(4) * d
+    assert float(d.sum()) == 6.0 and cupy.asnumpy(d).tolist() == [0.0, 1.0, 2.0, 3.0]
+    if is_stand_in(cupy):
+        from fake_cupy.transfers import log
+        assert log.to_host == {"float()": 1, "get": 1} and log.to_device == {}
