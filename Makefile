@@ -89,13 +89,15 @@ test-gpu: install
 	$(PY) -m pytest -q -m gpu tests; $(PYTEST_OK)
 	HPCPAR_SHARE_GPU=1 timeout -k 10 600 $(MPIEXEC) -n 2 $(PY) -m pytest -q --only-mpi -m gpu -p no:cacheprovider tests; $(PYTEST_OK)
 
-# Wheels a GPU machine without network needs for jobs/gpu_check.sh (Python 3.12, x86-64).
+# Wheels a GPU machine without network needs for jobs/gpu_check.sh (Python 3.12, x86-64): the MPI
+# runtime, mpi4py, pytest-mpi, and CuPy for CUDA 12 with its fastrlock and ml_dtypes (bf16).
 gpu-wheels: install
 	rm -rf .whl && mkdir -p .whl
 	$(PIP) download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
 	  --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 \
 	  -d .whl "mpich==$$($(PY) -c 'import importlib.metadata as m; print(m.version("mpich"))')" \
-	  "mpi4py==$$($(PY) -c 'import mpi4py; print(mpi4py.__version__)')" pytest-mpi
+	  "mpi4py==$$($(PY) -c 'import mpi4py; print(mpi4py.__version__)')" pytest-mpi \
+	  "cupy-cuda12x>=13" fastrlock ml_dtypes
 	@ls -la .whl
 
 clean:

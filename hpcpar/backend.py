@@ -83,8 +83,9 @@ def scatter_add(target, index, values):
     """target[index[i]] += values[i] for every row i, repeats summed (embedding backward).
 
     numpy: sort the rows by index and sum runs with add.reduceat (much faster than np.add.at);
-    cupy: cupyx.scatter_add, an atomic add on the device.
+    cupy: cupyx.scatter_add, an atomic add on the device.  Sums in the target's dtype.
     """
+    values = values.astype(target.dtype, copy=False)
     if is_device_array(target):
         import cupyx
         cupyx.scatter_add(target, index, values)

@@ -8,29 +8,44 @@ views into a bucket's ``data`` and ``grad``.  That makes three things cheap:
 * ZeRO-1 cuts each bucket into ``dp`` equal shards (buckets are padded to a multiple of ``dp``), and a
   rank updates only its shard;
 * the optimizer updates a bucket with a handful of vectorised operations instead of one per tensor.
+
+Under mixed precision (hpcpar/precision.py) ``data`` holds the fp32 master weights and ``compute`` a
+low-precision copy of them, rounded again after every update (``refresh``); ``p.data`` views the
+compute copy, ``p.master`` the masters.  Gradients stay in ``grad``, fp32.  Otherwise ``compute`` is
+``data``.
 """
 from hpcpar import backend
 
 
 class Bucket:
-    def __init__(self, params, align):
+    def __init__(self, params, align, compute_dtype=None):
         xp = backend.array_module(params[0].data)
         dtype = params[0].data.dtype
         n = sum(p.data.size for p in params)
         self.size = -(-n // align) * align                      # padded to a multiple of `align`
         self.data = xp.zeros(self.size, dtype=dtype)            # (size,)
         self.grad = xp.zeros(self.size, dtype=dtype)            # (size,)
+        mixed = compute_dtype is not None and compute_dtype != dtype
+        self.compute = xp.zeros(self.size, dtype=compute_dtype) if mixed else self.data     # (size,)
         self.segments = []                                      # (param, start, stop)
         start = 0
         for p in params:
             stop = start + p.data.size
             self.data[start:stop] = p.data.reshape(-1)
             self.grad[start:stop] = p.grad.reshape(-1)
-            p.data = self.data[start:stop].reshape(p.data.shape)
+            if mixed:
+                p.master = self.data[start:stop].reshape(p.data.shape)
+            p.data = self.compute[start:stop].reshape(p.data.shape)
             p.grad = self.grad[start:stop].reshape(p.grad.shape)
             self.segments.append((p, start, stop))
             start = stop
         self.params = list(params)
+        self.refresh()
+
+    def refresh(self):
+        """Round the master weights into the compute copy (mixed precision; else nothing to do)."""
+        if self.compute is not self.data:
+            self.compute[...] = self.data
 
     def shard(self, index, parts):
         """[lo, hi) of shard ``index`` of ``parts``."""
@@ -47,15 +62,15 @@ class Bucket:
         return out
 
 
-def make_buckets(params, bucket_bytes, align=1):
+def make_buckets(params, bucket_bytes, align=1, compute_dtype=None):
     """Bucket ``params`` in the given order, each bucket about ``bucket_bytes`` (never splitting one)."""
     buckets, current, size = [], [], 0
     for p in params:
         current.append(p)
         size += p.data.nbytes
         if size >= bucket_bytes:
-            buckets.append(Bucket(current, align))
+            buckets.append(Bucket(current, align, compute_dtype))
             current, size = [], 0
     if current:
-        buckets.append(Bucket(current, align))
+        buckets.append(Bucket(current, align, compute_dtype))
     return buckets

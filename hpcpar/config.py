@@ -69,6 +69,9 @@ class TrainConfig:
                          ["stop", "skip"], "optim")
     # --- numerics and backend ---------------------------------------------------------------
     dtype: str = opt("float32", "parameter and activation dtype", ["float32", "float64"], "run")
+    precision: str = opt("fp32", "fp16/bf16: activations and GEMMs in that dtype, fp32 master weights and "
+                         "gradients (fp16 with dynamic loss scaling)", ["fp32", "fp16", "bf16"], "run")
+    tf32: bool = opt(False, "GPU, fp32: let cuBLAS multiply float32 matrices on TF32 tensor cores", group="run")
     seed: int = opt(0, "seed of the initialisation, the data order and dropout", group="run")
     backend: str = opt("", "array backend: numpy or cupy (default: $HPCPAR_BACKEND, else numpy)", group="run")
     # --- files and output -------------------------------------------------------------------
@@ -146,6 +149,11 @@ def check(cfg, world):
         cfg.backend = os.environ.get("HPCPAR_BACKEND", "numpy")
     if cfg.backend not in ("numpy", "cupy"):
         raise UsageError(f"--backend must be numpy or cupy, not {cfg.backend!r}")
+    if cfg.precision != "fp32" and cfg.dtype != "float32":
+        raise UsageError(f"--precision {cfg.precision} keeps float32 master weights: use --dtype float32")
+    if cfg.tf32 and (cfg.backend != "cupy" or cfg.precision != "fp32" or cfg.dtype != "float32"):
+        raise UsageError("--tf32 applies to float32 GEMMs on a GPU only: it needs --backend cupy, "
+                         "--dtype float32 and --precision fp32")
     if cfg.lr == 0:
         cfg.lr = PRESET_LR[cfg.model]
     for name in ("lr", "eps", "bucket_mb"):

@@ -27,17 +27,18 @@ from hpcpar.optim import Shard
 
 
 class DataParallel:
-    def __init__(self, params, dp_comm, bucket_mb=4.0, zero1=False, late=(), uses=None):
+    def __init__(self, params, dp_comm, bucket_mb=4.0, zero1=False, late=(), uses=None, compute_dtype=None):
         """``uses``: {id(param): how many model chunks report it ready} - a parameter that two chunks
         of this rank share (the tied embedding when one rank holds both ends of an interleaved model)
-        is final only when the last of them is done with it. Default 1 each."""
+        is final only when the last of them is done with it. Default 1 each.  ``compute_dtype``: the
+        low precision of the weights' compute copy under mixed precision (buckets.py)."""
         self.comm, self.zero1 = dp_comm, zero1
         self._uses = uses or {}
         align = dp_comm.size if zero1 else 1
         late_ids = {id(p) for p in late}
         backward_order = [p for p in reversed(params) if id(p) not in late_ids]
-        self.buckets = make_buckets(backward_order, int(bucket_mb * 2**20), align)
-        self.late = Bucket(list(late), align) if late else None
+        self.buckets = make_buckets(backward_order, int(bucket_mb * 2**20), align, compute_dtype)
+        self.late = Bucket(list(late), align, compute_dtype) if late else None
         if self.late:
             self.buckets.append(self.late)
         self._bucket_of = {id(p): i for i, b in enumerate(self.buckets) for p in b.params}
@@ -126,9 +127,12 @@ class DataParallel:
         return total
 
     def gather_params(self):
-        """ZeRO-1: every rank receives every other rank's updated slice."""
+        """ZeRO-1: every rank receives every other rank's updated slice.  Then (mixed precision) the
+        compute copies are rounded from the updated masters."""
         if self.zero1:
             wait_all([self.comm.iall_gather_(b.data) for b in self.buckets])
+        for b in self.buckets:
+            b.refresh()
 
     def zero_grad(self):
         for b in self.buckets:

@@ -17,6 +17,7 @@ from hpcpar import checkpoint, trace
 from hpcpar.checkpoint.consolidated import export, init_from
 from hpcpar.flops import gemm_throughput, gpt_step_flops, mlp_step_flops
 from hpcpar.pipeline.bubble import pipeline_bubble
+from hpcpar.precision import grads_overflowed
 from hpcpar.runtime import EXIT_FAILURE, EXIT_PREEMPTED
 from hpcpar.train import Trainer
 
@@ -125,6 +126,7 @@ class Loop:
                 if tracer:
                     tracer.enabled = step in traced
                 t0 = time.perf_counter()
+                scale = t.scaler.scale                 # the loss scale this step runs with (fp16)
                 loss, norm, lr, skipped, stop = t.step(step, self.stop_requested)
                 seconds = time.perf_counter() - t0
                 if tracer and tracer.enabled:
@@ -139,6 +141,8 @@ class Loop:
                     record = {"step": step, "loss": loss, "lr": lr, "grad_norm": norm,
                               "tokens_per_s": t.tokens_per_step / seconds, "step_time_s": seconds,
                               "skipped": skipped}
+                    if t.scaler.dynamic:
+                        record["loss_scale"] = scale
                     if metrics:
                         metrics.write(json.dumps(record) + "\n")
                         metrics.flush()
@@ -148,7 +152,7 @@ class Loop:
                     if (step + 1) % log_every == 0 or step == cfg.steps - 1:
                         self._print(f"step {step + 1:>5}/{cfg.steps}  loss {loss:.12g}  grad_norm {norm:.4g}  "
                                     f"lr {lr:.3g}  {seconds * 1e3:.1f} ms")
-                if skipped and cfg.nonfinite == "stop":
+                if skipped and cfg.nonfinite == "stop" and not grads_overflowed(t.scaler, loss, norm):
                     self._print(f"hpcpar: non-finite loss or gradient at step {step + 1}: stopping "
                                 f"(the weights are those of step {step})", err=True)
                     self.save(step)

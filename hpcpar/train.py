@@ -19,7 +19,7 @@ from collections import namedtuple
 
 import numpy as np
 
-from hpcpar import backend, faults, trace
+from hpcpar import backend, faults, precision, trace
 from hpcpar.config import check
 from hpcpar.data import MarkovLanguage, Regression, TokenFile
 from hpcpar.data_parallel import DataParallel
@@ -87,7 +87,9 @@ class Trainer:
         comm = comm or MPI.COMM_WORLD
         self.cfg = cfg = check(cfg, comm.size)
         self.xp = backend.use(cfg.backend)
-        self.dtype = backend.resolve_dtype(cfg.dtype)
+        self.dtype = backend.resolve_dtype(cfg.dtype)                           # master weights, gradients
+        self.compute = precision.compute_dtype(cfg.precision, self.xp, self.dtype)   # activations, GEMMs
+        self.scaler = precision.LossScaler(dynamic=cfg.precision == "fp16")
         mcfg = model_config(cfg)
         self.data = make_data(cfg, getattr(mcfg, "seq_len", 0))
         self.mcfg = mcfg = with_vocab(cfg, mcfg, self.data)
@@ -95,6 +97,8 @@ class Trainer:
         self.grid = g = ParallelGrid(cfg.tp, cfg.pp, cfg.dp, comm, cfg.order)
         if cfg.backend == "cupy":
             backend.select_device(comm)
+            if cfg.tf32:
+                precision.allow_tf32(self.xp)
         self.schedule = build(cfg.schedule, cfg.pp, cfg.microbatches, cfg.chunks)
         self.chunks = self._build_chunks()
         params = self.parameters()
@@ -105,12 +109,13 @@ class Trainer:
         for chunk in self.chunks:
             for p in chunk.parameters():
                 uses[id(p)] = uses.get(id(p), 0) + 1
-        self.dp = DataParallel(params, g.dp_comm, cfg.bucket_mb, cfg.zero1, late=self.tied + partial, uses=uses)
+        self.dp = DataParallel(params, g.dp_comm, cfg.bucket_mb, cfg.zero1, late=self.tied + partial, uses=uses,
+                               compute_dtype=self.compute)
         self.partial = partial
         self.optimizer = make_optimizer(cfg.optimizer, cfg.lr, cfg.momentum, cfg.beta1, cfg.beta2, cfg.eps,
                                         cfg.weight_decay)
         self.micro = cfg.batch_size // (cfg.dp * cfg.microbatches)      # sequences per micro-batch
-        self.engine = PipelineEngine(self.schedule, self.chunks, g.pp_comm, self._act_shape, self.dtype)
+        self.engine = PipelineEngine(self.schedule, self.chunks, g.pp_comm, self._act_shape, self.compute)
         is_gpt = cfg.model != "mlp"
         self.loss_terms = cfg.batch_size * (mcfg.seq_len if is_gpt else mcfg.d_out)
         self.tokens_per_step = cfg.batch_size * (mcfg.seq_len if is_gpt else 1)
@@ -147,8 +152,8 @@ class Trainer:
         for j in range(cfg.microbatches):
             ids = range(base + j * self.micro, base + (j + 1) * self.micro)
             x, y = self.data.batch(step, ids) if (g.is_first_stage or g.is_last_stage) else (None, None)
-            inputs.append(self._device(x) if g.is_first_stage else None)
-            targets.append(self._device(y) if g.is_last_stage else None)
+            inputs.append(self._device(x, self.compute) if g.is_first_stage else None)
+            targets.append(self._device(y, self.dtype) if g.is_last_stage else None)
             ctx = Context(step=step, sample_ids=list(ids), seed=cfg.seed)
             if cfg.sequence_parallel:
                 k = self.mcfg.seq_len // cfg.tp
@@ -156,9 +161,10 @@ class Trainer:
             contexts.append(ctx)
         return inputs, targets, contexts
 
-    def _device(self, a):
-        """Token ids stay integers; real-valued inputs take the model's dtype."""
-        return self.xp.asarray(a, dtype=self.dtype if a.dtype.kind == "f" else None)
+    def _device(self, a, dtype):
+        """Token ids stay integers; real values take ``dtype`` (inputs the compute one, targets the
+        master one: a regression target is not rounded to a low precision)."""
+        return self.xp.asarray(a, dtype=dtype if a.dtype.kind == "f" else None)
 
     # --- one step -----------------------------------------------------------------------------
 
@@ -171,7 +177,8 @@ class Trainer:
         if start:
             trace.active().span("data", "data", start, time.perf_counter())
         self.dp.start_step()
-        losses = self.engine.run(inputs, targets, contexts, 1.0 / self.loss_terms, self.dp.grads_ready)
+        dloss = self.scaler.scale / self.loss_terms         # fp16: the loss scaled up (precision.py)
+        losses = self.engine.run(inputs, targets, contexts, dloss, self.dp.grads_ready)
         self._sync_late_gradients()
         self.dp.finish()
         return losses
@@ -191,12 +198,14 @@ class Trainer:
         mine = sum(losses) if (g.is_last_stage and g.tp_rank == 0) else 0.0
         totals = xp.stack([xp.asarray(v, dtype=np.float64) for v in (mine, norm_sq, float(stop_requested))])
         totals = backend.to_numpy(g.world_comm.all_reduce(totals))
-        loss, norm = float(totals[0]) / self.loss_terms, math.sqrt(totals[1])
+        scale = self.scaler.scale
+        loss, norm = float(totals[0]) / self.loss_terms, math.sqrt(totals[1]) / scale
         lr = learning_rate(step, cfg.lr, cfg.min_lr, cfg.warmup, cfg.steps)
         finite = math.isfinite(loss) and math.isfinite(norm)
+        self.scaler.update(math.isfinite(norm))
         if finite:
-            coef = clip_coefficient(norm, cfg.grad_clip)
-            if coef < 1.0:
+            coef = clip_coefficient(norm, cfg.grad_clip) / scale      # clip and undo the loss scale at once
+            if coef != 1.0:
                 for s in shards:
                     s.grad *= coef
             start = trace.active() and time.perf_counter()

@@ -91,3 +91,42 @@ def test_the_stand_in_refuses_implicit_host_arrays(cupy):
     if is_stand_in(cupy):
         from fake_cupy.transfers import log
         assert log.to_host == {"float()": 1, "get": 1} and log.to_device == {}
+
+
+def test_fp16_on_the_device_matches_numpy_fp16(cupy, monkeypatch):
+    """Mixed precision on the device: the same losses as on the CPU in fp16 (the CPU emulates the
+    tensor-core GEMM, the device runs its own: a few fp16 roundings apart), one host copy a step."""
+    from mpi4py import MPI
+    from train_helpers import trainer
+    runs = {}
+    for name in ("numpy", "cupy"):
+        t = trainer(MPI.COMM_SELF, backend=name, dtype="float32", precision="fp16", layers=2)
+        runs[name] = [t.step(s).loss for s in range(2)]
+    counter = CopyCounter(cupy, monkeypatch)
+    t.step(2)
+    assert counter.count == 1
+    assert all(p.data.dtype == cupy.float16 and p.master.dtype == cupy.float32 for p in t.parameters())
+    np.testing.assert_allclose(runs["cupy"], runs["numpy"], rtol=2 * np.finfo(np.float16).eps)
+
+
+def test_bf16_needs_a_cupy_that_has_it(cupy):
+    from hpcpar.precision import bfloat16, compute_dtype
+    from hpcpar.runtime import UsageError
+    if bfloat16(cupy) is not None:
+        assert compute_dtype("bf16", cupy, np.float32).name == "bfloat16"
+        return
+    with pytest.raises(UsageError, match="this cupy has no bfloat16"):
+        compute_dtype("bf16", cupy, np.float32)
+
+
+def test_tf32_sets_the_cublas_compute_type(cupy):
+    from mpi4py import MPI
+    from train_helpers import trainer
+    t = trainer(MPI.COMM_SELF, backend="cupy", dtype="float32", tf32=True)
+    assert np.isfinite(t.step(0).loss)
+    if is_stand_in(cupy):
+        from fake_cupy._core._routines_linalg import COMPUTE_TYPE_TF32
+        assert cupy.cuda.record.compute_types == {"float32": COMPUTE_TYPE_TF32}
+    else:                                   # leave the process as it was for the tests that follow
+        from cupy._core import _routines_linalg as linalg
+        linalg.set_compute_type(cupy.float32, linalg.COMPUTE_TYPE_DEFAULT)

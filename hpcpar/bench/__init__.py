@@ -34,6 +34,8 @@ BENCHMARKS = {
                            "Pipeline and tensor parallelism against torch.distributed on gloo", ranks=(2,)),
     "layout": Spec("f", "layout", "tp 2 x pp 2 x dp 2 against one rank, same global batch"),
     "gpu": Spec("g", "gpu", "GPU: GEMM rate and the block on the device (cupy)"),
+    "gpu-step": Spec("gs", "gpu_step", "GPU: a GPT-2 124M step in fp32, tf32, fp16 and bf16 against PyTorch; "
+                     "staging"),
     "tp-block": Spec("tp", "tp_block", "A transformer block at tp = 1 and tp = 2: time and bytes moved",
                      ranks=(2,)),
     "bubble": Spec("pp", "bubble", "Pipeline bubble: the engine measured against the simulator", ranks=(2,)),

@@ -49,7 +49,7 @@ def rank_tensors(trainer, optimizer=True):
         for p, a, b in bucket.segments:
             if not writes(trainer, p):
                 continue
-            tensors[p.name] = backend.to_numpy(p.data).copy()
+            tensors[p.name] = backend.to_numpy(p.master_data()).copy()
             layout[p.name] = (p.shard, p.full_shape)
             for name, arr in (state or {}).items():
                 tensors[f"optimizer/{name}/{p.name}"] = backend.to_numpy(arr[a:b]).reshape(p.data.shape).copy()
@@ -69,7 +69,9 @@ def apply(trainer, read_full, state_names):
         if tuple(full.shape) != p.full_shape:
             raise CheckpointError(f"{p.name} has shape {tuple(full.shape)} in the checkpoint but "
                                   f"{p.full_shape} in this model")
-        p.data[...] = xp.asarray(_local(p, full), dtype=p.data.dtype)
+        p.master_data()[...] = xp.asarray(_local(p, full), dtype=p.master_data().dtype)
+    for bucket in dp.buckets:
+        bucket.refresh()
     if not state_names:
         opt.state.clear()
         return

@@ -2,6 +2,7 @@
 import functools
 import time
 
+import numpy as np
 from mpi4py import MPI
 
 from hpcpar import backend, trace
@@ -9,6 +10,17 @@ from hpcpar.comm.requests import Request, Stats, timed
 from hpcpar.comm.staging import Staging
 
 OPS = {"sum": MPI.SUM, "max": MPI.MAX, "min": MPI.MIN}
+
+
+def _wire(x):
+    """What MPI is handed for x: x itself, or for bfloat16 (no MPI datatype) its bytes as uint16 -
+    fine for moving data, never for summing it (see _summable)."""
+    return x.view(np.uint16) if x.dtype.name == "bfloat16" else x
+
+
+def _summable(x):
+    if x is not MPI.IN_PLACE and x.dtype.name == "bfloat16":
+        raise TypeError("MPI cannot reduce bfloat16: sum low precision in float32 (hpcpar.precision)")
 
 
 def _traced(op):
@@ -66,15 +78,15 @@ class Communicator:
     def _in(self, x, slot):
         """A buffer MPI may read that holds x's values."""
         if self._device(x) is False:
-            return self._staging.down(x, slot)
-        return x
+            return _wire(self._staging.down(x, slot))
+        return _wire(x)
 
     def _out(self, y, slot):
         """(buffer MPI may write, function that moves it into y afterwards)."""
         if self._device(y) is False:
             h = self._staging.host(y, slot)
-            return h, (lambda: self._staging.up(h, y))
-        return y, None
+            return _wire(h), (lambda: self._staging.up(h, y))
+        return _wire(y), None
 
     @property
     def staging_bytes(self):
@@ -100,10 +112,11 @@ class Communicator:
         return self._all_reduce(MPI.IN_PLACE, x, op)
 
     def _all_reduce(self, x, y, op):
+        _summable(y)
         self.stats.add("all_reduce", y.nbytes)
         send = x if x is MPI.IN_PLACE else self._in(x, "send")
         recv, finish = self._out(y, "recv")
-        if send is MPI.IN_PLACE and recv is not y:
+        if send is MPI.IN_PLACE and finish:                 # staged: the host buffer starts with y
             y.get(out=recv)
         timed(self.stats, "all_reduce", self.mpi.Allreduce, send, recv, op=OPS[op])
         if finish:
@@ -116,9 +129,10 @@ class Communicator:
         self._require_contiguous(x, "iall_reduce_ target")
         if self.size == 1:
             return None
+        _summable(x)
         self.stats.add("all_reduce", x.nbytes)
         recv, finish = self._out(x, "iall_reduce")
-        if recv is not x:
+        if finish:
             x.get(out=recv)
         return Request(self.mpi.Iallreduce(MPI.IN_PLACE, recv, op=OPS[op]), (x, recv), finish, self.stats)
 
@@ -151,6 +165,7 @@ class Communicator:
         if n % self.size:
             raise ValueError(f"reduce_scatter: dimension {axis} of length {n} is not divisible "
                              f"by the group size {self.size}")
+        _summable(x)
         m = backend.array_module(x)
         # (..., size * k, ...) -> (size, ..., k, ...), contiguous, so each rank's block is one run
         # (along axis 0 the blocks already are: only the contiguity check is left)
@@ -178,6 +193,7 @@ class Communicator:
         if self.size == 1:
             y[...] = x
             return None
+        _summable(x)
         self.stats.add("reduce_scatter", x.nbytes)
         recv, finish = self._out(y, "ireduce_scatter")
         send = self._in(x, "ireduce_scatter_in")
@@ -195,7 +211,7 @@ class Communicator:
             return None
         self.stats.add("all_gather", y.nbytes // self.size)
         recv, finish = self._out(y, "iall_gather")
-        if recv is not y:
+        if finish:
             y.get(out=recv)
         return Request(self.mpi.Iallgather(MPI.IN_PLACE, recv), (y, recv), finish, self.stats)
 
@@ -207,7 +223,7 @@ class Communicator:
             return x
         self.stats.add("bcast", x.nbytes)
         buf, finish = self._out(x, "bcast")
-        if buf is not x and self.rank == root:
+        if finish and self.rank == root:
             x.get(out=buf)
         timed(self.stats, "bcast", self.mpi.Bcast, buf, root=root)
         if finish:

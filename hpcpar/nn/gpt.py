@@ -21,6 +21,7 @@ from hpcpar.nn.parameter import Parameter, init_full
 from hpcpar.nn.stage import Stage
 from hpcpar.ops.cross_entropy import cross_entropy_backward, cross_entropy_forward
 from hpcpar.ops.linear import linear_backward_input, linear_backward_weight, linear_forward
+from hpcpar.precision import to_fp32
 
 
 @dataclass(frozen=True)
@@ -68,12 +69,12 @@ class LMHead(Module):
         h, c_ln = self.ln_f.forward(x, ctx)                        # (B, T, C)
         h2 = h.reshape(-1, h.shape[-1])                            # (N, C)
         logits = linear_forward(h2, self.weight.data.T)            # (N, V)
-        losses, c_ce = cross_entropy_forward(logits, targets.reshape(-1))
+        losses, c_ce = cross_entropy_forward(to_fp32(logits), targets.reshape(-1))   # the loss in fp32
         return losses.sum(), (x.shape, h2, c_ln, c_ce)
 
     def backward(self, dloss, cache, defer=None):
         shape, h2, c_ln, c_ce = cache
-        dlogits = cross_entropy_backward(dloss, c_ce)              # (N, V)
+        dlogits = cross_entropy_backward(dloss, c_ce).astype(h2.dtype, copy=False)    # (N, V)
         run_or_defer(lambda: self._weight_grad(dlogits, h2), defer)
         dh = linear_backward_input(dlogits, self.weight.data.T)    # (N, C)
         return self.ln_f.backward(dh.reshape(shape), c_ln, defer)

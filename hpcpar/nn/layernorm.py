@@ -1,7 +1,9 @@
-"""nn.LayerNorm over the last axis, with learned gain and bias."""
+"""nn.LayerNorm over the last axis, with learned gain and bias.  In a low precision it computes in
+fp32 (statistics of a row need more than 8 or 11 bits) and rounds its output once."""
 from hpcpar.nn.module import Module, run_or_defer
 from hpcpar.nn.parameter import Parameter, init_full
 from hpcpar.ops.layernorm import layernorm_backward_input, layernorm_backward_weight, layernorm_forward
+from hpcpar.precision import to_fp32
 
 
 class LayerNorm(Module):
@@ -11,12 +13,15 @@ class LayerNorm(Module):
         self.eps = eps
 
     def forward(self, x, ctx=None):
-        return layernorm_forward(x, self.weight.data, self.bias.data, self.eps)
+        y, cache = layernorm_forward(to_fp32(x), to_fp32(self.weight.data), to_fp32(self.bias.data), self.eps)
+        return y.astype(x.dtype, copy=False), cache
 
     def backward(self, dy, cache, defer=None):
+        dy32 = to_fp32(dy)
+
         def weight_grad():
-            dg, db = layernorm_backward_weight(dy, cache)
+            dg, db = layernorm_backward_weight(dy32, cache)
             self.weight.grad += dg
             self.bias.grad += db
         run_or_defer(weight_grad, defer)
-        return layernorm_backward_input(dy, self.weight.data, cache)
+        return layernorm_backward_input(dy32, to_fp32(self.weight.data), cache).astype(dy.dtype, copy=False)

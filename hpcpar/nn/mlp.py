@@ -5,6 +5,7 @@
 
 Under tensor parallelism c_fc becomes column-parallel and c_proj row-parallel (Megatron): the GELU
 then acts on each rank's own columns, and one all-reduce at the end sums the partial products.
+In a low precision GELU computes in fp32 and rounds its output (what a fused kernel does).
 """
 import math
 
@@ -12,6 +13,7 @@ from hpcpar.nn.dropout import Dropout
 from hpcpar.nn.linear import Linear
 from hpcpar.nn.module import Module
 from hpcpar.ops.activation import gelu_backward, gelu_forward
+from hpcpar.precision import to_fp32
 
 
 class MLP(Module):
@@ -24,8 +26,8 @@ class MLP(Module):
 
     def forward(self, x, ctx=None):
         u, c_fc = self.c_fc.forward(x, ctx)                 # (B, T, F)
-        h, t = gelu_forward(u)                              # (B, T, F), tanh cache
-        y, c_proj = self.c_proj.forward(h, ctx)             # (B, T, C)
+        h, t = gelu_forward(to_fp32(u))                     # (B, T, F), tanh cache
+        y, c_proj = self.c_proj.forward(h.astype(u.dtype, copy=False), ctx)     # (B, T, C)
         y, mask = self.drop.forward_tokens(y, ctx)
         return y, (u, t, c_fc, c_proj, mask)
 
@@ -33,5 +35,6 @@ class MLP(Module):
         u, t, c_fc, c_proj, mask = cache
         dy = self.drop.backward(dy, mask)
         dh = self.c_proj.backward(dy, c_proj, defer)        # (B, T, F)
-        return self.c_fc.backward(gelu_backward(dh, u, t), c_fc, defer)
+        du = gelu_backward(to_fp32(dh), to_fp32(u), t).astype(dh.dtype, copy=False)
+        return self.c_fc.backward(du, c_fc, defer)
 

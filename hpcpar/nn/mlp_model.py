@@ -15,6 +15,7 @@ from hpcpar.nn.linear import Linear
 from hpcpar.nn.mlp import MLP
 from hpcpar.nn.module import Module
 from hpcpar.nn.stage import Stage
+from hpcpar.precision import to_fp32
 
 
 @dataclass(frozen=True)
@@ -32,12 +33,12 @@ class SquaredErrorHead(Module):
 
     def forward(self, x, targets, ctx=None):
         y, c = self.out.forward(x, ctx)                 # (B, D_out)
-        err = y - targets
-        return 0.5 * (err * err).sum(), (c, err)
+        err = to_fp32(y) - to_fp32(targets)             # the loss in fp32 (hpcpar/precision.py)
+        return 0.5 * (err * err).sum(), (c, err, y.dtype)
 
     def backward(self, dloss, cache, defer=None):
-        c, err = cache
-        return self.out.backward(err * dloss, c, defer)
+        c, err, dtype = cache
+        return self.out.backward((err * dloss).astype(dtype, copy=False), c, defer)
 
 
 class MLPModel(Stage):

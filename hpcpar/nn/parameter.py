@@ -76,6 +76,8 @@ class Parameter:
                  parallelism: LayerNorm and row-parallel bias see only this rank's tokens)
     tied_copy    the last pipeline stage's copy of the tied token embedding: kept equal to the first
                  stage's by summing their gradients, and neither counted in norms nor saved twice
+    master       under mixed precision the fp32 values the optimizer updates (``data`` is then their
+                 low-precision compute copy, hpcpar/buckets.py); None otherwise
     """
 
     def __init__(self, name, data, decay=None):
@@ -88,6 +90,11 @@ class Parameter:
         self.counted = True
         self.tp_partial = False
         self.tied_copy = False
+        self.master = None
+
+    def master_data(self):
+        """The values that are saved, loaded and updated: the master copy if there is one, else data."""
+        return self.data if self.master is None else self.master
 
     def shard_(self, shard):
         """Keep only this rank's shard of the (full) data."""

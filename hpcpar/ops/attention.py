@@ -9,10 +9,13 @@ Backward, with Pd = P * D:
     dQ = dS K,      dK = dS^T Q
 
 Heads are independent: splitting them across tensor-parallel ranks needs no communication here.
+In a low precision the four GEMMs take and give low-precision arrays; S is masked and softmaxed in
+fp32, P rounded to the low precision for P V (as fused attention kernels do), and dS computed in fp32.
 """
 import math
 
 from hpcpar.backend import array_module
+from hpcpar.precision import gemm, to_fp32
 from hpcpar.ops.softmax import softmax_backward, softmax_forward
 
 _masks = {}
@@ -47,12 +50,12 @@ def attention_forward(q, k, v, drop=None):
     xp = array_module(q)
     B, NH, T, HS = q.shape
     q = q * (1.0 / math.sqrt(HS))                            # scaled Q, kept for the backward
-    s = q @ k.transpose(0, 1, 3, 2)                          # (B, NH, T, T)
+    s = to_fp32(gemm(q, k.transpose(0, 1, 3, 2)))           # (B, NH, T, T)
     s += causal_mask(T, s.dtype, xp)
     p = softmax_forward(s, out=s)                            # (B, NH, T, T)
-    pd = p if drop is None else p * drop
+    pd = (p if drop is None else p * drop).astype(v.dtype, copy=False)
     o = xp.empty((B, T, NH, HS), dtype=q.dtype).transpose(0, 2, 1, 3)
-    xp.matmul(pd, v, out=o)                                  # (B, NH, T, HS)
+    gemm(pd, v, out=o)                                       # (B, NH, T, HS)
     return o, (q, k, v, p, drop)
 
 
@@ -64,13 +67,13 @@ def attention_backward(do, cache, out=None):
     q, k, v, p, drop = cache
     xp = array_module(do)
     dq, dk, dv = out if out is not None else (xp.empty(q.shape, dtype=q.dtype) for _ in range(3))
-    pd = p if drop is None else p * drop
-    xp.matmul(pd.transpose(0, 1, 3, 2), do, out=dv)          # dV = Pd^T dO
-    dp = do @ v.transpose(0, 1, 3, 2)                         # (B, NH, T, T)
+    pd = (p if drop is None else p * drop).astype(v.dtype, copy=False)
+    gemm(pd.transpose(0, 1, 3, 2), do, out=dv)                # dV = Pd^T dO
+    dp = to_fp32(gemm(do, v.transpose(0, 1, 3, 2)))           # (B, NH, T, T)
     if drop is not None:
         dp *= drop
-    ds = softmax_backward(dp, p)                              # dL/dS, in place of dP
-    xp.matmul(ds, k, out=dq)
+    ds = softmax_backward(dp, p).astype(q.dtype, copy=False)  # dL/dS, in place of dP
+    gemm(ds, k, out=dq)
     dq *= 1.0 / math.sqrt(q.shape[-1])                        # S = (scale Q) K^T
-    xp.matmul(ds.transpose(0, 1, 3, 2), q, out=dk)
+    gemm(ds.transpose(0, 1, 3, 2), q, out=dk)
     return dq, dk, dv

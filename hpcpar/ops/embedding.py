@@ -6,6 +6,7 @@
 Repeated ids must accumulate, which rules out ``dW[ids] += dy`` (it keeps only one of the repeats).
 """
 from hpcpar.backend import array_module, scatter_add
+from hpcpar.precision import accumulator
 
 
 def embedding_forward(ids, w):
@@ -16,5 +17,5 @@ def embedding_backward_weight(dy, ids, vocab_size):
     """dW (vocab_size, C) for y = W[ids]."""
     xp = array_module(dy)
     C = dy.shape[-1]
-    dw = xp.zeros((vocab_size, C), dtype=dy.dtype)
+    dw = xp.zeros((vocab_size, C), dtype=accumulator(dy.dtype))      # low precision: summed in fp32
     return scatter_add(dw, ids.reshape(-1), dy.reshape(-1, C))

@@ -5,8 +5,10 @@
     backward_weight dW = x^T dy  (rows summed)    db = sum over rows of dy
 
 Leading dimensions are flattened into rows first: one (N, in) x (in, out) GEMM is faster than a
-stack of B smaller ones (numpy's matmul would loop over the batch).
+stack of B smaller ones (numpy's matmul would loop over the batch).  In a low precision the GEMMs
+round their output once and the bias gradient is summed in fp32 (hpcpar/precision.py).
 """
+from hpcpar.precision import accumulator, gemm
 
 
 def _rows(a):
@@ -14,17 +16,17 @@ def _rows(a):
 
 
 def linear_forward(x, w, b=None):
-    y = _rows(x) @ w                            # (N, out)
+    y = gemm(_rows(x), w)                       # (N, out)
     if b is not None:
         y += b
     return y.reshape(x.shape[:-1] + (w.shape[1],))
 
 
 def linear_backward_input(dy, w):
-    return (_rows(dy) @ w.T).reshape(dy.shape[:-1] + (w.shape[0],))    # (..., in)
+    return gemm(_rows(dy), w.T).reshape(dy.shape[:-1] + (w.shape[0],))    # (..., in)
 
 
 def linear_backward_weight(dy, x):
     """(dW, db) for y = x W + b; every leading dimension of x and dy is a row."""
     dy2 = _rows(dy)                             # (N, out)
-    return _rows(x).T @ dy2, dy2.sum(axis=0)    # (in, out), (out,)
+    return gemm(_rows(x).T, dy2), dy2.sum(axis=0, dtype=accumulator(dy2.dtype))    # (in, out), (out,)

@@ -17,6 +17,7 @@ from hpcpar.backend import array_module, scatter_add
 from hpcpar.nn.module import Module, run_or_defer
 from hpcpar.nn.parameter import Shard
 from hpcpar.ops.linear import linear_backward_input, linear_backward_weight, linear_forward
+from hpcpar.precision import to_fp32
 from hpcpar.tensor_parallel.cross_entropy import (vocab_parallel_cross_entropy_backward,
                                                   vocab_parallel_cross_entropy_forward)
 from hpcpar.tensor_parallel.regions import input_region, output_region
@@ -125,13 +126,13 @@ class VocabParallelLMHead(Module):
         h = self.region.forward(self.comm, h)                     # (B, T, C) replicated
         h2 = h.reshape(-1, h.shape[-1])                           # (N, C)
         logits = linear_forward(h2, self.weight.data.T)           # (N, V/tp)
-        losses, c_ce = vocab_parallel_cross_entropy_forward(logits, targets.reshape(-1), self.comm,
+        losses, c_ce = vocab_parallel_cross_entropy_forward(to_fp32(logits), targets.reshape(-1), self.comm,
                                                             self.lo, self.vocab_size)
         return losses.sum(), (h.shape, h2, c_ln, c_ce)
 
     def backward(self, dloss, cache, defer=None):
         shape, h2, c_ln, c_ce = cache
-        dlogits = vocab_parallel_cross_entropy_backward(dloss, c_ce)         # (N, V/tp)
+        dlogits = vocab_parallel_cross_entropy_backward(dloss, c_ce).astype(h2.dtype, copy=False)  # (N, V/tp)
 
         def weight_grad():
             self.weight.grad += linear_backward_weight(dlogits, h2)[0].T

@@ -24,6 +24,8 @@ Activations are (B, T, C): the sequence axis is 1, the feature axis is last.
 from dataclasses import dataclass
 from typing import Callable
 
+from hpcpar.precision import scattered_in_fp32, summed_in_fp32
+
 SEQ = 1
 
 
@@ -39,17 +41,25 @@ class RegionOp:
     backward: Callable     # (comm, dy) -> dx
 
 
+def _sum(c, x):
+    return summed_in_fp32(c.all_reduce_, x)
+
+
+def _sum_scatter(c, x):
+    return scattered_in_fp32(lambda y: c.reduce_scatter(y, axis=SEQ), x)
+
+
 # The all-reduces run in place: every caller hands over a fresh temporary it owns (a partial product,
 # an input gradient), and reducing into it spares allocating - and page-faulting - a new output.
-copy_to_region = RegionOp("copy_to_region (f)", lambda c, x: x, lambda c, dy: c.all_reduce_(dy))
-reduce_from_region = RegionOp("reduce_from_region (g)", lambda c, x: c.all_reduce_(x), lambda c, dy: dy)
+# Low-precision activations are summed in fp32 (hpcpar/precision.py).
+copy_to_region = RegionOp("copy_to_region (f)", lambda c, x: x, _sum)
+reduce_from_region = RegionOp("reduce_from_region (g)", _sum, lambda c, dy: dy)
 gather_from_region = RegionOp("gather_from_region", lambda c, x: c.all_gather(x, axis=x.ndim - 1),
                               _split_last)
 scatter_to_region = RegionOp("scatter_to_region", _split_last,
                              lambda c, dy: c.all_gather(dy, axis=dy.ndim - 1))
-gather_from_sequence = RegionOp("gather_from_sequence", lambda c, x: c.all_gather(x, axis=SEQ),
-                                lambda c, dy: c.reduce_scatter(dy, axis=SEQ))
-reduce_scatter_to_sequence = RegionOp("reduce_scatter_to_sequence", lambda c, x: c.reduce_scatter(x, axis=SEQ),
+gather_from_sequence = RegionOp("gather_from_sequence", lambda c, x: c.all_gather(x, axis=SEQ), _sum_scatter)
+reduce_scatter_to_sequence = RegionOp("reduce_scatter_to_sequence", _sum_scatter,
                                       lambda c, dy: c.all_gather(dy, axis=SEQ))
 
 

@@ -58,6 +58,8 @@ def _wrap(result):
 
 
 def _call(fn, args, kwargs):
+    if np.dtype(kwargs.get("dtype")).name == "bfloat16":
+        raise TypeError("Unsupported dtype bfloat16")         # the stand-in is a CuPy before v14
     out = kwargs.get("out")
     result = fn(*_device(args), **{k: _device(v) for k, v in kwargs.items()})
     return out if isinstance(out, ndarray) else _wrap(result)

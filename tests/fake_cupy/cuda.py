@@ -9,6 +9,7 @@ class _Record:
     def __init__(self):
         self.current_device = 0     # Device(i).use() sets it
         self.synchronized = 0       # Stream.synchronize() calls
+        self.compute_types = {}     # dtype name -> cuBLAS compute type set (cupy._core._routines_linalg)
 
 
 record = _Record()
