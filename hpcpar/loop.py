@@ -237,7 +237,8 @@ class Loop:
             + f", {cfg.model} model, tp {cfg.tp} x pp {cfg.pp} x dp {cfg.dp} "
             f"= {g.world} ranks, {cfg.schedule} with {cfg.microbatches} micro-batch"
             + ("es" if cfg.microbatches > 1 else "")
-            + (f" x {cfg.chunks} chunks" if cfg.chunks > 1 else "") + f", {cfg.dtype}",
+            + (f" x {cfg.chunks} chunks" if cfg.chunks > 1 else "") + f", {cfg.dtype}"
+            + (f" masters, {cfg.precision} compute" if cfg.precision != "fp32" else ""),
             f"  loss        {loss:.6g}" + (f"   (entropy floor {floor:.6g}: {100 * (loss / floor - 1):+.1f}%)"
                                            if floor else ""),
             f"  throughput  {t.tokens_per_step / step_time:,.0f} tokens/s, {step_time * 1e3:.1f} ms/step (median)",

@@ -13,6 +13,7 @@ One step, on every rank (docs/3d.md walks through it):
 
 Every rank therefore ends the step with its shard of exactly the parameters one rank alone would have.
 """
+import contextlib
 import math
 import time
 from collections import namedtuple
@@ -188,7 +189,10 @@ class Trainer:
         Returns StepResult(loss, grad_norm, lr, skipped, stop); ``stop`` is agreed by every rank."""
         cfg, g = self.cfg, self.grid
         faults.check_step(step, g.rank_id)
-        losses = self.gradients(step)
+        # fp16: an overflow in the backward is the loss scaler's to handle (skip, lower the scale), not
+        # numpy's to warn about
+        with np.errstate(over="ignore", invalid="ignore") if self.scaler.dynamic else contextlib.nullcontext():
+            losses = self.gradients(step)
         shards = self.dp.shards()
         # one world all-reduce gives every rank the loss, the squared gradient norm, and whether any
         # rank was asked to stop - so all of them finish this step and stop together.  The three numbers

@@ -41,7 +41,6 @@ def test_masters_and_optimizer_state_stay_fp32():
     assert all(v.dtype == np.float32 for st in t.optimizer.state.values() for v in st.values())
 
 
-@pytest.mark.filterwarnings("ignore:overflow encountered:RuntimeWarning")     # the overflow is the point
 def test_a_forced_overflow_skips_the_step_and_halves_the_scale():
     t, _ = run_trainer("fp16", 2)
     before = [p.master.copy() for p in t.parameters()]
@@ -89,3 +88,16 @@ def test_fp16_from_the_command_line_logs_the_loss_scale(tmp_path):
 def test_refused_in_one_line(args, message):
     proc, _ = run(hpcpar() + ["train", "--steps", "1"] + args)
     assert proc.returncode == 2 and message in proc.stderr and len(proc.stderr.strip().splitlines()) == 1
+
+
+def test_fp16_resumes_with_its_loss_scale(tmp_path):
+    from hpcpar.checkpoint import load_checkpoint, save_checkpoint
+    t, _ = run_trainer("fp16", 2)
+    t.scaler.scale, t.scaler.good_steps = 2.0 ** 12, 5
+    save_checkpoint(t, tmp_path / "ck", 2)
+    want = [t.step(s).loss for s in (2, 3)]
+    resumed, _ = run_trainer("fp16", 0)
+    assert load_checkpoint(resumed, tmp_path / "ck") == 2
+    assert (resumed.scaler.scale, resumed.scaler.good_steps) == (2.0 ** 12, 5)
+    # the same computation on the same machine from the same fp32 masters: equal to round-off
+    np.testing.assert_allclose([resumed.step(s).loss for s in (2, 3)], want, rtol=1e-12)

@@ -107,6 +107,9 @@ def load_checkpoint(trainer, directory):
         check_compatible(reader, trainer)
         apply(trainer, reader.full, reader.manifest["optimizer"]["states"])
         trainer.optimizer.t = reader.manifest["optimizer"]["t"]
+        scaler, saved = trainer.scaler, reader.manifest.get("loss_scale")
+        if scaler.dynamic and saved and saved["scale"] != 1.0:      # fp16 resumes its loss scale
+            scaler.scale, scaler.good_steps = saved["scale"], saved["good_steps"]
     except (CheckpointError, KeyError) as err:
         error = err if isinstance(err, CheckpointError) else CheckpointError(f"{step_dir}: manifest lacks {err}")
     agree(comm, error)

@@ -48,6 +48,7 @@ def manifest(trainer, step, layouts, files, state_names):
                    "sequence_parallel": cfg.sequence_parallel},
         "config": {k: v for k, v in vars(cfg).items()},
         "optimizer": {"name": cfg.optimizer, "t": trainer.optimizer.t, "states": list(state_names)},
+        "loss_scale": {"scale": trainer.scaler.scale, "good_steps": trainer.scaler.good_steps},
         "tensors": tensors,
         "files": files,
     }

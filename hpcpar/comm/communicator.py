@@ -117,7 +117,7 @@ class Communicator:
         send = x if x is MPI.IN_PLACE else self._in(x, "send")
         recv, finish = self._out(y, "recv")
         if send is MPI.IN_PLACE and finish:                 # staged: the host buffer starts with y
-            y.get(out=recv)
+            self._staging.down(y, "recv")
         timed(self.stats, "all_reduce", self.mpi.Allreduce, send, recv, op=OPS[op])
         if finish:
             finish()
@@ -133,7 +133,7 @@ class Communicator:
         self.stats.add("all_reduce", x.nbytes)
         recv, finish = self._out(x, "iall_reduce")
         if finish:
-            x.get(out=recv)
+            self._staging.down(x, "iall_reduce")
         return Request(self.mpi.Iallreduce(MPI.IN_PLACE, recv, op=OPS[op]), (x, recv), finish, self.stats)
 
     @_traced("all_gather")
@@ -212,7 +212,7 @@ class Communicator:
         self.stats.add("all_gather", y.nbytes // self.size)
         recv, finish = self._out(y, "iall_gather")
         if finish:
-            y.get(out=recv)
+            self._staging.down(y, "iall_gather")
         return Request(self.mpi.Iallgather(MPI.IN_PLACE, recv), (y, recv), finish, self.stats)
 
     @_traced("bcast")
@@ -224,7 +224,7 @@ class Communicator:
         self.stats.add("bcast", x.nbytes)
         buf, finish = self._out(x, "bcast")
         if finish and self.rank == root:
-            x.get(out=buf)
+            self._staging.down(x, "bcast")
         timed(self.stats, "bcast", self.mpi.Bcast, buf, root=root)
         if finish:
             finish()
