@@ -7,10 +7,12 @@ the result again.  What makes it useful is what it refuses and what it counts, r
 
 * ``np.asarray(d)``, ``np.array(d)`` (``__array__``): TypeError, CuPy's "Implicit conversion to a NumPy
   array is not allowed" - a device array never becomes a host array by accident.
-* a numpy array in an operation with a device array (``d + h``, ``h * d``, ``cupy.matmul(d, h)``,
-  ``d[...] = h``): TypeError, as CuPy's "Unsupported type <class 'numpy.ndarray'>".  Python and numpy
-  scalars are fine, as in CuPy.  Stricter than CuPy: a numpy array as an *index* is refused too (CuPy
-  copies it to the device silently, once per call - exactly the hidden copy these tests look for).
+* a numpy array in an operation with a device array (``d + h``, ``h * d``, ``cupy.matmul(d, h)``):
+  TypeError, as CuPy's "Unsupported type <class 'numpy.ndarray'>"; assigned to a slice (``d[2:5] = h``):
+  refused, as CuPy's "non-scalar numpy.ndarray cannot be used for fill".  Python and numpy scalars are
+  fine, as in CuPy.  Stricter than CuPy: a numpy array as an *index*, or assigned through one, is
+  refused too (CuPy copies it to the device silently, once per call - exactly the hidden copy these
+  tests look for).
 * ``float(d)``, ``int(d)``, ``bool(d)``, ``d.item()``, ``d.tolist()``: allowed, as in CuPy (which
   synchronises and copies), and each counted as an *implicit* device-to-host copy.
 * ``d.get()``, ``d.get(out=h)``, ``cupy.asnumpy(d)``: explicit device-to-host copies, counted (into a
