@@ -20,6 +20,7 @@ kills the parents ends the ranks too.
 import ctypes
 import mmap
 import os
+import resource
 import signal
 import struct
 import sys
@@ -94,6 +95,7 @@ def _guard(child, shared, directory):
         return os.waitstatus_to_exitcode(status)
     sig = os.WTERMSIG(status)
     report_death(shared.read(), child, f"was killed by signal {sig} ({signal.Signals(sig).name})", directory)
+    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))      # the rank's crash, not the guard's: no core file
     if sig != signal.SIGKILL:                   # (whose handler cannot be changed: it is the default)
         signal.signal(sig, signal.SIG_DFL)
     os.kill(os.getpid(), sig)                   # die of the same signal: the launcher reports the same

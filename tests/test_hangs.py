@@ -9,6 +9,8 @@ import re
 import shlex
 import signal
 import subprocess
+import sys
+import textwrap
 import time
 from pathlib import Path
 
@@ -102,7 +104,7 @@ def test_a_stopped_rank_is_named_and_the_job_ends(tmp_path, victim):
     last = err.strip().splitlines()[-3:]
     summary = next(line for line in last if line.startswith("hpcpar: rank"))
     assert summary.startswith(f"hpcpar: rank {victim} ({COORDS[victim]}) stopped in step "), err
-    assert re.search(r"wait in the (tp|pp|dp|world) ", summary), summary
+    assert re.search(r"waits? in the (tp|pp|dp|world) ", summary), summary
     why = job.why()                     # the same culprit, from the files (later records may add waiters)
     assert why.split(";")[0] == summary[len("hpcpar: "):].split(";")[0]
     assert documented(".venv/bin/hpcpar trace why")[-1] == "runs/hang/flight"
@@ -131,6 +133,32 @@ def test_stop_signal_with_a_stalled_rank_ends_within_the_shutdown_timeout(tmp_pa
     status, err, seconds = job.finish(SHUTDOWN_S + 30)
     assert status == 1 and seconds < SHUTDOWN_S + 30, err
     assert f"the shutdown timeout of {SHUTDOWN_S} s" in err
-    assert f"rank {victim} ({COORDS[victim]}) stopped" in job.why()
+    why = job.why()
+    assert why.startswith(f"rank {victim} ({COORDS[victim]}) stopped"), why
+    assert re.search(r"; ranks? [-,\d]+ (waits? in|are in|is in) ", why), why
     latest, _ = run(hpcpar() + ["checkpoint", "inspect", str(job.run_dir)], timeout=60)
     assert latest.returncode == 0 and "all checksums verified" in latest.stdout, latest.stdout + latest.stderr
+
+
+def test_a_segfault_is_named_by_the_guard(tmp_path):
+    """The guard alone (no training): rank 1 of 2 crashes in step 7, micro-batch 1."""
+    script = tmp_path / "crash.py"
+    script.write_text(textwrap.dedent(f"""
+        import ctypes
+        from hpcpar import rank_guard
+        rank_guard.split({str(tmp_path / "flight")!r})
+        from mpi4py import MPI
+        from hpcpar.grid import ParallelGrid
+        grid = ParallelGrid(1, 2, 1)
+        rank_guard.page().set_coords(grid.rank_id, grid.world, grid.coords)
+        rank_guard.page().set_progress(6, 1)
+        grid.world_comm.barrier()
+        if grid.rank_id == 1:
+            ctypes.string_at(0)                 # a segmentation fault
+        grid.world_comm.barrier()
+    """))
+    proc, seconds = run(mpiexec(2) + [sys.executable, str(script)], timeout=60)
+    assert proc.returncode != 0 and seconds < 30
+    assert proc.stderr.splitlines()[0] == ("hpcpar: rank 1 (tp 0, pp 1, dp 0) was killed by signal 11 (SIGSEGV) "
+                                           "in step 7, micro-batch 1"), proc.stderr
+    assert not list(tmp_path.glob("core*"))
