@@ -146,3 +146,16 @@ def test_communicator_calls_are_recorded(comm):
                                                              ("send", None)]
     assert all(e[flight.WAIT] is not None and e[flight.END] is not None for e in ops)
     assert [op["peer"] for op in rec.snapshot("test")["ops"][2:]] == [left, right]
+
+
+def test_the_deadline_follows_the_slowest_step_but_not_the_first():
+    from hpcpar.grid import Coord
+    from hpcpar.watchdog import Watchdog, flight_dir
+    dog = Watchdog(0, 8, Coord(0, 0, 0), LAYOUT, "flight", hang_timeout=10.0, shutdown_timeout=20.0,
+                   stop_signals=())
+    dog.step_done(0, 100.0)                 # the first step pays for start-up
+    assert dog.deadline() == 10.0
+    dog.step_done(1, 2.0)
+    dog.step_done(2, 5.0)
+    assert dog.deadline() == 15.0           # three times the slowest step
+    assert flight_dir(TrainConfig(save="ck")) == "ck/flight" and flight_dir(TrainConfig()) == "./flight"
