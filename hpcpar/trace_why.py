@@ -102,10 +102,11 @@ def culprit_sentence(rank, records, waiting):
         return f"{who} is outside any recorded communication, in {where(own)}, for {own.get('idle_s', 0):.1f} s"
     blocking = [(w, waits_for(rec, rank)) for w, rec in sorted(waiting.items()) if waits_for(rec, rank)]
     p2p = [(w, op) for w, op in blocking if op["peer"] is not None]
-    if p2p:
+    if p2p:                     # rank w waits to receive from it (it never sent), or to send to it
         w, op = p2p[0]
-        return f"{who} stopped in {where({**waiting[w], 'action': None})}, before its {op['group']} send to " \
-               f"rank {w} (it left no flight record)"
+        mine = f"send to rank {w}" if op["op"] == "recv" else f"recv from rank {w}"
+        return f"{who} stopped in {where({**waiting[w], 'action': None})}, before its {op['group']} {mine} " \
+               f"(it left no flight record)"
     if blocking:                # the smallest group that waits for it says the most
         w, op = min(blocking, key=lambda wo: len(waiting[wo[0]]["groups"][wo[1]["group"]]))
         return f"{who} stopped in step {waiting[w]['step'] + 1}, before {describe_op(op)} (it left no flight record)"

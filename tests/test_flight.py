@@ -86,6 +86,13 @@ def test_diagnosis_names_the_silent_rank_and_what_everyone_waits_on():
     assert text.endswith("First to notice: rank 3, no progress for 6.0 s (hang timeout 5 s).")
 
 
+def test_a_rank_that_waits_to_send_to_the_silent_one():
+    recs = stalled_rank_2()
+    recs[6]["ops"] = [op(9, "send", "pp", peer=2)]
+    assert diagnose(recs).startswith("rank 2 (tp 0, pp 0, dp 1) stopped in step 50, micro-batch 3, before its pp "
+                                     "recv from rank 6 (it left no flight record);")
+
+
 def test_diagnosis_of_a_silent_rank_that_only_a_collective_waits_for():
     recs = stalled_rank_2()
     del recs[6]
