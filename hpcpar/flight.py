@@ -127,13 +127,9 @@ class FlightRecorder:
                 "ops": ops, **(extra or {})}
 
 
-def record_path(directory, rank):
-    return Path(directory) / f"rank-{rank}.json"
-
-
 def write_record(directory, record):
     """Write one rank's record as <directory>/rank-N.json, atomically (a reader never sees half a file)."""
-    path = record_path(directory, record["rank"])
+    path = Path(directory) / f"rank-{record['rank']}.json"
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     tmp.write_text(json.dumps(record, indent=1))

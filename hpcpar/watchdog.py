@@ -46,7 +46,7 @@ class Watchdog:
         self.slowest = 0.0            # seconds of the slowest step after the first
         self.stop_at = None           # time.monotonic() of the first stop signal
         self.preempt_saved = False    # the checkpoint after the stop signal is complete
-        self._fired = threading.Lock()
+        self._firing = threading.Lock()     # held by the one path that ends the job
         self._answered = None
         self._done = threading.Event()
 
@@ -148,7 +148,7 @@ class Watchdog:
             print(f"hpcpar: rank {self.rank}: cannot write its flight record: {err}", file=sys.stderr, flush=True)
 
     def _fire(self, reason):
-        if not self._fired.acquire(blocking=False):
+        if not self._firing.acquire(blocking=False):
             return
         self._write(reason)
         c = self.coords
