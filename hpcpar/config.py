@@ -88,12 +88,17 @@ class TrainConfig:
                             group="files")
     log_every: int = opt(0, "print a loss line every K steps (0: about 10 lines per run)", group="files")
     progress: bool = opt(True, "show a progress bar on rank 0", group="files")
+    # --- hangs and shutdown (hpcpar/watchdog.py) --------------------------------------------
+    hang_timeout: float = opt(300.0, "end the job when a rank makes no progress for this long (seconds, at "
+                                     "least 3 x the slowest step; 0 disables)", group="watch")
+    shutdown_timeout: float = opt(20.0, "after SIGTERM/SIGUSR1, end the job if the checkpoint and exit take "
+                                        "longer (seconds; 0 disables)", group="watch")
 
 
 PRESET_LR = {"tiny": 1e-2, "small": 3e-3, "gpt2": 6e-4, "mlp": 1e-2}
 
 GROUPS = {"layout": "parallel layout", "model": "model", "data": "data", "optim": "optimisation",
-          "run": "numerics and backend", "files": "files and output"}
+          "run": "numerics and backend", "files": "files and output", "watch": "hangs and shutdown"}
 
 
 def defaults():
@@ -159,7 +164,7 @@ def check(cfg, world):
     for name in ("lr", "eps", "bucket_mb"):
         if not getattr(cfg, name) > 0:
             raise UsageError(f"--{name.replace('_', '-')} must be positive, got {getattr(cfg, name)}")
-    for name in ("weight_decay", "grad_clip"):
+    for name in ("weight_decay", "grad_clip", "hang_timeout", "shutdown_timeout"):
         if getattr(cfg, name) < 0:
             raise UsageError(f"--{name.replace('_', '-')} must not be negative, got {getattr(cfg, name)}")
     for name in ("dropout", "momentum", "beta1", "beta2"):

@@ -13,7 +13,7 @@ import time
 
 import numpy as np
 
-from hpcpar import checkpoint, trace
+from hpcpar import checkpoint, trace, watchdog
 from hpcpar.checkpoint.consolidated import export, init_from
 from hpcpar.flops import gemm_throughput, gpt_step_flops, mlp_step_flops
 from hpcpar.pipeline.bubble import pipeline_bubble
@@ -80,6 +80,7 @@ class Loop:
     def save(self, completed):
         directory = self.cfg.save or self.cfg.resume
         if directory:
+            self.watch.enter("checkpoint")
             path = checkpoint.save_checkpoint(self.trainer, directory, completed, self.cfg.keep)
             self._print(f"checkpoint: {path}")
 
@@ -112,6 +113,7 @@ class Loop:
         self._make_output_dirs()
         start_step = self.start()
         self._stop_handler()
+        self.watch = watchdog.start(cfg, self.grid, STOP_SIGNALS)       # hangs and the shutdown deadline
         peak = self.measure_gemm_rate()
         bar = self._bar(start_step)
         metrics = open(cfg.metrics, "a" if start_step else "w") if (self.root and cfg.metrics) else None
@@ -125,10 +127,12 @@ class Loop:
             for step in range(start_step, cfg.steps):
                 if tracer:
                     tracer.enabled = step in traced
+                self.watch.new_step(step)
                 t0 = time.perf_counter()
                 scale = t.scaler.scale                 # the loss scale this step runs with (fp16)
                 loss, norm, lr, skipped, stop = t.step(step, self.stop_requested)
                 seconds = time.perf_counter() - t0
+                self.watch.step_done(step - start_step, seconds)
                 if tracer and tracer.enabled:
                     g = self.grid
                     trace.add_engine_step(tracer, step, t.engine, f"tp{g.tp_rank}.dp{g.dp_rank}")
@@ -160,6 +164,7 @@ class Loop:
                     break
                 if stop:
                     self.save(step + 1)
+                    self.watch.checkpoint_after_stop()
                     self._print(f"hpcpar: stopped by a signal after step {step + 1}; resume with --resume",
                                 err=True)
                     status = EXIT_PREEMPTED
@@ -176,10 +181,12 @@ class Loop:
                 bar.close()
             if metrics:
                 metrics.close()
+        self.watch.enter("summary")
         if tracer:
             trace.write(trace.stop(), self.grid.world_comm.mpi, cfg.trace)
             self._print(f"trace: {cfg.trace} (open in https://ui.perfetto.dev; hpcpar trace summary {cfg.trace})")
         self.summary(peak)
+        self.watch.stop()
         return status
 
     def _start_trace(self):

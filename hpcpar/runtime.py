@@ -21,6 +21,17 @@ EXIT_FAILURE = 1     # a fault during the run (the job was aborted)
 EXIT_PREEMPTED = 3   # stopped by a signal after writing a checkpoint: requeue me
 
 
+_fault_hooks = []   # called with the exception before an unexpected fault ends the job (hpcpar/watchdog.py)
+
+
+def on_fault(hook):
+    _fault_hooks.append(hook)
+
+
+def remove_fault_hook(hook):
+    _fault_hooks.remove(hook)
+
+
 class UsageError(Exception):
     """A configuration the user must change; raised identically on every rank before any collective."""
 
@@ -129,6 +140,8 @@ def run_guarded(fn, *args, debug=False, who=None):
     except SystemExit:
         raise
     except BaseException as err:  # noqa: BLE001 - every other fault ends the whole job
+        for hook in list(_fault_hooks):
+            hook(err)
         label = who() if who else f"rank {launch_rank()}"
         if debug:
             traceback.print_exc()

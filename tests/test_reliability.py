@@ -81,10 +81,10 @@ def test_debug_shows_the_traceback():
 
 
 @pytest.mark.parametrize("n", [4, 8])
-def test_exception_on_one_rank_mid_step_ends_the_job(n):
+def test_exception_on_one_rank_mid_step_ends_the_job(tmp_path, n):
     layout = ["--tp", "2", "--pp", "2"] + (["--dp", "2"] if n == 8 else [])
     proc, seconds = run_mpi(n, hpcpar() + ["train"] + FAST + layout + ["--steps", "50"], timeout=90,
-                            env={"HPCPAR_FAULT": "step:2@1"})
+                            env={"HPCPAR_FAULT": "step:2@1"}, cwd=tmp_path)   # its flight record lands there
     assert proc.returncode != 0
     assert "injected fault at step 2" in proc.stderr
     assert seconds < 30
@@ -102,7 +102,8 @@ def wait_for_lines(path, n, timeout=60):
 def start_long_run(tmp_path, n, extra=()):
     metrics = tmp_path / "m.jsonl"
     cmd = mpiexec(n) + hpcpar() + ["train"] + FAST + ["--steps", "100000", "--metrics", str(metrics)] + list(extra)
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            cwd=tmp_path)             # the run directory of flight records (no --save)
     assert wait_for_lines(metrics, 2), "the run did not start"
     return proc, metrics
 

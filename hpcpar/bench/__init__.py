@@ -39,4 +39,5 @@ BENCHMARKS = {
     "tp-block": Spec("tp", "tp_block", "A transformer block at tp = 1 and tp = 2: time and bytes moved",
                      ranks=(2,)),
     "bubble": Spec("pp", "bubble", "Pipeline bubble: the engine measured against the simulator", ranks=(2,)),
+    "watchdog": Spec("wd", "watchdog", "Watchdog and flight recorder: their share of a 2x2x2 step", ranks=(8,)),
 }

@@ -17,8 +17,11 @@ def add_arguments(p):
 
 
 def run(args):
-    from hpcpar import selfcheck
+    from hpcpar import rank_guard
     from hpcpar.config import TrainConfig
+    from hpcpar.watchdog import flight_dir
+    rank_guard.split(flight_dir(TrainConfig()))      # a parent that names this rank if it dies
+    from hpcpar import selfcheck
     from hpcpar.grid import ParallelGrid
     from hpcpar.loop import Loop
     grid = ParallelGrid(2, 2, 2)

@@ -6,10 +6,12 @@
                                               into out.png beside the trace (-o to choose)
   hpcpar trace plot out.json --annotate       ... with the communication lanes, the pipeline messages'
                                               arrows, and notes on a TP all-reduce, a send and the bubble
+  hpcpar trace why RUN/flight                 after a hang or a dead rank: who stopped, who waited for whom
+                                              (from the flight records, hpcpar/trace_why.py)
 
 The file itself opens in https://ui.perfetto.dev or chrome://tracing.
 """
-HELP = "summarise or plot a trace from hpcpar train --trace"
+HELP = "summarise or plot a trace from hpcpar train --trace; explain a hang from its flight records"
 
 
 def add_arguments(p):
@@ -22,6 +24,8 @@ def add_arguments(p):
     pl.add_argument("--annotate", action="store_true",
                     help="draw communication lanes and message arrows, and label what to look at")
     pl.add_argument("--step", type=int, default=None, help="which traced step (default: the last)")
+    w = sub.add_parser("why", help="who stopped and who waited for whom, from a run's flight records")
+    w.add_argument("path", help="the flight directory (<run dir>/flight)")
 
 
 def run(args):
@@ -29,6 +33,13 @@ def run(args):
 
     from hpcpar import trace_report
     from hpcpar.runtime import UsageError
+    if args.action == "why":
+        from hpcpar.trace_why import explain
+        try:
+            print(explain(args.path))
+        except (OSError, ValueError, KeyError) as err:
+            raise UsageError(f"cannot read flight records in {args.path}: {err}") from None
+        return 0
     try:
         if args.action == "summary":
             print(trace_report.summary(args.path))

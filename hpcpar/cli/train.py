@@ -42,5 +42,9 @@ def config_from(args):
 
 
 def run(args):
+    from hpcpar import rank_guard
+    from hpcpar.watchdog import flight_dir
+    cfg = config_from(args)
+    rank_guard.split(flight_dir(cfg))      # under a launcher: a parent that names this rank if it dies
     from hpcpar.loop import Loop
-    return Loop(config_from(args)).run()
+    return Loop(cfg).run()

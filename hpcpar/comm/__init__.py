@@ -1,7 +1,7 @@
 """Thin, counted wrappers over mpi4py's buffer-based calls.
 
 Every hot-path message goes through the uppercase mpi4py methods (``Allreduce``, ``Send``, ...),
-which hand MPI a pointer to contiguous memory - no pickling.  The wrappers add exactly three things:
+which hand MPI a pointer to contiguous memory - no pickling.  The wrappers add exactly four things:
 
 1. **Safety**: a non-contiguous input is copied to a contiguous one (and counted as a copy); an
    in-place target or receive buffer that is not contiguous is refused.  Never silently wrong.
@@ -13,12 +13,16 @@ which hand MPI a pointer to contiguous memory - no pickling.  The wrappers add e
 3. **Device buffers**: a cupy array goes to MPI as it is when MPI is CUDA-aware (after synchronising
    the current stream, so MPI reads finished data); otherwise it is staged through a pinned host
    buffer that is reused across steps.
+4. **Flight recording**: when a flight recorder is installed (``hpcpar train`` does it), each call
+   is entered in its ring buffer - operation, group, the group's collective number or the peer,
+   bytes, start, wait and end - so that a hung job can say who waited for whom (hpcpar/flight.py).
 
 A communicator of size 1 is a no-op for every collective (nothing is counted, nothing is copied).
 
 communicator.py   Communicator: the collectives and point-to-point calls
 requests.py       Stats (the counters), Request and wait_all (non-blocking operations)
 staging.py        pinned host buffers for device arrays when MPI is not CUDA-aware
+recorded.py       the decorator that enters each call in the flight recorder
 """
 from hpcpar.comm.communicator import OPS, Communicator
 from hpcpar.comm.requests import Request, Stats, wait_all

@@ -6,6 +6,7 @@ import numpy as np
 from mpi4py import MPI
 
 from hpcpar import backend, trace
+from hpcpar.comm.recorded import recorded
 from hpcpar.comm.requests import Request, Stats, timed
 from hpcpar.comm.staging import Staging
 
@@ -95,6 +96,7 @@ class Communicator:
     # --- collectives --------------------------------------------------------------------------
 
     @_traced("all_reduce")
+    @recorded("all_reduce")
     def all_reduce(self, x, op="sum"):
         """Elementwise reduction over the group; a new array (x itself when size is 1)."""
         if self.size == 1:
@@ -104,6 +106,7 @@ class Communicator:
         return self._all_reduce(x, y, op)
 
     @_traced("all_reduce")
+    @recorded("all_reduce")
     def all_reduce_(self, x, op="sum"):
         """In-place all-reduce of a contiguous array."""
         self._require_contiguous(x, "all_reduce_ target")
@@ -124,6 +127,7 @@ class Communicator:
         return y
 
     @_traced("iall_reduce (start)")
+    @recorded("all_reduce", posts=True)
     def iall_reduce_(self, x, op="sum"):
         """Start an in-place all-reduce of a contiguous array; returns a Request (or None if size 1)."""
         self._require_contiguous(x, "iall_reduce_ target")
@@ -137,6 +141,7 @@ class Communicator:
         return Request(self.mpi.Iallreduce(MPI.IN_PLACE, recv, op=OPS[op]), (x, recv), finish, self.stats)
 
     @_traced("all_gather")
+    @recorded("all_gather")
     def all_gather(self, x, axis=0):
         """Concatenate every rank's x along ``axis`` (same shape on every rank)."""
         if self.size == 1:
@@ -157,6 +162,7 @@ class Communicator:
         return y.reshape(shape)
 
     @_traced("reduce_scatter")
+    @recorded("reduce_scatter")
     def reduce_scatter(self, x, axis=0, op="sum"):
         """Sum over ranks, then rank i keeps the i-th of ``size`` equal slices along ``axis``."""
         if self.size == 1:
@@ -184,6 +190,7 @@ class Communicator:
         return y
 
     @_traced("ireduce_scatter (start)")
+    @recorded("reduce_scatter", posts=True)
     def ireduce_scatter(self, x, y, op="sum"):
         """Start a reduce-scatter of flat x (size * len(y)) into flat y; returns a Request."""
         self._require_contiguous(x, "ireduce_scatter input")
@@ -201,6 +208,7 @@ class Communicator:
                        self.stats)
 
     @_traced("iall_gather (start)")
+    @recorded("all_gather", posts=True)
     def iall_gather_(self, y):
         """Start an in-place all-gather of flat y: rank i's block y[i*k:(i+1)*k] (k = len(y) / size) is
         already in place and every block is filled in on completion. Returns a Request."""
@@ -216,6 +224,7 @@ class Communicator:
         return Request(self.mpi.Iallgather(MPI.IN_PLACE, recv), (y, recv), finish, self.stats)
 
     @_traced("bcast")
+    @recorded("bcast")
     def bcast_(self, x, root=0):
         """In-place broadcast of a contiguous array from ``root``."""
         self._require_contiguous(x, "bcast_ target")
@@ -230,18 +239,21 @@ class Communicator:
             finish()
         return x
 
+    @recorded("barrier")
     def barrier(self):
         timed(self.stats, "barrier", self.mpi.Barrier)
 
     # --- point to point -----------------------------------------------------------------------
 
     @_traced("send")
+    @recorded("send", (1, "dest"))
     def send(self, x, dest, tag=0):
         x = self._contiguous(x)
         self.stats.add("send", x.nbytes)
         timed(self.stats, "send", self.mpi.Send, self._in(x, "p2p_send"), dest=dest, tag=tag)
 
     @_traced("recv")
+    @recorded("recv", (1, "source"))
     def recv_(self, out, source, tag=0):
         """Receive into ``out`` (contiguous, of the sender's shape and dtype)."""
         self._require_contiguous(out, "receive buffer")
@@ -252,6 +264,7 @@ class Communicator:
             finish()
         return out
 
+    @recorded("send", (1, "dest"), posts=True)
     def isend(self, x, dest, tag=0):
         """Start sending x; the Request keeps x alive until it completes (do not modify x before)."""
         x = self._contiguous(x)
@@ -259,6 +272,7 @@ class Communicator:
         buf = self._in(x, ("isend", dest, tag))
         return Request(self.mpi.Isend(buf, dest=dest, tag=tag), (x, buf), stats=self.stats)
 
+    @recorded("recv", (1, "source"), posts=True)
     def irecv_(self, out, source, tag=0):
         """Post a receive into ``out``; its values are valid after the Request's wait()."""
         self._require_contiguous(out, "receive buffer")
@@ -267,6 +281,7 @@ class Communicator:
         return Request(self.mpi.Irecv(buf, source=source, tag=tag), (out, buf), finish, self.stats)
 
     @_traced("sendrecv")
+    @recorded("sendrecv", (1, "dest"))
     def sendrecv(self, x, dest, out, source, tag=0):
         """Send x to ``dest`` and receive ``out`` from ``source`` in one deadlock-free call."""
         x = self._contiguous(x)

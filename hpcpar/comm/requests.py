@@ -4,6 +4,8 @@ from collections import defaultdict
 
 from mpi4py import MPI
 
+from hpcpar import flight
+
 
 class Stats:
     """Calls and payload bytes per operation name, and seconds blocked in MPI per operation name."""
@@ -46,6 +48,8 @@ def timed(stats, name, fn, *args, **kwargs):
 class Request:
     """A pending non-blocking operation, keeping its buffers alive until it completes."""
 
+    flight = None                  # its flight-recorder entry (hpcpar/flight.py), when one is recording
+
     def __init__(self, mpi_request, keep=(), finish=None, stats=None):
         self.mpi_request = mpi_request
         self._keep = keep          # arrays MPI still reads or writes: must outlive the request
@@ -53,6 +57,7 @@ class Request:
         self.stats = stats         # where the time blocked in wait() is counted
 
     def wait(self):
+        _waiting([self])
         if self.stats is None:
             self.mpi_request.Wait()
         else:
@@ -66,6 +71,10 @@ class Request:
         return done
 
     def _complete(self):
+        rec = flight.active()
+        if self.flight is not None and rec is not None:
+            rec.end(self.flight)
+            self.flight = None
         if self._finish is not None:
             self._finish()
             self._finish = None
@@ -77,6 +86,7 @@ def wait_all(requests):
     as "wait" in the stats of each communicator involved."""
     requests = [r for r in requests if r is not None]
     if requests:
+        _waiting(requests)
         start = time.perf_counter()
         MPI.Request.Waitall([r.mpi_request for r in requests])
         blocked = time.perf_counter() - start
@@ -84,3 +94,12 @@ def wait_all(requests):
             stats.seconds["wait"] += blocked
         for r in requests:
             r._complete()
+
+
+def _waiting(requests):
+    """Tell the flight recorder that this rank now blocks on these requests."""
+    rec = flight.active()
+    if rec is not None:
+        for r in requests:
+            if r.flight is not None:
+                rec.waiting(r.flight)

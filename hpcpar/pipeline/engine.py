@@ -22,7 +22,7 @@ step; there the engine passes ``on_grads_ready`` (data parallelism starts its al
 import time
 from collections import defaultdict
 
-from hpcpar import backend
+from hpcpar import backend, flight
 from hpcpar.comm import wait_all
 
 
@@ -77,6 +77,7 @@ class PipelineEngine:
         posted, sends = {}, []
         t0 = self.started = time.perf_counter()
         self.timeline = []
+        rec = flight.active()               # where this rank is, for a hang report (hpcpar/flight.py)
 
         def post(i):
             """Post the receive of instruction i, if it is one and not yet posted."""
@@ -90,6 +91,8 @@ class PipelineEngine:
             for j in range(i, min(i + self.lookahead, len(self.program))):
                 post(j)
             key = (a.mb, a.chunk)
+            if rec is not None:
+                rec.at(a.op, a.mb)
             start = time.perf_counter()
             if a.op in ("RECV_F", "RECV_B"):
                 buf, req = posted.pop(i)

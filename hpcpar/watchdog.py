@@ -1,0 +1,199 @@
+"""The watchdog: a thread on every rank that ends the job when the rank stops making progress.
+
+MPI cannot cancel a blocked collective: a rank inside ``MPI_Allreduce`` whose partner never arrives
+stays there, spinning, for as long as the partner is gone - and Python cannot interrupt it either
+(signal handlers run only between bytecodes of the main thread).  But mpi4py releases the interpreter
+lock inside every blocking MPI call, so a second thread keeps running.  The watchdog is that thread:
+
+* the flight recorder (hpcpar/flight.py) notes a heartbeat at every communication call, every
+  pipeline action and every step;
+* twice a second the thread compares the heartbeat with the deadline: ``--hang-timeout`` seconds, or
+  three times the slowest step seen so far when that is longer (a big model's slow step is not a hang);
+* when the deadline passes it writes this rank's flight record, raises the alarm (hpcpar/alarm.py) so
+  that every other rank writes its own, prints the diagnosis and calls ``MPI_Abort`` from the thread -
+  which ends every process of the job, the stopped one included (the launcher kills them);
+* a stop signal (SIGTERM, SIGUSR1) reaches the thread at once through ``signal.set_wakeup_fd``, even
+  while the main thread is blocked: from then on the job has ``--shutdown-timeout`` seconds to save
+  its checkpoint and exit, or the thread ends it the same way.  Exit status 3 when the checkpoint was
+  written (requeue and resume), 1 otherwise; the previous complete checkpoint stays valid either way.
+"""
+import os
+import select
+import shutil
+import signal
+import sys
+import threading
+import time
+
+from hpcpar import alarm, flight, rank_guard, runtime
+
+POLL_S = 0.5              # how often the thread looks at the heartbeat, the signals and the alarm
+STEP_FACTOR = 3           # the deadline is at least this many times the slowest step
+RESPONDER_WAIT_S = 15.0   # a rank that answered an alarm ends the job itself if the leader did not
+
+
+def flight_dir(cfg):
+    """<run dir>/flight: the run dir is the checkpoint directory, else the current directory."""
+    return os.path.join(cfg.save or cfg.resume or ".", "flight")
+
+
+class Watchdog:
+    def __init__(self, rank, world, coords, layout, directory, hang_timeout, shutdown_timeout, stop_signals):
+        self.rank, self.world, self.coords, self.layout = rank, world, coords, layout
+        self.directory, self.stop_signals = directory, tuple(stop_signals)
+        self.hang_timeout, self.shutdown_timeout = hang_timeout, shutdown_timeout
+        self.recorder = flight.FlightRecorder(rank)
+        self.slowest = 0.0            # seconds of the slowest step after the first
+        self.stop_at = None           # time.monotonic() of the first stop signal
+        self.preempt_saved = False    # the checkpoint after the stop signal is complete
+        self._firing = threading.Lock()     # held by the one path that ends the job
+        self._answered = None
+        self._done = threading.Event()
+
+    # --- the main thread's side ------------------------------------------------------------------
+
+    def start(self, grid):
+        """Install the recorder, learn the groups' members, listen for signals, start the thread."""
+        rec = flight.install(self.recorder)
+        world_group = grid.world_comm.mpi.Get_group()
+        for c in grid.communicators():
+            group = c.mpi.Get_group()
+            rec.groups[c.name] = [int(r) for r in group.Translate_ranks(list(range(c.size)), world_group)]
+            group.Free()
+        world_group.Free()
+        rec.mirror = rank_guard.page()
+        if rec.mirror is not None:
+            rec.mirror.set_coords(self.rank, self.world, self.coords)
+        if self.rank == 0 and os.path.isdir(self.directory):       # the last run's records: keep one copy
+            shutil.rmtree(self.directory + ".previous", ignore_errors=True)
+            os.replace(self.directory, self.directory + ".previous")
+        grid.world_comm.mpi.Barrier()                              # no rank writes before that
+        self._wake_r, wake_w = os.pipe()
+        os.set_blocking(wake_w, False)
+        self._old_wakeup = signal.set_wakeup_fd(wake_w, warn_on_full_buffer=False)
+        self._wake_w = wake_w
+        runtime.on_fault(self.on_fault)
+        self._thread = threading.Thread(target=self._run, name="hpcpar-watchdog", daemon=True)
+        self._thread.start()
+        return self
+
+    def new_step(self, step):
+        self.recorder.new_step(step)
+
+    def step_done(self, index, seconds):
+        if index > 0:                                  # the first step pays for start-up
+            self.slowest = max(self.slowest, seconds)
+
+    def enter(self, phase):
+        self.recorder.enter(phase)
+
+    def checkpoint_after_stop(self):
+        self.preempt_saved = True
+
+    def stop(self):
+        self._done.set()
+        self._thread.join(timeout=2 * POLL_S)
+        signal.set_wakeup_fd(self._old_wakeup)
+        os.close(self._wake_r)
+        os.close(self._wake_w)
+        runtime.remove_fault_hook(self.on_fault)
+        flight.uninstall()
+
+    def on_fault(self, err):
+        """An exception is about to end the job (runtime.run_guarded): leave this rank's record. An MPI
+        error is often the echo of a rank that died: if its guard raised the alarm, let it finish."""
+        self._write(f"{type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''}")
+        from mpi4py import MPI
+        if not isinstance(err, MPI.Exception):
+            return
+        give_up = time.monotonic() + 1.0
+        while time.monotonic() < give_up:
+            if alarm.raised(self.directory):
+                time.sleep(RESPONDER_WAIT_S)           # the leader ends the job meanwhile
+            time.sleep(0.1)
+
+    # --- the thread ------------------------------------------------------------------------------
+
+    def deadline(self):
+        return max(self.hang_timeout, STEP_FACTOR * self.slowest)
+
+    def _run(self):
+        while not self._done.is_set():
+            if select.select([self._wake_r], [], [], POLL_S)[0]:
+                got = os.read(self._wake_r, 64)
+                if self.stop_at is None and any(s in got for s in self.stop_signals):
+                    self.stop_at = time.monotonic()
+            if self._done.is_set():
+                return
+            now = time.monotonic()
+            idle = now - self.recorder.beat
+            if self.hang_timeout and idle > self.deadline():
+                self._fire(f"no progress for {idle:.1f} s (hang timeout {self.deadline():g} s)")
+            elif self.stop_at is not None and self.shutdown_timeout and now - self.stop_at > self.shutdown_timeout:
+                saved = "written" if self.preempt_saved else "not written"
+                self._fire(f"a stop signal came {now - self.stop_at:.1f} s ago and the job did not end within "
+                           f"the shutdown timeout of {self.shutdown_timeout:g} s (its checkpoint: {saved})")
+            elif self._answered is None and idle > POLL_S and alarm.raised(self.directory):
+                self._answered = now
+                self._write(None)
+            elif self._answered is not None and now - self._answered > RESPONDER_WAIT_S:
+                self._end()
+
+    def _write(self, reason):
+        extra = {"coords": {"tp": self.coords.tp, "pp": self.coords.pp, "dp": self.coords.dp},
+                 "layout": self.layout}
+        try:
+            flight.write_record(self.directory, self.recorder.snapshot(reason, extra))
+        except OSError as err:
+            print(f"hpcpar: rank {self.rank}: cannot write its flight record: {err}", file=sys.stderr, flush=True)
+
+    def _fire(self, reason):
+        if not self._firing.acquire(blocking=False):
+            return
+        self._write(reason)
+        c = self.coords
+        if alarm.claim(self.directory, f"rank {self.rank}"):
+            print(f"hpcpar: rank {self.rank} (tp {c.tp}, pp {c.pp}, dp {c.dp}): {reason}; ending the job",
+                  file=sys.stderr, flush=True)
+            alarm.announce(self.directory, self.world)
+        else:
+            time.sleep(RESPONDER_WAIT_S)              # the leader ends the job; this is the fallback
+        self._end()
+
+    def _end(self):
+        code = runtime.EXIT_PREEMPTED if self.preempt_saved else runtime.EXIT_FAILURE
+        sys.stdout.flush()
+        sys.stderr.flush()
+        threading.Timer(5.0, os._exit, (code,)).start()     # should MPI_Abort itself hang
+        from mpi4py import MPI
+        MPI.COMM_WORLD.Abort(code)
+        os._exit(code)
+
+
+class Off:
+    """What the loop holds when both timeouts are 0: nothing watches, nothing is recorded."""
+
+    def new_step(self, step):
+        pass
+
+    def step_done(self, index, seconds):
+        pass
+
+    def enter(self, phase):
+        pass
+
+    def checkpoint_after_stop(self):
+        pass
+
+    def stop(self):
+        pass
+
+
+def start(cfg, grid, stop_signals):
+    """The watchdog of this rank, running (``Off`` when both timeouts are 0)."""
+    if not (cfg.hang_timeout or cfg.shutdown_timeout):
+        return Off()
+    layout = {"tp": grid.tp, "pp": grid.pp, "dp": grid.dp, "world": grid.world, "order": "-".join(grid.order)}
+    dog = Watchdog(grid.rank_id, grid.world, grid.coords, layout, flight_dir(cfg), cfg.hang_timeout,
+                   cfg.shutdown_timeout, [int(s) for s in stop_signals])
+    return dog.start(grid)
