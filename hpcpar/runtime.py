@@ -7,10 +7,16 @@ Two kinds of failure, two policies (docs/reliability.md):
   prints the one-line message, so the user sees it once.
 * anything else - a fault that may strike one rank while the others wait inside a collective.  That
   rank prints its message and calls ``MPI_Abort``, which ends the whole job at once; a plain
-  ``sys.exit`` on one rank would leave the others blocked forever.
+  ``sys.exit`` on one rank would leave the others blocked forever.  The message must leave the
+  process before the abort does: see ``abort``.
 """
+import array
+import fcntl
 import os
+import stat
 import sys
+import termios
+import time
 import traceback
 
 # Environment variables through which the common launchers tell a process its rank and world size.
@@ -107,13 +113,59 @@ def mpi_initialized():
     return bool(mod and mod.Is_initialized() and not mod.Is_finalized())
 
 
+# How long a failing rank waits for the launcher to take its last words before it aborts the job.
+DRAIN_SECONDS = 10.0
+
+
+def unread_bytes(fd):
+    """Bytes written to ``fd`` that the process at the other end has not read yet (0 when unknowable:
+    a terminal or a regular file holds nothing back)."""
+    try:
+        mode = os.fstat(fd).st_mode
+        if stat.S_ISFIFO(mode):
+            request = termios.FIONREAD          # on a pipe: bytes in the pipe, whichever end asks
+        elif stat.S_ISSOCK(mode):
+            request = termios.TIOCOUTQ          # on a socket: bytes sent but not yet taken by the peer
+        else:
+            return 0
+        count = array.array("i", [0])
+        fcntl.ioctl(fd, request, count, True)
+        return count[0]
+    except OSError:
+        return 0
+
+
+def wait_until_read(fds, seconds=DRAIN_SECONDS):
+    """Wait (at most ``seconds``) until the launcher has read everything written to ``fds``."""
+    deadline = time.monotonic() + seconds
+    while any(unread_bytes(fd) for fd in fds) and time.monotonic() < deadline:
+        time.sleep(0.005)
+
+
+def say_last_words(line):
+    """Write one line to stderr with a single unbuffered write (no Python buffer left to flush)."""
+    sys.stderr.flush()
+    data = (line + "\n").encode("utf-8", "replace")
+    while data:
+        data = data[os.write(2, data):]
+
+
 def abort(code):
-    """End every rank of the job now (only if MPI is running with more than one rank)."""
+    """End every rank of the job now (only if MPI is running with more than one rank).
+
+    Why the wait: the rank's stdout/stderr are pipes to the launcher (Hydra's proxy, then mpiexec;
+    slurmstepd under srun), while MPI_Abort travels on a separate control channel.  Hydra's mpiexec
+    kills the job and exits as soon as the abort arrives, without reading what is still in the pipes,
+    so on a loaded machine - where the launcher is not scheduled between our write and our abort -
+    the error line was lost.  Once the pipe is empty the launcher holds the line, and it handles it
+    before an abort that is sent only afterwards.
+    """
     if mpi_initialized():
         from mpi4py import MPI
         if MPI.COMM_WORLD.size > 1:
             sys.stdout.flush()
             sys.stderr.flush()
+            wait_until_read((1, 2))
             MPI.COMM_WORLD.Abort(code)
     sys.exit(code)
 
@@ -135,7 +187,7 @@ def run_guarded(fn, *args, debug=False, who=None):
         sys.stdout = open(os.devnull, "w")
         return 0
     except KeyboardInterrupt:
-        print(f"hpcpar: interrupted on rank {launch_rank()}", file=sys.stderr, flush=True)
+        say_last_words(f"hpcpar: interrupted on rank {launch_rank()}")
         abort(130)
     except SystemExit:
         raise
@@ -146,5 +198,5 @@ def run_guarded(fn, *args, debug=False, who=None):
         if debug:
             traceback.print_exc()
         hint = "" if debug else " (--debug shows the traceback)"
-        print(f"hpcpar: error on {label}: {type(err).__name__}: {err}{hint}", file=sys.stderr, flush=True)
+        say_last_words(f"hpcpar: error on {label}: {type(err).__name__}: {err}{hint}")
         abort(EXIT_FAILURE)
