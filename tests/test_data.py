@@ -69,4 +69,8 @@ def test_bad_files(tmp_path, content, suffix, message):
 
 def test_regression_task_is_deterministic():
     task = Regression(4, 2, seed=0)
-    np.testing.assert_array_equal(task.batch(1, [3])[1], task.batch(1, [0, 3])[1][1:])
+    x_one, y_one = task.batch(1, [3])
+    x_two, y_two = task.batch(1, [0, 3])
+    np.testing.assert_array_equal(x_one, x_two[1:])          # inputs come from the sample's own seed
+    # targets go through a matrix product whose BLAS kernel depends on the batch size: 1 ulp apart
+    np.testing.assert_allclose(y_one, y_two[1:], rtol=1e-12, atol=1e-15)

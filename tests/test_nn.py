@@ -55,7 +55,7 @@ def test_split_backward_equals_full_backward():
                and "ln" not in p.name)          # nothing accumulated yet
     for fn in work:
         fn()
-    for p in model.parameters():
+    for p in model.parameters():       # bit for bit: the same products, only run later
         np.testing.assert_array_equal(p.grad, full[p.name])
 
 
@@ -67,7 +67,7 @@ def test_recompute_gives_identical_gradients():
     _, plain = grads(model, x, y, ctx)
     model.set_recompute(True)
     _, again = grads(model, x, y, ctx)
-    for name, g in plain.items():
+    for name, g in plain.items():      # bit for bit: recomputing repeats the same forward
         np.testing.assert_array_equal(again[name], g)
 
 
@@ -84,7 +84,7 @@ def test_stages_chained_equal_the_whole_model():
     for s in stages:
         h, c = s.forward(h, None, y)
         caches.append(c)
-    assert h == loss
+    assert h == loss                   # bit for bit: each stage runs the whole model's operations as they are
     d = 1.0
     for s, c in zip(reversed(stages), reversed(caches)):
         d = s.backward(d, c)

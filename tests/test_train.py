@@ -1,4 +1,4 @@
-"""The single-rank training loop: determinism, learning, metrics (issue: engine)."""
+"""The single-rank training loop: determinism, learning, metrics."""
 import json
 
 from mpi4py import MPI
@@ -10,7 +10,7 @@ from train_helpers import trainer
 def test_same_seed_same_losses_bit_for_bit():
     a = [trainer(MPI.COMM_SELF, dtype="float32").step(s).loss for s in range(3)]
     b = [trainer(MPI.COMM_SELF, dtype="float32").step(s).loss for s in range(3)]
-    assert a == b
+    assert a == b           # bit for bit: the same computation twice on the same machine
 
 
 def test_loss_goes_down():
