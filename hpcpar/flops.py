@@ -7,7 +7,7 @@ Model FLOPs of one training step of a GPT (forward + backward, no recomputation;
     per token, head:      forward 2 C V
     training = 3 x forward (backward costs two forwards)
 
-For F = 4C this is 72 B T L C^2 (1 + T/(6C) + V/(12 L C)), the formula in DESIGN.md section 7.
+For F = 4C this is 72 B T L C^2 (1 + T/(6C) + V/(12 L C)), the formula in docs/design.md (FLOPs).
 """
 import time
 

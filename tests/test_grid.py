@@ -20,7 +20,7 @@ def test_every_factorisation_partitions_the_world(world):
         for r in range(world):
             c = g.coord(r)
             assert g.rank(c.tp, c.pp, c.dp) == r
-            assert r == c.tp + tp * (c.dp + dp * c.pp)   # DESIGN.md section 2
+            assert r == c.tp + tp * (c.dp + dp * c.pp)   # docs/design.md: the rank order
 
 
 def test_factorisations_of_8():

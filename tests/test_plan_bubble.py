@@ -23,7 +23,7 @@ def test_extrapolation_equals_full_simulation(schedule, p, m, v):
 def test_more_microbatches_shrink_the_bubble():
     bubbles = [simulate_pipeline("1f1b", 8, m, 1, 1, 2, 0, 0).bubble for m in (8, 16, 64, 512)]
     assert bubbles == sorted(bubbles, reverse=True)
-    # 1F1B with uniform costs: (p - 1) / (m + p - 1) of the total (DESIGN.md section 5)
+    # 1F1B with uniform costs: (p - 1) / (m + p - 1) of the total (docs/design.md, Pipeline bubbles)
     assert bubbles[-1] == pytest.approx(7 / (512 + 7))
 
 

@@ -1,4 +1,4 @@
-"""Memory per GPU (hpcpar/plan/memory.py) against the formulas of DESIGN.md section 7."""
+"""Memory per GPU (hpcpar/plan/memory.py) against the formulas of docs/design.md (Memory)."""
 import pytest
 
 from hpcpar.plan.hardware import load_hardware
@@ -50,7 +50,7 @@ def test_model_state_bytes_and_zero1():
 
 
 def test_gpt3_cannot_fit_one_device():
-    """The seed's opening: 175 B parameters x 16 bytes is ~2.6 TiB of model state, 35x an 80 GB GPU."""
+    """Why split a model at all: 175 B parameters x 16 bytes is ~2.6 TiB of model state, 35x an 80 GB GPU."""
     m = load_model("gpt3-175b")
     state = m.params(2048) * sum(state_bytes_per_param(job(m)))
     assert state / load_hardware("a100").memory_bytes > 30

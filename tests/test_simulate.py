@@ -1,5 +1,5 @@
-"""The schedule simulator and ``hpcpar schedule`` (no MPI): the bubble formulas of DESIGN.md section 5
-reproduced exactly, the memory bound of 1F1B, the deadlocks it detects, and the seed's example 2."""
+"""The schedule simulator and ``hpcpar schedule`` (no MPI): the bubble formulas of docs/design.md
+reproduced exactly, the memory bound of 1F1B, the deadlocks it detects, and the assembly-line example."""
 from functools import partial
 
 import pytest

@@ -1,4 +1,4 @@
-"""The pipeline engine measured against the simulator fed with the measured costs (issue 5, item 6).
+"""The pipeline engine measured against the simulator fed with the measured costs.
 
 Two ranks run the benchmark GPT as a 2-stage pipeline, 8 micro-batches, 1F1B and GPipe taking turns.
 Each step, each rank's engine records what it ran and when (``PipelineEngine.timeline``, from

@@ -1,4 +1,4 @@
-"""(d) The engine against PyTorch eager, one thread each, at equal shapes (issue 3, item 10).
+"""(d) The engine against PyTorch eager, one thread each, at equal shapes.
 
 Three measurements, each interleaved with its PyTorch counterpart in this one process:
 

@@ -1,4 +1,4 @@
-"""(f) tp 2 x pp 2 x dp 2 on 8 ranks against one rank, on the same global batch (issue 6, item 7).
+"""(f) tp 2 x pp 2 x dp 2 on 8 ranks against one rank, on the same global batch.
 
 Both are ordinary ``hpcpar train`` runs of the benchmark GPT (16 sequences of 128 tokens per step),
 started from here one after the other, alternating, and read back from their own end-of-run figures
@@ -11,7 +11,7 @@ started from here one after the other, alternating, and read back from their own
   share of each rank's wall time inside communication, and the share of the DP gradient buckets' time
   in flight that coincides with computation, averaged over ranks;
 * bubble measured and simulated, MFU, and the bytes each kind of group moved, from the summary;
-* the tracing overhead (issue 8's target: <= 3% of the step): the 8-rank run traces the first half of
+* the tracing overhead (target: <= 3% of the step): the 8-rank run traces the first half of
   its steps only (``--trace-steps``), so the traced and the untraced steps come from the same
   processes, a few seconds apart - separate runs would differ by more than the overhead.
 """

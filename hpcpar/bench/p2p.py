@@ -9,7 +9,7 @@ contiguity check, the counters and the device-buffer test.
 OSU averages over a loop of round trips.  On this shared machine a rank loses its core now and then
 for milliseconds, so every round trip is timed alone, raw and hpcpar alternate round trip by round
 trip (both see the same machine), and the table keeps each one's fastest round trip (the average
-would measure the other jobs).  Target (issue 8): hpcpar >= 0.95x raw bandwidth at 1 MB and above.
+would measure the other jobs).  Target: hpcpar >= 0.95x raw bandwidth at 1 MB and above.
 """
 import time
 

@@ -1,5 +1,4 @@
-"""One transformer block at tp = 1 and tp = 2 on two ranks: time, bytes moved, communication share
-(issue 4, item 8).
+"""One transformer block at tp = 1 and tp = 2 on two ranks: time, bytes moved, communication share.
 
 tp = 1: each rank runs the whole block (both cores busy, as with two data-parallel replicas); tp = 2:
 the two ranks share it Megatron-style, two all-reduces of B x T x C forward and two backward (with

@@ -1,4 +1,4 @@
-"""The seed's worked example: one matrix multiply shared by two ranks (docs/tensor_parallel.md).
+"""The worked example of the column split: one matrix multiply shared by two ranks (docs/tensor_parallel.md).
 
     .venv/bin/mpiexec -n 2 .venv/bin/python -m hpcpar.examples.tp_split
 

@@ -1,6 +1,6 @@
 """Memory per GPU: model state plus the activations kept for the backward pass.
 
-Model state, bytes per parameter (DESIGN.md section 7; Rajbhandari et al. 2020, ZeRO):
+Model state, bytes per parameter (docs/design.md, Memory; Rajbhandari et al. 2020, ZeRO):
 
     mixed precision (bf16)  2 weights + 2 gradients + 12 optimizer (fp32 master, Adam m and v) = 16
     fp32                    4 + 4 + 8 (Adam m, v)                                              = 16

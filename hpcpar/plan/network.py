@@ -1,7 +1,7 @@
 """Communication time: the alpha-beta model per link class, placed on the real rank order.
 
 A message of n bytes over a link costs alpha + n / beta.  Ring collectives over a group of N ranks
-(Patarasuk and Yuan 2009; DESIGN.md section 6) move, per rank:
+(Patarasuk and Yuan 2009; docs/design.md, Ring collectives) move, per rank:
 
     all-reduce        2 (N-1)/N * n bytes in 2 (N-1) steps
     reduce-scatter      (N-1)/N * n bytes in   (N-1) steps      (all-gather the same)
