@@ -38,3 +38,13 @@ def pytest_configure(config):
 def comm():
     from mpi4py import MPI
     return MPI.COMM_WORLD
+
+
+def pytest_ignore_collect(collection_path, config):
+    """Under ``--only-mpi`` every rank imports every test file: with 8 ranks on 2 cores, importing
+    PyTorch and matplotlib for serial-only files cost more than the MPI tests.  Files without an MPI
+    test are not imported there."""
+    if (config.getoption("--only-mpi", False) and collection_path.suffix == ".py"
+            and collection_path.name.startswith("test_")):
+        return "mark.mpi" not in collection_path.read_text() or None
+    return None

@@ -55,6 +55,8 @@ def test_stored_calibration_fits_its_rows(hardware):
 # (a) this machine ---------------------------------------------------------------------------------
 
 LOCAL_POINTS = [(model, dtype) for model in ("tiny", "small") for dtype in ("float32", "float64")]
+# make test measures the first point (a minute of training runs); make test-all measures all four
+LOCAL_PARAMS = [pytest.param(*point, marks=() if i == 0 else pytest.mark.slow) for i, point in enumerate(LOCAL_POINTS)]
 LOCAL_LAYOUTS = [dict(), dict(tp=2), dict(pp=2, microbatches=4), dict(dp=2)]
 TOLERANCE = 0.25        # |predicted / measured - 1|
 TIE = 0.15              # layouts closer than this (measured) may come in either order
@@ -107,32 +109,34 @@ def local_profile(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def local_table(local_profile, tmp_path_factory):
-    """Predict every point from the profile and measure every point; then measure again - up to ROUNDS
-    times in all, round after round - the points of each group that misses, keeping the fastest run
-    (other jobs on the machine only ever slow a run down).  A run that got less than QUIET of its
-    cores is run once more straight away.  Returns {point: [[layout, predicted, measured, quiet]]}:
-    ``quiet`` is False when no run of that layout got its cores."""
+    """For each point asked for: predict it from the profile and measure it; then measure it again - up
+    to ROUNDS times in all - while it misses, keeping the fastest run (other jobs on the machine only
+    ever slow a run down).  A run that got less than QUIET of its cores is run once more straight away.
+    Returns a function point -> [[layout, predicted, measured, quiet]]: ``quiet`` is False when no run
+    of that layout got its cores."""
     from hpcpar.plan.local import predict_local
     folder = tmp_path_factory.mktemp("local")
-    table = {point: [[lay, predict_local(local_profile, model=point[0], dtype=point[1], batch_size=16, **lay).step,
-                      float("inf"), False] for lay in LOCAL_LAYOUTS] for point in LOCAL_POINTS}
-    todo = list(LOCAL_POINTS)
-    for _ in range(ROUNDS):
-        for point in todo:
-            for row in table[point]:
+    table = {}
+
+    def rows_of(point):
+        if point in table:
+            return table[point]
+        rows = table[point] = [[lay, predict_local(local_profile, model=point[0], dtype=point[1], batch_size=16,
+                                                   **lay).step, float("inf"), False] for lay in LOCAL_LAYOUTS]
+        for _ in range(ROUNDS):
+            for row in rows:
                 for _attempt in range(2):
                     seconds, share = _train_step_seconds(*point, row[0], folder)
                     row[2] = min(row[2], seconds)
                     row[3] = row[3] or share >= QUIET
                     if share >= QUIET:
                         break
-        todo = [point for point in todo if _misses([row[:3] for row in table[point]])]
-        if not todo:
-            break
-    print("\nlocal validation, predicted / measured ms: " + "; ".join(
-        f"{m} {d}: " + ", ".join(f"{_label(lay)} {p * 1e3:.1f} / {t * 1e3:.1f}" for lay, p, t, _ in rows)
-        for (m, d), rows in table.items()))
-    return table
+            if not _misses([row[:3] for row in rows]):
+                break
+        print(f"\nlocal validation, predicted / measured ms: {point[0]} {point[1]}: " + ", ".join(
+            f"{_label(lay)} {p * 1e3:.1f} / {t * 1e3:.1f}" for lay, p, t, _ in rows))
+        return rows
+    return rows_of
 
 
 def test_calibrated_profile_is_usable(local_profile):
@@ -146,7 +150,7 @@ def test_calibrated_profile_is_usable(local_profile):
 
 
 @pytest.mark.timeout(1800)
-@pytest.mark.parametrize("model, dtype", LOCAL_POINTS)
+@pytest.mark.parametrize("model, dtype", LOCAL_PARAMS)
 def test_local_runs_match_prediction(local_profile, local_table, model, dtype):
     """(a) ``hpcpar train --model MODEL --dtype DTYPE --batch-size 16`` on 1 rank, tp 2, pp 2 with 4
     micro-batches, and dp 2: the step time predict_local gives from this machine's calibrated profile
@@ -156,7 +160,7 @@ def test_local_runs_match_prediction(local_profile, local_table, model, dtype):
     got its cores, or a calibration probe that did not."""
     from hpcpar.plan.calibrate import QUIET as PROBE_QUIET
     from hpcpar.plan.hardware import load_hardware
-    rows = local_table[(model, dtype)]
+    rows = local_table((model, dtype))
     misses = _misses([row[:3] for row in rows])
     busy = [_label(lay) for lay, _, _, quiet in rows if not quiet]
     if load_hardware(local_profile).engine["probe_cpu_share"] < PROBE_QUIET:
