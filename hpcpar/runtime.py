@@ -153,12 +153,12 @@ def say_last_words(line):
 def abort(code):
     """End every rank of the job now (only if MPI is running with more than one rank).
 
-    Why the wait: the rank's stdout/stderr are pipes to the launcher (Hydra's proxy, then mpiexec;
-    slurmstepd under srun), while MPI_Abort travels on a separate control channel.  Hydra's mpiexec
-    kills the job and exits as soon as the abort arrives, without reading what is still in the pipes,
-    so on a loaded machine - where the launcher is not scheduled between our write and our abort -
-    the error line was lost.  Once the pipe is empty the launcher holds the line, and it handles it
-    before an abort that is sent only afterwards.
+    Why the wait: the rank's stdout/stderr are pipes to the launcher's local agent (Hydra's proxy;
+    slurmstepd under srun), while MPI_Abort reaches that agent on a separate socket.  On a loaded
+    machine the agent can wake to find both waiting; Hydra's proxy then forwarded the abort first, and
+    mpiexec, which kills the job and exits the moment an abort arrives, never printed the line (rc 1,
+    empty stderr).  Once our pipe is empty the agent has taken the line and passed it on, ahead of
+    an abort that is sent only afterwards.
     """
     if mpi_initialized():
         from mpi4py import MPI
