@@ -16,8 +16,9 @@ from mpitools import hpcpar, run_mpi
 ABORT_REPEATS = int(os.environ.get("HPCPAR_ABORT_REPEATS", "4"))
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture
 def cpu_hogs():
+    """A busy loop per core for the length of one test."""
     hogs = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(os.cpu_count() or 2)]
     yield
     for hog in hogs:
