@@ -72,9 +72,9 @@ def test_fixed_fields_pin_the_search():
 def test_a_gpt3_search_is_fast():
     """gpt3-175b on 1024 A100s, batch 1536 x 2048: ranked in well under 10 s."""
     job = Job(load_model("gpt3-175b"), load_hardware("a100"), 1024, 8, 1536, 2048)
-    start = time.perf_counter()
+    start = time.process_time()          # CPU seconds: other jobs on the machine do not count
     ranking = search(job)
-    assert time.perf_counter() - start < 10
+    assert time.process_time() - start < 10
     best = ranking.estimates[0]
     assert best.layout.tp * best.layout.pp >= 16          # 175 B needs model parallelism on 80 GB GPUs
     assert 0.3 < best.mfu < 0.7
