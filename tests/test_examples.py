@@ -78,7 +78,7 @@ def test_docs_quote_the_current_output(name):
     example(name)
 
 
-def test_tp_split_prints_the_seed_example_rank_by_rank():
+def test_tp_split_prints_the_worked_example_rank_by_rank():
     out = example("tp_split")
     r0, r1 = rank_lines(out, 0), rank_lines(out, 1)
     assert "x W on one rank: (6, 8, 10, 12)" in out
