@@ -145,7 +145,7 @@ def test_blocking_sends_deadlock_1f1b_but_not_gpipe():
     assert simulate(build("gpipe", 4, 4), blocking_sends=True).makespan >= 14
 
 
-SEED_M4 = """\
+ASSEMBLY_LINE_M4 = """\
 time   0  1  2  3  4  5  6
 dev 0  F0 F1 F2 F3 .  .  .
 dev 1  .  F0 F1 F2 F3 .  .
@@ -158,9 +158,9 @@ bubble    43% of device time = 75% of the ideal (busy) time
 """
 
 
-def test_ascii_timeline_of_the_seed_example():
+def test_ascii_timeline_of_the_assembly_line():
     text = ascii_timeline(simulate(build("1f1b", 4, 4, forward_only=True)))
-    assert text.startswith(SEED_M4)
+    assert text.startswith(ASSEMBLY_LINE_M4)
     text = ascii_timeline(simulate(build("1f1b", 4, 1, forward_only=True)))
     assert "dev 3  .  .  .  F0\nmakespan  4 time units\n" in text
     assert "dev 1 25%" in text and "bubble    75% of device time" in text
@@ -172,9 +172,9 @@ def test_ascii_timeline_units_and_chunks():
     assert "F0.1" in text and "B1.1 B1.1" in text   # a backward spans two columns
 
 
-def test_cli_seed_example():
+def test_cli_assembly_line():
     proc, _ = run(hpcpar() + ["schedule", "--stages", "4", "--microbatches", "4", "--forward-only"])
-    assert proc.returncode == 0 and SEED_M4 in proc.stdout
+    assert proc.returncode == 0 and ASSEMBLY_LINE_M4 in proc.stdout
     proc, _ = run(hpcpar() + ["schedule", "--stages", "4", "--microbatches", "1", "--forward-only"])
     assert "makespan  4 time units" in proc.stdout
     assert "busy      dev 0 25%  dev 1 25%  dev 2 25%  dev 3 25%" in proc.stdout
