@@ -110,7 +110,7 @@ def mpi_initialized():
 def abort(code):
     """End every rank of the job now (only if MPI is running with more than one rank)."""
     if mpi_initialized():
-        from mpi4py import MPI
+        MPI = sys.modules["mpi4py.MPI"]     # whoever started MPI imported it; this module never does
         if MPI.COMM_WORLD.size > 1:
             sys.stdout.flush()
             sys.stderr.flush()

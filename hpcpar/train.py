@@ -21,6 +21,7 @@ from collections import namedtuple
 import numpy as np
 
 from hpcpar import backend, faults, precision, trace
+from hpcpar.comm.device import select_device
 from hpcpar.config import check
 from hpcpar.data import MarkovLanguage, Regression, TokenFile
 from hpcpar.data_parallel import DataParallel
@@ -97,7 +98,7 @@ class Trainer:
         # --- all checks done: from here on, ranks communicate --------------------------------------
         self.grid = g = ParallelGrid(cfg.tp, cfg.pp, cfg.dp, comm, cfg.order)
         if cfg.backend == "cupy":
-            backend.select_device(comm)
+            select_device(comm)
             if cfg.tf32:
                 precision.allow_tf32(self.xp)
         self.schedule = build(cfg.schedule, cfg.pp, cfg.microbatches, cfg.chunks)
