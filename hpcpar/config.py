@@ -133,6 +133,14 @@ def load_toml(path):
     return out
 
 
+def config_from(args):
+    """Defaults, then the TOML file (``args.config``), then the flags given on the command line: an
+    argparse namespace holds only the flags the user gave (the CLI's defaults are SUPPRESS)."""
+    values = load_toml(args.config) if args.config else {}
+    values.update({f.name: getattr(args, f.name) for f in fields(TrainConfig) if hasattr(args, f.name)})
+    return TrainConfig(**values)
+
+
 def check(cfg, world):
     """Refuse a configuration that cannot run, with one line naming the numbers. Returns cfg with the
     derived values (dp, microbatches, chunks, min_lr) filled in."""

@@ -1,4 +1,4 @@
-"""How much arithmetic a step is, and how fast this machine multiplies matrices.
+"""How much arithmetic a training step is (how fast this machine does it: gemm_speed.py).
 
 Model FLOPs of one training step of a GPT (forward + backward, no recomputation; Narayanan et al.
 2021, eq. 3, generalised to any feed-forward width F):
@@ -9,9 +9,6 @@ Model FLOPs of one training step of a GPT (forward + backward, no recomputation;
 
 For F = 4C this is 72 B T L C^2 (1 + T/(6C) + V/(12 L C)), the formula in DESIGN.md section 7.
 """
-import time
-
-import numpy as np
 
 
 def gpt_step_flops(cfg, tokens):
@@ -24,32 +21,3 @@ def mlp_step_flops(cfg, samples):
     C, F = cfg.d_model, cfg.d_ff
     per_sample = 2 * (cfg.d_in * C + cfg.n_layer * 2 * C * F + C * cfg.d_out)
     return 3 * per_sample * samples
-
-
-def gemm_rate(dtype="float32", n=512, seconds=0.2, clock=time.perf_counter):
-    """FLOP/s of an n x n x n matrix multiply in numpy on this process (best of repeated runs).
-    ``clock``: wall time by default; the benchmarks pass ``time.process_time`` (CPU seconds)."""
-    a = np.random.default_rng(0).standard_normal((n, n)).astype(dtype)
-    b = a.copy()
-    a @ b                                                   # warm-up: page faults, BLAS start-up
-    best, end = float("inf"), time.perf_counter() + seconds
-    while time.perf_counter() < end:
-        t = clock()
-        a @ b
-        best = min(best, clock() - t)
-    return 2.0 * n ** 3 / best
-
-
-def gemm_throughput(dtype="float32", n=512, seconds=0.3):
-    """Sustained FLOP/s of n x n x n multiplies: as many as fit in ``seconds`` of wall time.  Run on
-    every rank at once, the sum over ranks is what the machine delivers to them together (ranks that
-    share a core share its rate) - the denominator of an honest utilisation when ranks outnumber cores.
-    ``gemm_rate``'s best single multiply would credit every rank with a whole core."""
-    a = np.random.default_rng(0).standard_normal((n, n)).astype(dtype)
-    b = a.copy()
-    a @ b
-    count, start = 0, time.perf_counter()
-    while time.perf_counter() - start < seconds:
-        a @ b
-        count += 1
-    return 2.0 * n ** 3 * count / (time.perf_counter() - start)

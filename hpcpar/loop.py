@@ -15,7 +15,8 @@ import numpy as np
 
 from hpcpar import checkpoint, trace, watchdog
 from hpcpar.checkpoint.consolidated import export, init_from
-from hpcpar.flops import gemm_throughput, gpt_step_flops, mlp_step_flops
+from hpcpar.flops import gpt_step_flops, mlp_step_flops
+from hpcpar.gemm_speed import gemm_throughput
 from hpcpar.pipeline.bubble import pipeline_bubble
 from hpcpar.precision import grads_overflowed
 from hpcpar.runtime import EXIT_FAILURE, EXIT_PREEMPTED
