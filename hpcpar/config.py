@@ -7,6 +7,7 @@ the same one-line message on every rank, before any rank communicates (hpcpar/ru
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 
+from hpcpar.pipeline.schedules import SCHEDULES
 from hpcpar.runtime import UsageError
 
 
@@ -21,7 +22,7 @@ class TrainConfig:
     pp: int = opt(1, "pipeline-parallel size: stages of consecutive layers", group="layout")
     dp: int = opt(0, "data-parallel size: model replicas (0: world size / (tp x pp))", group="layout")
     order: str = opt("tp-dp-pp", "rank order, fastest-varying axis first", group="layout")
-    schedule: str = opt("1f1b", "pipeline schedule", ["gpipe", "1f1b", "interleaved", "zb-h1"], "layout")
+    schedule: str = opt("1f1b", "pipeline schedule", list(SCHEDULES), "layout")
     microbatches: int = opt(0, "micro-batches per step and DP rank (0: pp)", group="layout")
     chunks: int = opt(0, "model chunks per rank for the interleaved schedule (0: 2 if interleaved, else 1)",
                       group="layout")

@@ -8,12 +8,50 @@ Model FLOPs of one training step of a GPT (forward + backward, no recomputation;
     training = 3 x forward (backward costs two forwards)
 
 For F = 4C this is 72 B T L C^2 (1 + T/(6C) + V/(12 L C)), the formula in DESIGN.md section 7.
+
+``Gemm`` is one matrix multiply: the planner counts a layer's GEMMs (plan/flops.py) and the benchmarks
+time them (bench/gemm.py).
 """
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Gemm:
+    """One matrix multiply (m x k) @ (k x n), repeated over ``count`` independent pairs."""
+    name: str
+    m: int
+    n: int
+    k: int
+    count: int = 1          # independent copies (batched: one per head and sequence)
+    weight: bool = True     # True: backward has a weight-gradient GEMM (W); False: attention core
+    layout: str = "nn"      # operands as stored: "nn", "nt" (B stored (n, k)) or "tn" (A stored (k, m))
+
+    @property
+    def flops(self):
+        return 2 * self.m * self.n * self.k * self.count
+
+    @property
+    def elements(self):
+        """Elements read and written once each: both inputs and the output."""
+        return (self.m * self.k + self.k * self.n + self.m * self.n) * self.count
+
+    def label(self):
+        return f"{self.m} x {self.k} x {self.n}" + (f" (x{self.count})" if self.count > 1 else "")
+
+
+def gpt_block_forward_flops(cfg):
+    """Forward FLOPs of one block per token: QKV, attention output, MLP up and down; QK^T and PV."""
+    C, F, T = cfg.d_model, cfg.d_ff, cfg.seq_len
+    return 2 * (4 * C * C + 2 * C * F) + 4 * T * C
+
+
+def gpt_head_forward_flops(cfg):
+    """Forward FLOPs of the output projection per token."""
+    return 2 * cfg.d_model * cfg.vocab_size
 
 
 def gpt_step_flops(cfg, tokens):
-    C, F, L, V, T = cfg.d_model, cfg.d_ff, cfg.n_layer, cfg.vocab_size, cfg.seq_len
-    per_token = L * (2 * (4 * C * C + 2 * C * F) + 4 * T * C) + 2 * C * V
+    per_token = cfg.n_layer * gpt_block_forward_flops(cfg) + gpt_head_forward_flops(cfg)
     return 3 * per_token * tokens
 
 

@@ -17,36 +17,12 @@ from hpcpar import checkpoint, trace, watchdog
 from hpcpar.checkpoint.consolidated import export, init_from
 from hpcpar.flops import gpt_step_flops, mlp_step_flops
 from hpcpar.gemm_speed import gemm_throughput
-from hpcpar.pipeline.bubble import pipeline_bubble
+from hpcpar.pipeline.bubble import engine_window, mean_costs, pipeline_bubble, simulated_bubble
 from hpcpar.precision import grads_overflowed
 from hpcpar.runtime import EXIT_FAILURE, EXIT_PREEMPTED
 from hpcpar.train import Trainer
 
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGUSR1)
-
-
-def engine_window(engine):
-    """(start, end, busy seconds in F/B/W) of the step the engine just ran, on the shared clock."""
-    busy = sum(end - start for start, end, op, _, _ in engine.timeline if op in ("F", "B", "W"))
-    return engine.started, engine.started + (engine.timeline[-1][1] if engine.timeline else 0.0), busy
-
-
-def mean_costs(timelines):
-    """Mean seconds of one F, B and W action over the given timelines."""
-    sums, counts = {"F": 0.0, "B": 0.0, "W": 0.0}, {"F": 0, "B": 0, "W": 0}
-    for tl in timelines:
-        for start, end, op, _, _ in tl:
-            if op in sums:
-                sums[op] += end - start
-                counts[op] += 1
-    return {op: sums[op] / counts[op] if counts[op] else 0.0 for op in sums}
-
-
-def simulated_bubble(schedule, costs):
-    from hpcpar.pipeline.simulate import Costs, simulate
-    if schedule.stages == 1:
-        return 0.0
-    return simulate(schedule, Costs(F=costs["F"], B=costs["B"], W=costs["W"])).bubble
 
 
 class Loop:

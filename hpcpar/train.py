@@ -9,7 +9,7 @@ One step, on every rank (docs/3d.md walks through it):
  3. sum the tied-embedding gradients of the first and last stage, and (sequence parallelism) the
     partial gradients of the replicated parameters over TP; then wait for every DP bucket
  4. one all-reduce of (loss, squared gradient norm) over the world; clip; optimizer step on this
-    rank's shards; (ZeRO-1) all-gather the parameters
+    rank's flat slices; (ZeRO-1) all-gather the parameters
 
 Every rank therefore ends the step with its shard of exactly the parameters one rank alone would have.
 """
@@ -131,7 +131,7 @@ class Trainer:
         Model = MLPModel if cfg.model == "mlp" else GPT
         chunks = []
         for c in range(cfg.chunks):
-            s = c * cfg.pp + g.pp_rank
+            s = self.schedule.stage(g.pp_rank, c)
             chunks.append(Model(mcfg, cfg.seed, self.dtype, layers=ranges[s], first=s == 0, last=s == S - 1))
         if cfg.model != "mlp" and mcfg.tied and chunks[0].embed is not None and chunks[-1].head is not None \
                 and chunks[-1] is not chunks[0]:
@@ -172,7 +172,7 @@ class Trainer:
 
     def gradients(self, step):
         """Forward and backward of step ``step``'s batch. Afterwards every gradient this rank holds is
-        final: summed over micro-batches, DP replicas and tied copies (with ZeRO-1: this rank's shards).
+        final: summed over micro-batches, DP replicas and tied copies (with ZeRO-1: this rank's ZeRO ranges).
         Returns this rank's per-micro-batch loss sums (non-empty on the last stage only)."""
         start = trace.active() and time.perf_counter()
         inputs, targets, contexts = self._contexts_and_batches(step)
@@ -194,12 +194,12 @@ class Trainer:
         # numpy's to warn about
         with np.errstate(over="ignore", invalid="ignore") if self.scaler.dynamic else contextlib.nullcontext():
             losses = self.gradients(step)
-        shards = self.dp.shards()
+        slices = self.dp.slices()
         # one world all-reduce gives every rank the loss, the squared gradient norm, and whether any
         # rank was asked to stop - so all of them finish this step and stop together.  The three numbers
         # stay on the device until after the reduction: this is the step's only device-to-host copy.
         xp = self.xp
-        norm_sq = self.dp.norm_sq(shards) if (cfg.zero1 or g.dp_rank == 0) else 0.0
+        norm_sq = self.dp.norm_sq(slices) if (cfg.zero1 or g.dp_rank == 0) else 0.0
         mine = sum(losses) if (g.is_last_stage and g.tp_rank == 0) else 0.0
         totals = xp.stack([xp.asarray(v, dtype=np.float64) for v in (mine, norm_sq, float(stop_requested))])
         totals = backend.to_numpy(g.world_comm.all_reduce(totals))
@@ -211,10 +211,10 @@ class Trainer:
         if finite:
             coef = clip_coefficient(norm, cfg.grad_clip) / scale      # clip and undo the loss scale at once
             if coef != 1.0:
-                for s in shards:
+                for s in slices:
                     s.grad *= coef
             start = trace.active() and time.perf_counter()
-            self.optimizer.step(shards, lr)
+            self.optimizer.step(slices, lr)
             self.dp.gather_params()
             if start:
                 trace.active().span("optimizer", "optimizer", start, time.perf_counter())

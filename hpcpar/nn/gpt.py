@@ -40,10 +40,23 @@ class GPTConfig:
         if not self.d_ff:
             object.__setattr__(self, "d_ff", 4 * self.d_model)
 
+    # --- parameter counts: the model's, and a pipeline stage's parts (pipeline/partition.py) -----
+
+    def embedding_params(self):
+        """Token (V, C) and position (T, C) embeddings."""
+        return (self.vocab_size + self.seq_len) * self.d_model
+
+    def block_params(self):
+        """Two LayerNorms, QKV and attention output, MLP up and down, with biases."""
+        C, F = self.d_model, self.d_ff
+        return 2 * 2 * C + (C * 3 * C + 3 * C) + (C * C + C) + (C * F + F) + (F * C + C)
+
+    def head_params(self, own_weight):
+        """Final LayerNorm, and the (V, C) output projection when it is not the token embedding's."""
+        return 2 * self.d_model + (self.vocab_size * self.d_model if own_weight else 0)
+
     def n_params(self):
-        C, F, L, V, T = self.d_model, self.d_ff, self.n_layer, self.vocab_size, self.seq_len
-        block = 2 * 2 * C + (C * 3 * C + 3 * C) + (C * C + C) + (C * F + F) + (F * C + C)
-        return V * C + T * C + L * block + 2 * C + (0 if self.tied else V * C)
+        return self.embedding_params() + self.n_layer * self.block_params() + self.head_params(not self.tied)
 
 
 # Presets: dims only; the vocabulary comes from the data unless the preset fixes it (gpt2).

@@ -17,11 +17,12 @@ import shlex
 import socket
 import sys
 import time
-from dataclasses import asdict, fields, replace
+from dataclasses import fields, replace
 
 from hpcpar.config import TrainConfig, check, config_from
 from hpcpar.launch import THREAD_VARS, first_error, mpiexec, run_job
 from hpcpar.runtime import UsageError
+from hpcpar.scaling.layouts import label, sizes
 
 LAUNCHERS = ("mpiexec", "srun")
 PER_POINT = ("tp", "pp", "dp", "batch_size", "progress", "summary_json")   # set by the sweep, point by point
@@ -66,7 +67,7 @@ def checked_configs(points, cfg):
         try:
             configs.append(check(replace(cfg, tp=lay.tp, pp=lay.pp, dp=lay.dp, batch_size=p.batch_size), p.ranks))
         except UsageError as err:
-            raise UsageError(f"--layouts {p.series.name} at {p.ranks} ranks ({lay}): {err}") from None
+            raise UsageError(f"--layouts {p.series.name} at {p.ranks} ranks ({label(*lay.grid())}): {err}") from None
     return configs
 
 
@@ -106,7 +107,7 @@ def run_point(point, cfg, launcher, flags, out, timeout, name):
     cmd = train_command(point, launcher, flags, summary)
     others = runnable_others()
     status, seconds = run_job(cmd, log, timeout)
-    record = {"mode": point.mode, "series": point.series.name, "ranks": point.ranks, "layout": asdict(point.layout),
+    record = {"mode": point.mode, "series": point.series.name, "ranks": point.ranks, "layout": sizes(point.layout),
               "batch_size": point.batch_size, "microbatches": cfg.microbatches, "chunks": cfg.chunks,
               "schedule": cfg.schedule, "model": cfg.model, "steps": cfg.steps,
               "launcher": launcher, "command": cmd, "exit_status": status, "timed_out": status is None,
@@ -130,7 +131,7 @@ def run_point(point, cfg, launcher, flags, out, timeout, name):
 
 def describe(record):
     """One line about a finished run."""
-    head = f"{record['series']:>12} {record['ranks']:>4} rank(s) {'tp{tp}pp{pp}dp{dp}'.format(**record['layout'])}"
+    head = f"{record['series']:>12} {record['ranks']:>4} rank(s) {label(**record['layout'])}"
     s = record["summary"]
     if s is None:
         return f"{head}: FAILED ({record['error']}; log: {record['log']})"
