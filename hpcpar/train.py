@@ -1,4 +1,4 @@
-"""The training step of any tp x pp x dp layout, and the training loop.
+"""The training step of any tp x pp x dp layout (the loop around it: loop.py; its summary: summary.py).
 
 One step, on every rank (docs/3d.md walks through it):
 
