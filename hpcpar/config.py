@@ -7,7 +7,7 @@ the same one-line message on every rank, before any rank communicates (hpcpar/ru
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 
-from hpcpar.pipeline.schedules import SCHEDULES
+from hpcpar.pipeline.schedules import KINDS, SCHEDULES
 from hpcpar.runtime import UsageError
 
 
@@ -185,12 +185,14 @@ def check(cfg, world):
                              f"size {world}")
         cfg.dp = world // (cfg.tp * cfg.pp)
     GridLayout(cfg.tp, cfg.pp, cfg.dp, world, cfg.order)        # world mismatch, bad order
+    chunked = KINDS[cfg.schedule].chunked
     if cfg.chunks == 0:
-        cfg.chunks = 2 if cfg.schedule == "interleaved" else 1
-    if cfg.schedule == "interleaved" and cfg.chunks < 2:
-        raise UsageError("the interleaved schedule needs --chunks >= 2")
-    if cfg.schedule != "interleaved" and cfg.chunks != 1:
-        raise UsageError(f"--chunks {cfg.chunks} needs --schedule interleaved")
+        cfg.chunks = 2 if chunked else 1
+    if chunked and cfg.chunks < 2:
+        raise UsageError(f"the {cfg.schedule} schedule needs --chunks >= 2")
+    if not chunked and cfg.chunks != 1:
+        raise UsageError(f"--chunks {cfg.chunks} needs --schedule "
+                         + " or ".join(name for name, kind in KINDS.items() if kind.chunked))
     if cfg.microbatches == 0:
         cfg.microbatches = cfg.pp
     if cfg.batch_size % (cfg.dp * cfg.microbatches):

@@ -31,7 +31,7 @@ from hpcpar.nn.gpt import preset
 from hpcpar.optim import clip_coefficient, learning_rate, make_optimizer
 from hpcpar.pipeline.engine import PipelineEngine
 from hpcpar.pipeline.partition import partition
-from hpcpar.pipeline.schedules import build
+from hpcpar.pipeline.schedules import KINDS, build
 from hpcpar.runtime import UsageError
 from hpcpar.tensor_parallel import parallelize
 from hpcpar.tensor_parallel.parallelize import check_divisible
@@ -65,8 +65,8 @@ def model_config(cfg):
     stages = cfg.pp * cfg.chunks
     if mcfg.n_layer < stages:
         raise UsageError(f"{mcfg.n_layer} layers cannot fill pp x chunks = {cfg.pp} x {cfg.chunks} = {stages} stages")
-    if cfg.schedule == "interleaved" and cfg.partition == "uniform" and mcfg.n_layer % stages:
-        raise UsageError(f"interleaved: {mcfg.n_layer} layers do not divide into pp x chunks = "
+    if KINDS[cfg.schedule].chunked and cfg.partition == "uniform" and mcfg.n_layer % stages:
+        raise UsageError(f"{cfg.schedule}: {mcfg.n_layer} layers do not divide into pp x chunks = "
                          f"{cfg.pp} x {cfg.chunks} = {stages} equal chunks")
     check_divisible(mcfg, cfg.tp, cfg.sequence_parallel, getattr(mcfg, "seq_len", None))
     return mcfg
@@ -195,16 +195,10 @@ class Trainer:
         with np.errstate(over="ignore", invalid="ignore") if self.scaler.dynamic else contextlib.nullcontext():
             losses = self.gradients(step)
         slices = self.dp.slices()
-        # one world all-reduce gives every rank the loss, the squared gradient norm, and whether any
-        # rank was asked to stop - so all of them finish this step and stop together.  The three numbers
-        # stay on the device until after the reduction: this is the step's only device-to-host copy.
-        xp = self.xp
         norm_sq = self.dp.norm_sq(slices) if (cfg.zero1 or g.dp_rank == 0) else 0.0
-        mine = sum(losses) if (g.is_last_stage and g.tp_rank == 0) else 0.0
-        totals = xp.stack([xp.asarray(v, dtype=np.float64) for v in (mine, norm_sq, float(stop_requested))])
-        totals = backend.to_numpy(g.world_comm.all_reduce(totals))
+        loss, norm, stop = self.world_totals(losses, norm_sq, stop_requested)
         scale = self.scaler.scale
-        loss, norm = float(totals[0]) / self.loss_terms, math.sqrt(totals[1]) / scale
+        norm /= scale                                   # the norm of the unscaled gradients
         lr = learning_rate(step, cfg.lr, cfg.min_lr, cfg.warmup, cfg.steps)
         finite = math.isfinite(loss) and math.isfinite(norm)
         self.scaler.update(math.isfinite(norm))
@@ -219,7 +213,19 @@ class Trainer:
             if start:
                 trace.active().span("optimizer", "optimizer", start, time.perf_counter())
         self.dp.zero_grad()
-        return StepResult(loss, norm, lr, not finite, totals[2] > 0)
+        return StepResult(loss, norm, lr, not finite, stop)
+
+    def world_totals(self, losses, norm_sq=0.0, stop_requested=False):
+        """Collective over the world: (the step's mean loss, the global gradient norm, whether any rank
+        was asked to stop) from this rank's per-micro-batch loss sums and squared-gradient share.
+
+        One all-reduce gives every rank all three, so all of them finish this step and stop together.
+        The numbers stay on the device until after the reduction: the step's only device-to-host copy."""
+        g, xp = self.grid, self.xp
+        mine = sum(losses) if (g.is_last_stage and g.tp_rank == 0) else 0.0      # the last stage, once
+        totals = xp.stack([xp.asarray(v, dtype=np.float64) for v in (mine, norm_sq, float(stop_requested))])
+        totals = backend.to_numpy(g.world_comm.all_reduce(totals))
+        return float(totals[0]) / self.loss_terms, math.sqrt(totals[1]), totals[2] > 0
 
     def _sync_late_gradients(self):
         """Gradients that are not final when the backward ends (see data_parallel.py)."""
