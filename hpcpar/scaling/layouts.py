@@ -35,9 +35,9 @@ def sizes(layout):
     return dict(zip(AXES, layout.grid()))
 
 
-def label(tp, pp, dp):
+def label(layout):
     """A layout in the notation of --layouts, every axis sized: tp2pp1dp4."""
-    return f"tp{tp}pp{pp}dp{dp}"
+    return "tp{}pp{}dp{}".format(*layout.grid())
 
 
 @dataclass(frozen=True)

@@ -29,6 +29,7 @@ import csv
 import json
 from pathlib import Path
 
+from hpcpar.plan.layout import Layout
 from hpcpar.runtime import UsageError
 from hpcpar.scaling import layouts
 
@@ -58,7 +59,7 @@ def _row(record):
     lay, s = record["layout"], record.get("summary")
     row = dict.fromkeys(COLUMNS)
     row.update(mode=record["mode"], series=record["series"], ranks=record["ranks"],
-               layout=layouts.label(**lay), **lay, batch_size=record["batch_size"],
+               layout=layouts.label(Layout(**lay)), **lay, batch_size=record["batch_size"],
                exit_status="timeout" if record.get("timed_out") else record["exit_status"],
                wall_s=record["wall_s"], model=record.get("model"), steps=record.get("steps"),
                host_cpus=record.get("host_cpus"), nodes=record.get("nodes", 1))

@@ -21,6 +21,7 @@ from dataclasses import fields, replace
 
 from hpcpar.config import TrainConfig, check, config_from
 from hpcpar.launch import THREAD_VARS, first_error, mpiexec, run_job
+from hpcpar.plan.layout import Layout
 from hpcpar.runtime import UsageError
 from hpcpar.scaling.layouts import label, sizes
 
@@ -67,7 +68,7 @@ def checked_configs(points, cfg):
         try:
             configs.append(check(replace(cfg, tp=lay.tp, pp=lay.pp, dp=lay.dp, batch_size=p.batch_size), p.ranks))
         except UsageError as err:
-            raise UsageError(f"--layouts {p.series.name} at {p.ranks} ranks ({label(*lay.grid())}): {err}") from None
+            raise UsageError(f"--layouts {p.series.name} at {p.ranks} ranks ({label(lay)}): {err}") from None
     return configs
 
 
@@ -131,7 +132,7 @@ def run_point(point, cfg, launcher, flags, out, timeout, name):
 
 def describe(record):
     """One line about a finished run."""
-    head = f"{record['series']:>12} {record['ranks']:>4} rank(s) {label(**record['layout'])}"
+    head = f"{record['series']:>12} {record['ranks']:>4} rank(s) {label(Layout(**record['layout']))}"
     s = record["summary"]
     if s is None:
         return f"{head}: FAILED ({record['error']}; log: {record['log']})"
