@@ -5,16 +5,26 @@ views into a bucket's ``data`` and ``grad``.  That makes three things cheap:
 
 * data parallelism reduces a whole bucket with one MPI call on one contiguous buffer, as soon as all
   of its gradients are final (buckets are filled in backward order, so the first ones finish first);
-* ZeRO-1 cuts each bucket into ``dp`` equal shards (buckets are padded to a multiple of ``dp``), and a
-  rank updates only its shard;
+* ZeRO-1 cuts each bucket into ``dp`` equal ranges (buckets are padded to a multiple of ``dp``), and a
+  rank updates only its own range;
 * the optimizer updates a bucket with a handful of vectorised operations instead of one per tensor.
 
 Under mixed precision (hpcpar/precision.py) ``data`` holds the fp32 master weights and ``compute`` a
 low-precision copy of them, rounded again after every update (``refresh``); ``p.data`` views the
 compute copy, ``p.master`` the masters.  Gradients stay in ``grad``, fp32.  Otherwise ``compute`` is
 ``data``.
+
+What a rank hands the optimizer is a ``FlatSlice`` of each bucket: the whole bucket, or its ZeRO range.
 """
 from hpcpar import backend
+
+
+class FlatSlice:
+    """A flat slice of parameters that one rank updates: data and grad views, decayed (a, b) ranges
+    relative to the slice, and a key under which the optimizer keeps its state."""
+
+    def __init__(self, key, data, grad, decay_ranges):
+        self.key, self.data, self.grad, self.decay_ranges = key, data, grad, decay_ranges
 
 
 class Bucket:
@@ -47,8 +57,8 @@ class Bucket:
         if self.compute is not self.data:
             self.compute[...] = self.data
 
-    def shard(self, index, parts):
-        """[lo, hi) of shard ``index`` of ``parts``."""
+    def zero_range(self, index, parts):
+        """[lo, hi) of the range DP rank ``index`` of ``parts`` owns under ZeRO-1."""
         k = self.size // parts
         return index * k, (index + 1) * k
 

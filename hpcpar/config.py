@@ -7,6 +7,7 @@ the same one-line message on every rank, before any rank communicates (hpcpar/ru
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 
+from hpcpar.pipeline.schedules import KINDS, SCHEDULES
 from hpcpar.runtime import UsageError
 
 
@@ -21,7 +22,7 @@ class TrainConfig:
     pp: int = opt(1, "pipeline-parallel size: stages of consecutive layers", group="layout")
     dp: int = opt(0, "data-parallel size: model replicas (0: world size / (tp x pp))", group="layout")
     order: str = opt("tp-dp-pp", "rank order, fastest-varying axis first", group="layout")
-    schedule: str = opt("1f1b", "pipeline schedule", ["gpipe", "1f1b", "interleaved", "zb-h1"], "layout")
+    schedule: str = opt("1f1b", "pipeline schedule", list(SCHEDULES), "layout")
     microbatches: int = opt(0, "micro-batches per step and DP rank (0: pp)", group="layout")
     chunks: int = opt(0, "model chunks per rank for the interleaved schedule (0: 2 if interleaved, else 1)",
                       group="layout")
@@ -133,6 +134,14 @@ def load_toml(path):
     return out
 
 
+def config_from(args):
+    """Defaults, then the TOML file (``args.config``), then the flags given on the command line: an
+    argparse namespace holds only the flags the user gave (the CLI's defaults are SUPPRESS)."""
+    values = load_toml(args.config) if args.config else {}
+    values.update({f.name: getattr(args, f.name) for f in fields(TrainConfig) if hasattr(args, f.name)})
+    return TrainConfig(**values)
+
+
 def check(cfg, world):
     """Refuse a configuration that cannot run, with one line naming the numbers. Returns cfg with the
     derived values (dp, microbatches, chunks, min_lr) filled in."""
@@ -176,12 +185,14 @@ def check(cfg, world):
                              f"size {world}")
         cfg.dp = world // (cfg.tp * cfg.pp)
     GridLayout(cfg.tp, cfg.pp, cfg.dp, world, cfg.order)        # world mismatch, bad order
+    chunked = KINDS[cfg.schedule].chunked
     if cfg.chunks == 0:
-        cfg.chunks = 2 if cfg.schedule == "interleaved" else 1
-    if cfg.schedule == "interleaved" and cfg.chunks < 2:
-        raise UsageError("the interleaved schedule needs --chunks >= 2")
-    if cfg.schedule != "interleaved" and cfg.chunks != 1:
-        raise UsageError(f"--chunks {cfg.chunks} needs --schedule interleaved")
+        cfg.chunks = 2 if chunked else 1
+    if chunked and cfg.chunks < 2:
+        raise UsageError(f"the {cfg.schedule} schedule needs --chunks >= 2")
+    if not chunked and cfg.chunks != 1:
+        raise UsageError(f"--chunks {cfg.chunks} needs --schedule "
+                         + " or ".join(name for name, kind in KINDS.items() if kind.chunked))
     if cfg.microbatches == 0:
         cfg.microbatches = cfg.pp
     if cfg.batch_size % (cfg.dp * cfg.microbatches):

@@ -21,9 +21,8 @@ releases once it has done that (``release_late``).
 import time
 
 from hpcpar import backend, trace
-from hpcpar.buckets import Bucket, make_buckets
+from hpcpar.buckets import Bucket, FlatSlice, make_buckets
 from hpcpar.comm import wait_all
-from hpcpar.optim import Shard
 
 
 class DataParallel:
@@ -43,7 +42,7 @@ class DataParallel:
             self.buckets.append(self.late)
         self._bucket_of = {id(p): i for i, b in enumerate(self.buckets) for p in b.params}
         xp = backend.array_module(self.buckets[0].data)
-        self._shard_grads = [xp.empty(b.size // dp_comm.size, dtype=b.grad.dtype) for b in self.buckets] \
+        self._owned_grads = [xp.empty(b.size // dp_comm.size, dtype=b.grad.dtype) for b in self.buckets] \
             if zero1 else None
         self.launch_times = []          # perf_counter() of each bucket launch (overlap is measurable)
         self.start_step()
@@ -88,7 +87,7 @@ class DataParallel:
         self.launch_times.append(time.perf_counter())
         b = self.buckets[i]
         if self.zero1:
-            self._requests.append(self.comm.ireduce_scatter(b.grad, self._shard_grads[i]))
+            self._requests.append(self.comm.ireduce_scatter(b.grad, self._owned_grads[i]))
         else:
             self._requests.append(self.comm.iall_reduce_(b.grad))
 
@@ -105,22 +104,22 @@ class DataParallel:
             for i, t in enumerate(self.launch_times):        # in flight from launch to the end of the wait
                 tracer.span(f"bucket {i}", "dp-overlap", t, time.perf_counter(), "dp")
 
-    def shards(self):
-        """The flat slices this rank updates: whole buckets, or its 1/dp slice of each (ZeRO-1)."""
+    def slices(self):
+        """The flat slices this rank updates: whole buckets, or its ZeRO range of each (ZeRO-1)."""
         out = []
         for i, b in enumerate(self.buckets):
-            lo, hi = b.shard(self.comm.rank, self.comm.size) if self.zero1 else (0, b.size)
-            grad = self._shard_grads[i] if self.zero1 else b.grad
+            lo, hi = b.zero_range(self.comm.rank, self.comm.size) if self.zero1 else (0, b.size)
+            grad = self._owned_grads[i] if self.zero1 else b.grad
             decay = [(a - lo, c - lo) for a, c in b.ranges(lo, hi, lambda p: p.decay)]
-            out.append(Shard(i, b.data[lo:hi], grad, decay))
+            out.append(FlatSlice(i, b.data[lo:hi], grad, decay))
         return out
 
-    def norm_sq(self, shards):
+    def norm_sq(self, slices):
         """Sum of squared gradients this rank is responsible for (each parameter counted once), as a
         0-d array on the gradients' device (no copy to the host here)."""
         total = 0.0
-        for s, b in zip(shards, self.buckets):
-            lo = b.shard(self.comm.rank, self.comm.size)[0] if self.zero1 else 0
+        for s, b in zip(slices, self.buckets):
+            lo = b.zero_range(self.comm.rank, self.comm.size)[0] if self.zero1 else 0
             for a, c in b.ranges(lo, lo + s.grad.size, lambda p: p.counted):
                 g = s.grad[a - lo:c - lo]
                 total = total + g @ g

@@ -1,13 +1,8 @@
-"""The training loop around ``Trainer.step``: progress, metrics, logging and the end-of-run summary.
-
-The summary puts the numbers a user needs side by side: the loss against the data's entropy floor,
-tokens per second, model FLOPs utilisation against the GEMM rate measured on these very ranks, the
-measured pipeline bubble against the simulator's prediction for the measured F/B/W times, and the
-bytes each kind of group moved.
+"""The training loop around ``Trainer.step``: resume, progress, metrics, logging, checkpoints, the trace,
+and the records the end-of-run summary (summary.py) is made from.
 """
 import json
 import signal
-import statistics
 import sys
 import time
 
@@ -15,37 +10,14 @@ import numpy as np
 
 from hpcpar import checkpoint, trace, watchdog
 from hpcpar.checkpoint.consolidated import export, init_from
-from hpcpar.flops import gemm_throughput, gpt_step_flops, mlp_step_flops
-from hpcpar.pipeline.bubble import pipeline_bubble
+from hpcpar.gemm_speed import gemm_throughput
+from hpcpar.pipeline.bubble import engine_window
 from hpcpar.precision import grads_overflowed
 from hpcpar.runtime import EXIT_FAILURE, EXIT_PREEMPTED
+from hpcpar.summary import summarize
 from hpcpar.train import Trainer
 
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGUSR1)
-
-
-def engine_window(engine):
-    """(start, end, busy seconds in F/B/W) of the step the engine just ran, on the shared clock."""
-    busy = sum(end - start for start, end, op, _, _ in engine.timeline if op in ("F", "B", "W"))
-    return engine.started, engine.started + (engine.timeline[-1][1] if engine.timeline else 0.0), busy
-
-
-def mean_costs(timelines):
-    """Mean seconds of one F, B and W action over the given timelines."""
-    sums, counts = {"F": 0.0, "B": 0.0, "W": 0.0}, {"F": 0, "B": 0, "W": 0}
-    for tl in timelines:
-        for start, end, op, _, _ in tl:
-            if op in sums:
-                sums[op] += end - start
-                counts[op] += 1
-    return {op: sums[op] / counts[op] if counts[op] else 0.0 for op in sums}
-
-
-def simulated_bubble(schedule, costs):
-    from hpcpar.pipeline.simulate import Costs, simulate
-    if schedule.stages == 1:
-        return 0.0
-    return simulate(schedule, Costs(F=costs["F"], B=costs["B"], W=costs["W"])).bubble
 
 
 class Loop:
@@ -212,73 +184,7 @@ class Loop:
             print(text, file=sys.stderr if err else self.out, flush=True)
 
     def summary(self, peak):
-        """Gather the figures of every rank and print them on rank 0."""
-        cfg, t, g = self.cfg, self.trainer, self.grid
-        steps = max(1, len(self.history) - 1)
-        n = max(1, len(self.history))
-        volume = {c.name: c.stats.total_bytes() / n for c in g.communicators()}
-        blocked = {c.name: c.stats.total_seconds() / n for c in g.communicators()}
-        mine = {"windows": self.windows, "volume": volume, "blocked": blocked,
-                "costs": mean_costs(self.timelines)}
-        everyone = g.world_comm.mpi.gather(mine, root=0)       # once per run: a pickled gather is fine
-        if not self.root or not self.history:
-            return
-        times = [h[4] for h in self.history[1:]] or [self.history[0][4]]
-        step_time = statistics.median(times)
-        loss = self.history[-1][1]
-        flops = gpt_step_flops(t.mcfg, t.tokens_per_step) if cfg.model != "mlp" else \
-            mlp_step_flops(t.mcfg, cfg.batch_size)
-        groups = {}
-        for r in everyone:
-            for name, b in r["volume"].items():
-                groups[name] = groups.get(name, 0.0) + b
-        costs = {op: statistics.fmean(r["costs"][op] for r in everyone) for op in ("F", "B", "W")}
-        blocked = {name: statistics.fmean(r["blocked"].get(name, 0.0) for r in everyone) for name in groups}
-        measured = pipeline_bubble([w for r in everyone for w in r["windows"]])
-        simulated = simulated_bubble(t.schedule, costs)
-        floor = getattr(t.data, "entropy_floor", None)
-        n_params = sum(p.data.size for p in t.parameters())
-        lines = [
-            f"hpcpar train: {len(self.history)} steps"
-            + (f" (steps {self.history[0][0] + 1}-{self.history[-1][0] + 1})" if self.history[0][0] else "")
-            + f", {cfg.model} model, tp {cfg.tp} x pp {cfg.pp} x dp {cfg.dp} "
-            f"= {g.world} ranks, {cfg.schedule} with {cfg.microbatches} micro-batch"
-            + ("es" if cfg.microbatches > 1 else "")
-            + (f" x {cfg.chunks} chunks" if cfg.chunks > 1 else "") + f", {cfg.dtype}"
-            + (f" masters, {cfg.precision} compute" if cfg.precision != "fp32" else ""),
-            f"  loss        {loss:.6g}" + (f"   (entropy floor {floor:.6g}: {100 * (loss / floor - 1):+.1f}%)"
-                                           if floor else ""),
-            f"  throughput  {t.tokens_per_step / step_time:,.0f} tokens/s, {step_time * 1e3:.1f} ms/step (median)",
-            f"  MFU         {100 * flops / step_time / peak:.1f}% of the GEMM rate measured on these {g.world} ranks "
-            f"({peak / 1e9:.1f} GFLOP/s together; {flops / 1e9:.2f} GFLOP per step)",
-            f"  bubble      measured {100 * measured:.1f}% of pipeline time idle; simulated "
-            f"{100 * simulated:.1f}% for the measured F {costs['F'] * 1e3:.2f} ms, "
-            f"B {costs['B'] * 1e3:.2f} ms, W {costs['W'] * 1e3:.2f} ms",
-            "  bytes/step  " + (", ".join(f"{name} {_size(groups[name])}" for name in ("tp", "pp", "dp", "embed", "world")
-                                          if groups.get(name)) or "none: a single rank communicates with nobody")
-            + (" (payload handed to MPI, all ranks)" if g.world > 1 else ""),
-            *(["  comm time   " + ", ".join(f"{name} {1e3 * sec:.1f} ms" for name, sec in blocked.items() if sec)
-               + f" per step and rank inside MPI calls ({100 * sum(blocked.values()) / step_time:.0f}% of the step)"]
-              if g.world > 1 else []),
-            f"  parameters  {n_params:,} on rank 0 of this layout",
-        ]
-        self._print("\n".join(lines))
-        self.figures = {"loss": loss, "entropy_floor": floor, "step_time_s": step_time,
-                        "tokens_per_s": t.tokens_per_step / step_time, "mfu": flops / step_time / peak,
-                        "gemm_flops_per_s": peak, "model_flops_per_step": flops,
-                        "bubble_measured": measured, "bubble_simulated": simulated,
-                        "costs_s": costs, "bytes_per_step": groups, "comm_seconds_per_step": blocked,
-                        "steps": steps,
-                        "layout": {"tp": cfg.tp, "pp": cfg.pp, "dp": cfg.dp, "world": g.world, "chunks": cfg.chunks,
-                                   "schedule": cfg.schedule, "microbatches": cfg.microbatches},
-                        "tokens_per_step": t.tokens_per_step, "step_times_s": times}
-        if cfg.summary_json:
-            with open(cfg.summary_json, "w") as f:
-                json.dump(self.figures, f, indent=1)
-
-
-def _size(n):
-    for unit in ("B", "KB", "MB", "GB"):
-        if n < 1024 or unit == "GB":
-            return f"{n:.1f} {unit}" if unit != "B" else f"{n:.0f} B"
-        n /= 1024
+        """Gather the figures of every rank and print them on rank 0 (summary.py)."""
+        figures = summarize(self, peak)
+        if figures is not None:
+            self.figures = figures

@@ -1,8 +1,8 @@
 """Optimizers, gradient clipping and the learning-rate schedule, on flat buffers.
 
-An optimizer updates *shards*: flat views (data, grad) of the parameters this rank is responsible
-for - whole buckets, or with ZeRO-1 its 1/dp slice of each bucket - plus the ranges inside them that
-get weight decay.  Elementwise updates do not care how the model was cut, so every layout applies
+An optimizer updates *flat slices* (buckets.FlatSlice): flat views (data, grad) of the parameters this
+rank is responsible for - whole buckets, or with ZeRO-1 its 1/dp range of each bucket - plus the ranges
+inside them that get weight decay.  Elementwise updates do not care how the model was cut, so every layout applies
 exactly the same arithmetic to every number.
 
 AdamW (Loshchilov & Hutter), decoupled weight decay, bias-corrected moments, as in PyTorch:
@@ -16,24 +16,16 @@ import math
 from hpcpar.backend import array_module
 
 
-class Shard:
-    """A flat slice of parameters that one rank updates: data and grad views, decayed (a, b) ranges
-    relative to the slice, and a key under which the optimizer keeps its state."""
-
-    def __init__(self, key, data, grad, decay_ranges):
-        self.key, self.data, self.grad, self.decay_ranges = key, data, grad, decay_ranges
-
-
 class SGD:
     state_names = ("momentum_buffer",)
 
     def __init__(self, lr, momentum=0.0, weight_decay=0.0):
         self.momentum, self.weight_decay = momentum, weight_decay
-        self.state, self.t = {}, 0          # state[shard key] = {"momentum_buffer": array like the shard}
+        self.state, self.t = {}, 0          # state[slice key] = {"momentum_buffer": array like the slice}
 
-    def step(self, shards, lr):
+    def step(self, slices, lr):
         self.t += 1
-        for s in shards:
+        for s in slices:
             _decay(s, lr * self.weight_decay)
             update = s.grad
             if self.momentum:
@@ -53,13 +45,13 @@ class AdamW:
     def __init__(self, lr, betas=(0.9, 0.95), eps=1e-8, weight_decay=0.1):
         self.b1, self.b2 = betas
         self.eps, self.weight_decay = eps, weight_decay
-        self.state, self.t = {}, 0          # state[shard key] = {"exp_avg": m, "exp_avg_sq": v}
-        self._scratch = {}                  # a work array per shard (not state: never saved)
+        self.state, self.t = {}, 0          # state[slice key] = {"exp_avg": m, "exp_avg_sq": v}
+        self._scratch = {}                  # a work array per slice (not state: never saved)
 
-    def step(self, shards, lr):
+    def step(self, slices, lr):
         self.t += 1
         c1, c2 = 1 - self.b1 ** self.t, 1 - self.b2 ** self.t   # bias corrections
-        for s in shards:
+        for s in slices:
             xp = array_module(s.data)
             if s.key not in self.state:
                 self.state[s.key] = {"exp_avg": xp.zeros_like(s.data), "exp_avg_sq": xp.zeros_like(s.data)}
@@ -83,10 +75,10 @@ class AdamW:
             s.data -= tmp
 
 
-def _decay(shard, factor):
+def _decay(flat, factor):
     if factor:
-        for a, b in shard.decay_ranges:
-            shard.data[a:b] *= 1.0 - factor
+        for a, b in flat.decay_ranges:
+            flat.data[a:b] *= 1.0 - factor
 
 
 def make_optimizer(name, lr, momentum=0.0, beta1=0.9, beta2=0.95, eps=1e-8, weight_decay=0.0):

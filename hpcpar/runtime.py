@@ -19,6 +19,8 @@ import termios
 import time
 import traceback
 
+from hpcpar.launch import THREAD_VARS
+
 # Environment variables through which the common launchers tell a process its rank and world size.
 _RANK_VARS = ("PMI_RANK", "OMPI_COMM_WORLD_RANK", "PMIX_RANK", "SLURM_PROCID")
 
@@ -79,7 +81,7 @@ def set_launch_defaults():
     """Defaults for processes started by mpiexec/srun; a user's own setting always wins."""
     if not launched_by_mpi():
         return
-    for var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
+    for var in THREAD_VARS:
         os.environ.setdefault(var, "1")
     # MPICH spins while it waits for a message.  With more ranks than cores the spinning ranks starve
     # the ones computing; the throttle inserts a usleep(1) after a run of empty polls (docs/mpi.md).
@@ -161,7 +163,7 @@ def abort(code):
     an abort that is sent only afterwards.
     """
     if mpi_initialized():
-        from mpi4py import MPI
+        MPI = sys.modules["mpi4py.MPI"]     # whoever started MPI imported it; this module never does
         if MPI.COMM_WORLD.size > 1:
             sys.stdout.flush()
             sys.stderr.flush()

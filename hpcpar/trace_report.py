@@ -12,7 +12,7 @@ import re
 import statistics
 from collections import defaultdict
 
-from hpcpar.pipeline.bubble import pipeline_bubble
+from hpcpar.pipeline.bubble import pipeline_bubble, simulated_bubble
 
 
 def load(path):
@@ -85,13 +85,12 @@ def per_rank(spans, names):
 
 def simulated(meta, figures):
     from hpcpar.pipeline.schedules import build
-    from hpcpar.pipeline.simulate import Costs, simulate
     if not meta.get("schedule") or meta.get("stages", 1) == 1:
         return 0.0
     mean = {op: statistics.fmean([d for f in figures.values() for d in f["costs"][op]] or [0.0])
             for op in ("F", "B", "W")}
     schedule = build(meta["schedule"], meta["stages"], meta["microbatches"], meta.get("chunks", 1))
-    return simulate(schedule, Costs(F=mean["F"], B=mean["B"], W=mean["W"])).bubble
+    return simulated_bubble(schedule, mean)
 
 
 def summary(path):

@@ -1,4 +1,4 @@
-"""The training step of any tp x pp x dp layout, and the training loop.
+"""The training step of any tp x pp x dp layout (the loop around it: loop.py; its summary: summary.py).
 
 One step, on every rank (docs/3d.md walks through it):
 
@@ -9,7 +9,7 @@ One step, on every rank (docs/3d.md walks through it):
  3. sum the tied-embedding gradients of the first and last stage, and (sequence parallelism) the
     partial gradients of the replicated parameters over TP; then wait for every DP bucket
  4. one all-reduce of (loss, squared gradient norm) over the world; clip; optimizer step on this
-    rank's shards; (ZeRO-1) all-gather the parameters
+    rank's flat slices; (ZeRO-1) all-gather the parameters
 
 Every rank therefore ends the step with its shard of exactly the parameters one rank alone would have.
 """
@@ -21,6 +21,7 @@ from collections import namedtuple
 import numpy as np
 
 from hpcpar import backend, faults, precision, trace
+from hpcpar.comm.device import select_device
 from hpcpar.config import check
 from hpcpar.data import MarkovLanguage, Regression, TokenFile
 from hpcpar.data_parallel import DataParallel
@@ -30,7 +31,7 @@ from hpcpar.nn.gpt import preset
 from hpcpar.optim import clip_coefficient, learning_rate, make_optimizer
 from hpcpar.pipeline.engine import PipelineEngine
 from hpcpar.pipeline.partition import partition
-from hpcpar.pipeline.schedules import build
+from hpcpar.pipeline.schedules import KINDS, build
 from hpcpar.runtime import UsageError
 from hpcpar.tensor_parallel import parallelize
 from hpcpar.tensor_parallel.parallelize import check_divisible
@@ -64,8 +65,8 @@ def model_config(cfg):
     stages = cfg.pp * cfg.chunks
     if mcfg.n_layer < stages:
         raise UsageError(f"{mcfg.n_layer} layers cannot fill pp x chunks = {cfg.pp} x {cfg.chunks} = {stages} stages")
-    if cfg.schedule == "interleaved" and cfg.partition == "uniform" and mcfg.n_layer % stages:
-        raise UsageError(f"interleaved: {mcfg.n_layer} layers do not divide into pp x chunks = "
+    if KINDS[cfg.schedule].chunked and cfg.partition == "uniform" and mcfg.n_layer % stages:
+        raise UsageError(f"{cfg.schedule}: {mcfg.n_layer} layers do not divide into pp x chunks = "
                          f"{cfg.pp} x {cfg.chunks} = {stages} equal chunks")
     check_divisible(mcfg, cfg.tp, cfg.sequence_parallel, getattr(mcfg, "seq_len", None))
     return mcfg
@@ -97,7 +98,7 @@ class Trainer:
         # --- all checks done: from here on, ranks communicate --------------------------------------
         self.grid = g = ParallelGrid(cfg.tp, cfg.pp, cfg.dp, comm, cfg.order)
         if cfg.backend == "cupy":
-            backend.select_device(comm)
+            select_device(comm)
             if cfg.tf32:
                 precision.allow_tf32(self.xp)
         self.schedule = build(cfg.schedule, cfg.pp, cfg.microbatches, cfg.chunks)
@@ -130,7 +131,7 @@ class Trainer:
         Model = MLPModel if cfg.model == "mlp" else GPT
         chunks = []
         for c in range(cfg.chunks):
-            s = c * cfg.pp + g.pp_rank
+            s = self.schedule.stage(g.pp_rank, c)
             chunks.append(Model(mcfg, cfg.seed, self.dtype, layers=ranges[s], first=s == 0, last=s == S - 1))
         if cfg.model != "mlp" and mcfg.tied and chunks[0].embed is not None and chunks[-1].head is not None \
                 and chunks[-1] is not chunks[0]:
@@ -171,7 +172,7 @@ class Trainer:
 
     def gradients(self, step):
         """Forward and backward of step ``step``'s batch. Afterwards every gradient this rank holds is
-        final: summed over micro-batches, DP replicas and tied copies (with ZeRO-1: this rank's shards).
+        final: summed over micro-batches, DP replicas and tied copies (with ZeRO-1: this rank's ZeRO ranges).
         Returns this rank's per-micro-batch loss sums (non-empty on the last stage only)."""
         start = trace.active() and time.perf_counter()
         inputs, targets, contexts = self._contexts_and_batches(step)
@@ -193,32 +194,38 @@ class Trainer:
         # numpy's to warn about
         with np.errstate(over="ignore", invalid="ignore") if self.scaler.dynamic else contextlib.nullcontext():
             losses = self.gradients(step)
-        shards = self.dp.shards()
-        # one world all-reduce gives every rank the loss, the squared gradient norm, and whether any
-        # rank was asked to stop - so all of them finish this step and stop together.  The three numbers
-        # stay on the device until after the reduction: this is the step's only device-to-host copy.
-        xp = self.xp
-        norm_sq = self.dp.norm_sq(shards) if (cfg.zero1 or g.dp_rank == 0) else 0.0
-        mine = sum(losses) if (g.is_last_stage and g.tp_rank == 0) else 0.0
-        totals = xp.stack([xp.asarray(v, dtype=np.float64) for v in (mine, norm_sq, float(stop_requested))])
-        totals = backend.to_numpy(g.world_comm.all_reduce(totals))
+        slices = self.dp.slices()
+        norm_sq = self.dp.norm_sq(slices) if (cfg.zero1 or g.dp_rank == 0) else 0.0
+        loss, norm, stop = self.world_totals(losses, norm_sq, stop_requested)
         scale = self.scaler.scale
-        loss, norm = float(totals[0]) / self.loss_terms, math.sqrt(totals[1]) / scale
+        norm /= scale                                   # the norm of the unscaled gradients
         lr = learning_rate(step, cfg.lr, cfg.min_lr, cfg.warmup, cfg.steps)
         finite = math.isfinite(loss) and math.isfinite(norm)
         self.scaler.update(math.isfinite(norm))
         if finite:
             coef = clip_coefficient(norm, cfg.grad_clip) / scale      # clip and undo the loss scale at once
             if coef != 1.0:
-                for s in shards:
+                for s in slices:
                     s.grad *= coef
             start = trace.active() and time.perf_counter()
-            self.optimizer.step(shards, lr)
+            self.optimizer.step(slices, lr)
             self.dp.gather_params()
             if start:
                 trace.active().span("optimizer", "optimizer", start, time.perf_counter())
         self.dp.zero_grad()
-        return StepResult(loss, norm, lr, not finite, totals[2] > 0)
+        return StepResult(loss, norm, lr, not finite, stop)
+
+    def world_totals(self, losses, norm_sq=0.0, stop_requested=False):
+        """Collective over the world: (the step's mean loss, the global gradient norm, whether any rank
+        was asked to stop) from this rank's per-micro-batch loss sums and squared-gradient share.
+
+        One all-reduce gives every rank all three, so all of them finish this step and stop together.
+        The numbers stay on the device until after the reduction: the step's only device-to-host copy."""
+        g, xp = self.grid, self.xp
+        mine = sum(losses) if (g.is_last_stage and g.tp_rank == 0) else 0.0      # the last stage, once
+        totals = xp.stack([xp.asarray(v, dtype=np.float64) for v in (mine, norm_sq, float(stop_requested))])
+        totals = backend.to_numpy(g.world_comm.all_reduce(totals))
+        return float(totals[0]) / self.loss_terms, math.sqrt(totals[1]), totals[2] > 0
 
     def _sync_late_gradients(self):
         """Gradients that are not final when the backward ends (see data_parallel.py)."""

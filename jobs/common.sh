@@ -90,7 +90,7 @@ setup_environment() {
     fi
 
     # A job that holds GPUs computes on them.  Each rank picks GPU number SLURM_LOCALID itself
-    # (hpcpar.backend.select_device), so nothing here sets CUDA_VISIBLE_DEVICES.
+    # (hpcpar.comm.device.select_device), so nothing here sets CUDA_VISIBLE_DEVICES.
     if [[ -z ${BACKEND:-} ]]; then
         if [[ ${SLURM_GPUS_ON_NODE:-0} != 0 ]]; then BACKEND=cupy; else BACKEND=numpy; fi
     fi

@@ -1,20 +1,17 @@
 """Helpers for tests: launching whole MPI jobs from a serial test, and checking sharded arrays."""
 import os
-import shlex
 import subprocess
 import sys
 import time
-from pathlib import Path
 
 import numpy as np
 
-VENV_BIN = Path(sys.executable).parent
+from hpcpar import launch
 
 
 def mpiexec(n):
     """The launcher the Makefile uses (HPCPAR_MPIEXEC), else the venv's mpiexec."""
-    cmd = os.environ.get("HPCPAR_MPIEXEC") or str(VENV_BIN / "mpiexec")
-    return shlex.split(cmd) + ["-n", str(n)]
+    return launch.mpiexec() + ["-n", str(n)]
 
 
 def hpcpar():

@@ -1,10 +1,11 @@
-"""Backend selection, dtype policy, CUDA-aware override and the scatter-add used by embeddings."""
+"""Backend selection, dtype policy, CUDA-aware override (comm/device.py) and the scatter-add used by embeddings."""
 import importlib.util
 
 import numpy as np
 import pytest
 
 from hpcpar import backend
+from hpcpar.comm.device import cuda_aware_mpi
 from hpcpar.runtime import UsageError
 
 
@@ -30,12 +31,12 @@ def test_unknown_backend_and_dtype():
 
 def test_cuda_aware_override(monkeypatch):
     monkeypatch.setenv("HPCPAR_CUDA_AWARE", "1")
-    assert backend.cuda_aware_mpi() is True
+    assert cuda_aware_mpi() is True
     monkeypatch.setenv("HPCPAR_CUDA_AWARE", "0")
-    assert backend.cuda_aware_mpi() is False
+    assert cuda_aware_mpi() is False
     monkeypatch.setenv("HPCPAR_CUDA_AWARE", "yes")
     with pytest.raises(UsageError, match="must be 0 or 1"):
-        backend.cuda_aware_mpi()
+        cuda_aware_mpi()
 
 
 def test_scatter_add_matches_add_at():

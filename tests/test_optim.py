@@ -4,7 +4,8 @@ import math
 import numpy as np
 import pytest
 
-from hpcpar.optim import AdamW, SGD, Shard, clip_coefficient, learning_rate, make_optimizer
+from hpcpar.buckets import FlatSlice
+from hpcpar.optim import AdamW, SGD, clip_coefficient, learning_rate, make_optimizer
 from hpcpar.runtime import UsageError
 
 torch = pytest.importorskip("torch", reason="PyTorch is the reference here: pip install torch==2.13.0")
@@ -25,7 +26,7 @@ def test_update_matches_pytorch(name):
     data = p.copy()
     for _ in range(6):
         g = rng.standard_normal(64)
-        ours.step([Shard(0, data, g, [(0, 64)])], 1e-2)
+        ours.step([FlatSlice(0, data, g, [(0, 64)])], 1e-2)
         ref.grad = torch.tensor(g)
         theirs.step()
     np.testing.assert_allclose(data, ref.detach().numpy(), rtol=0, atol=1e-14)
@@ -33,7 +34,7 @@ def test_update_matches_pytorch(name):
 
 def test_weight_decay_only_on_decayed_ranges():
     data, grad = np.ones(4), np.zeros(4)
-    SGD(0.5, weight_decay=0.2).step([Shard(0, data, grad, [(0, 2)])], 0.5)
+    SGD(0.5, weight_decay=0.2).step([FlatSlice(0, data, grad, [(0, 2)])], 0.5)
     np.testing.assert_allclose(data, [0.9, 0.9, 1.0, 1.0])
 
 

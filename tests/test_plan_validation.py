@@ -72,15 +72,15 @@ def _train_step_seconds(model, dtype, layout, folder):
     """(median step time after the first, share of the ranks' cores the run got) of hpcpar train."""
     import resource
     import time
-    from hpcpar.plan.calibrate import SINGLE_THREAD, mpiexec_command
+    from hpcpar.launch import mpiexec, single_thread_env
     ranks = layout.get("tp", 1) * layout.get("pp", 1) * layout.get("dp", 1)
     summary = folder / "summary.json"
-    cmd = mpiexec_command() + ["-n", str(ranks), sys.executable, "-m", "hpcpar", "train", "--model", model, "--dtype",
+    cmd = mpiexec() + ["-n", str(ranks), sys.executable, "-m", "hpcpar", "train", "--model", model, "--dtype",
                          dtype, "--batch-size", "16", "--steps", "4", "--no-progress", "--summary-json", str(summary)]
     for key, value in layout.items():
         cmd += [f"--{key}", str(value)]
     before, start = resource.getrusage(resource.RUSAGE_CHILDREN), time.perf_counter()
-    subprocess.run(cmd, check=True, capture_output=True, timeout=600, env=dict(os.environ, **SINGLE_THREAD))
+    subprocess.run(cmd, check=True, capture_output=True, timeout=600, env=dict(os.environ, **single_thread_env()))
     wall, after = time.perf_counter() - start, resource.getrusage(resource.RUSAGE_CHILDREN)
     cpu = after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime
     return json.loads(summary.read_text())["step_time_s"], cpu / (wall * ranks)

@@ -6,9 +6,9 @@ from functools import partial
 
 import pytest
 
-from hpcpar.pipeline.schedules import SCHEDULES, Action, Schedule, build, validate, virtual_stage
+from hpcpar.pipeline.schedules import KINDS, SCHEDULES, Action, Schedule, build, validate, virtual_stage
 
-VARIANTS = [(name, v) for name in SCHEDULES for v in ((2, 3) if name == "interleaved" else (1,))]
+VARIANTS = [(name, v) for name in SCHEDULES for v in ((2, 3) if KINDS[name].chunked else (1,))]
 
 
 def every_size(name, v, forward_only=False):

@@ -5,7 +5,7 @@ from functools import partial
 import pytest
 
 from hpcpar.pipeline.plot import plot_timeline
-from hpcpar.pipeline.schedules import SCHEDULES, Action, Schedule, build, virtual_stage
+from hpcpar.pipeline.schedules import KINDS, SCHEDULES, Action, Schedule, build, virtual_stage
 from hpcpar.pipeline.simulate import Costs, DeadlockError, ascii_timeline, simulate
 from mpitools import hpcpar, run
 
@@ -80,7 +80,7 @@ def test_zb_h1_idles_p_minus_1_times_f_plus_b_minus_w(costs):
 
 @pytest.mark.parametrize("name", SCHEDULES)
 def test_simulated_times_respect_every_dependency(name):
-    v = 2 if name == "interleaved" else 1
+    v = 2 if KINDS[name].chunked else 1
     costs = Costs(F=1, B=2, W=0.5, latency=0.25)
     for p, m in [(1, 3), (3, 5), (4, 8), (5, 3)]:
         r = simulate(build(name, p, m, v), costs)

@@ -3,7 +3,7 @@
 Two ranks run the benchmark GPT as a 2-stage pipeline, 8 micro-batches, 1F1B and GPipe taking turns.
 Each step, each rank's engine records what it ran and when (``PipelineEngine.timeline``, from
 ``PipelineEngine.started``, one perf_counter clock for the machine).  Measured, per step, as
-``hpcpar train`` and ``hpcpar trace summary`` measure it (loop.engine_window, pipeline/bubble.py):
+``hpcpar train`` and ``hpcpar trace summary`` measure it (pipeline/bubble.py):
 
     makespan   from the earlier rank's start of the step to the later rank's end
     bubble     1 - (F and B time summed over both ranks) / (2 x makespan)
@@ -22,8 +22,7 @@ from mpi4py import MPI
 
 from hpcpar.bench.common import BENCH_MODEL, Result, ms, pct
 from hpcpar.comm import Communicator
-from hpcpar.loop import engine_window, mean_costs
-from hpcpar.pipeline.bubble import pipeline_bubble
+from hpcpar.pipeline.bubble import engine_window, mean_costs, pipeline_bubble
 from hpcpar.plan.pingpong import half_round_trip
 
 SCHEDULES = ("1f1b", "gpipe")

@@ -2,14 +2,13 @@
 
 A benchmark that needs ranks runs as ``mpiexec -n N python -m hpcpar.bench NAME`` with the launcher
 the Makefile and the tests use (``HPCPAR_MPIEXEC``, else the ``mpiexec`` beside this Python), through
-the scaling study's job runner (a hung job is ended as a whole).  Every process gets one BLAS/OpenMP
+launch.run_job (a hung job is ended as a whole).  Every process gets one BLAS/OpenMP
 thread (the benchmarks compare one core against one core); every other variable, ``OPENBLAS_CORETYPE``
 included, is passed on as it is and listed in the machine table.  A benchmark that fails or hangs is
 reported as such; the others still run.
 """
 import json
 import os
-import shlex
 import sys
 import tempfile
 import time
@@ -18,17 +17,12 @@ from pathlib import Path
 from hpcpar.bench import BENCHMARKS
 from hpcpar.bench.machine import describe
 from hpcpar.bench.report import markdown
-
-THREAD_VARS = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")
-
-
-def launcher():
-    return shlex.split(os.environ.get("HPCPAR_MPIEXEC") or str(Path(sys.executable).parent / "mpiexec"))
+from hpcpar.launch import mpiexec, run_job, single_thread_env
 
 
 def one_thread_each():
     """The benchmarks' processes inherit this process's environment: one BLAS/OpenMP thread each."""
-    os.environ.update({var: "1" for var in THREAD_VARS})
+    os.environ.update(single_thread_env())
 
 
 def _tail(text, lines=15):
@@ -37,11 +31,10 @@ def _tail(text, lines=15):
 
 def run_one(name, ranks, quick):
     """One process (or MPI job) of benchmark ``name``: its result dict, with how it ran."""
-    from hpcpar.scaling.sweep import run_job     # (scaling imports this module: import it late)
     spec = BENCHMARKS[name]
     with tempfile.TemporaryDirectory(prefix="hpcpar-bench-") as tmp:
         out, log = Path(tmp) / "result.json", Path(tmp) / "output.log"
-        cmd = ([*launcher(), "-n", str(ranks)] if ranks else []) + \
+        cmd = ([*mpiexec(), "-n", str(ranks)] if ranks else []) + \
             [sys.executable, "-m", "hpcpar.bench", name, "--out", str(out)] + (["--quick"] if quick else [])
         status, seconds = run_job(cmd, log, spec.timeout)
         error = None if status == 0 and out.exists() else \
@@ -60,7 +53,7 @@ def run(names, quick=False, out_json=None, markdown_path=None, command="hpcpar b
     one_thread_each()
     started = time.monotonic()
     report = {"command": command, "date": time.strftime("%Y-%m-%d %H:%M %Z"), "quick": quick,
-              "machine": describe(" ".join(launcher()), os.environ), "benchmarks": {}}
+              "machine": describe(" ".join(mpiexec()), os.environ), "benchmarks": {}}
     for name in names:
         spec = BENCHMARKS[name]
         runs = []

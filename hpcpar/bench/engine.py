@@ -108,7 +108,8 @@ def step_cases(torch, quick):
 def bench_step(res, rounds, torch, quick):
     import time
 
-    from hpcpar.flops import gemm_rate, gpt_step_flops
+    from hpcpar.flops import gpt_step_flops
+    from hpcpar.gemm_speed import gemm_rate
     trainer, cases = step_cases(torch, quick)
     m, B = trainer.mcfg, trainer.cfg.batch_size
     times = interleave(cases, rounds)
@@ -143,7 +144,7 @@ def bench_step(res, rounds, torch, quick):
               "clipping, AdamW)", header, rows,
               ["ours: Trainer.step (it also draws the batch); PyTorch: the same model in torch.nn, same batch, "
                "clip_grad_norm_ and torch.optim.AdamW.",
-               "peak: numpy's square float32 GEMM (hpcpar.flops.gemm_rate), CPU time, measured in this run."])
+               "peak: numpy's square float32 GEMM (hpcpar.gemm_speed.gemm_rate), CPU time, measured in this run."])
 
 
 def run(quick):

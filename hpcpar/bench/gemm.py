@@ -10,41 +10,23 @@ compared against), next to an n x n x n square product, the best case for any BL
 A shape at a high share of the square's rate is as fast as BLAS gets; a low share (the small
 batched attention products) is time the engine spends below peak however the code is written.
 """
-from dataclasses import dataclass
-
 import numpy as np
 
 from hpcpar.bench.common import Result, import_torch, interleave, pct
+from hpcpar.flops import Gemm
 
 SHAPE = dict(hidden=512, batch=8, seq=128)         # the (d) benchmark's middle block
 PEAK_N = 2048
 
 
-@dataclass(frozen=True)
-class Gemm:
-    """One matrix multiply (m x k) @ (k x n), repeated over ``batch`` independent pairs."""
-    name: str
-    m: int
-    k: int
-    n: int
-    batch: int = 1
-    layout: str = "nn"      # "nn", "nt" (B stored (n, k)) or "tn" (A stored (k, m))
-
-    @property
-    def flops(self):
-        return 2 * self.batch * self.m * self.k * self.n
-
-    def label(self):
-        return f"{self.m} x {self.k} x {self.n}" + (f" (x{self.batch})" if self.batch > 1 else "")
-
-    def operands(self, dtype, seed=0):
-        """numpy (a, b) laid out as the ops hold them; ``a @ b`` is the product."""
-        rng = np.random.default_rng(seed)
-        lead = (self.batch,) if self.batch > 1 else ()
-        a = rng.standard_normal(lead + ((self.k, self.m) if self.layout == "tn" else (self.m, self.k)))
-        b = rng.standard_normal(lead + ((self.n, self.k) if self.layout == "nt" else (self.k, self.n)))
-        a, b = a.astype(dtype), b.astype(dtype)
-        return (a.swapaxes(-1, -2) if self.layout == "tn" else a), (b.swapaxes(-1, -2) if self.layout == "nt" else b)
+def operands(gemm, dtype, seed=0):
+    """numpy (a, b) laid out as the ops hold them; ``a @ b`` is the product."""
+    g, rng = gemm, np.random.default_rng(seed)
+    lead = (g.count,) if g.count > 1 else ()
+    a = rng.standard_normal(lead + ((g.k, g.m) if g.layout == "tn" else (g.m, g.k)))
+    b = rng.standard_normal(lead + ((g.n, g.k) if g.layout == "nt" else (g.k, g.n)))
+    a, b = a.astype(dtype), b.astype(dtype)
+    return (a.swapaxes(-1, -2) if g.layout == "tn" else a), (b.swapaxes(-1, -2) if g.layout == "nt" else b)
 
 
 def block_gemms(hidden, batch, seq, heads=None, ffn=None):
@@ -53,26 +35,28 @@ def block_gemms(hidden, batch, seq, heads=None, ffn=None):
     N, H = batch * seq, batch * (heads or hidden // 64)
     HS = C // (H // batch)
     linears = [("c_attn", C, 3 * C), ("attn.c_proj", C, C), ("c_fc", C, F), ("mlp.c_proj", F, C)]
-    forward = [Gemm(f"{name} forward", N, d_in, d_out) for name, d_in, d_out in linears]
-    forward[1:1] = [Gemm("attention Q K^T", T, HS, T, H, "nt"), Gemm("attention P V", T, T, HS, H)]
-    backward = [Gemm(f"{name} dX = dY W^T", N, d_out, d_in, 1, "nt") for name, d_in, d_out in linears]
-    backward += [Gemm(f"{name} dW = X^T dY", d_in, N, d_out, 1, "tn") for name, d_in, d_out in linears]
-    backward += [Gemm("attention dV = P^T dO", T, T, HS, H, "tn"), Gemm("attention dP = dO V^T", T, HS, T, H, "nt"),
-                 Gemm("attention dQ = dS K", T, T, HS, H), Gemm("attention dK = dS^T Q", T, T, HS, H, "tn")]
+    def core(name, m, k, n, layout="nn"):          # attention's products: no weights, one per head
+        return Gemm(name, m=m, n=n, k=k, count=H, weight=False, layout=layout)
+    forward = [Gemm(f"{name} forward", m=N, n=d_out, k=d_in) for name, d_in, d_out in linears]
+    forward[1:1] = [core("attention Q K^T", T, HS, T, "nt"), core("attention P V", T, T, HS)]
+    backward = [Gemm(f"{name} dX = dY W^T", m=N, n=d_in, k=d_out, layout="nt") for name, d_in, d_out in linears]
+    backward += [Gemm(f"{name} dW = X^T dY", m=d_in, n=d_out, k=N, layout="tn") for name, d_in, d_out in linears]
+    backward += [core("attention dV = P^T dO", T, T, HS, "tn"), core("attention dP = dO V^T", T, HS, T, "nt"),
+                 core("attention dQ = dS K", T, T, HS), core("attention dK = dS^T Q", T, T, HS, "tn")]
     return forward + backward
 
 
 def head_gemms(hidden, vocab, tokens):
     """The output layer's GEMMs (logits = h W^T with W (V, C)): forward, dh, dW."""
-    return [Gemm("head forward", tokens, hidden, vocab, 1, "nt"), Gemm("head dh", tokens, vocab, hidden),
-            Gemm("head dW", vocab, tokens, hidden, 1, "tn")]
+    return [Gemm("head forward", m=tokens, n=vocab, k=hidden, layout="nt"), Gemm("head dh", m=tokens, n=hidden, k=vocab),
+            Gemm("head dW", m=vocab, n=hidden, k=tokens, layout="tn")]
 
 
 def gemm_cases(gemms, dtype, torch=None):
     """name -> function running that GEMM once (numpy, or torch when given)."""
     cases = {}
     for g in gemms:
-        a, b = g.operands(dtype)
+        a, b = operands(g, dtype)
         if torch is not None:
             a, b = torch.from_numpy(a), torch.from_numpy(b)       # the same (transposed) views
         cases[g.name] = (lambda a=a, b=b: a @ b)

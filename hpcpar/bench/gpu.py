@@ -42,14 +42,15 @@ def run(quick):
     import numpy as np
 
     from hpcpar import backend
-    from hpcpar.bench.gemm import Gemm, block_gemms
+    from hpcpar.bench.gemm import block_gemms, operands
+    from hpcpar.flops import Gemm
     from hpcpar.bench.engine import block_cases
     shape, repeat = (QUICK_SHAPE, 3) if quick else (SHAPE, 20)
     n = 1024 if quick else 8192
     gemms = block_gemms(**shape) + [Gemm(f"square {n} (peak)", n, n, n)]
     rates = {}
     for g in gemms:
-        a, b = (cupy.asarray(m) for m in g.operands("float32"))
+        a, b = (cupy.asarray(m) for m in operands(g, "float32"))
         rates[g.name] = g.flops / gpu_seconds(lambda a=a, b=b: a @ b, repeat)
     peak = rates[gemms[-1].name]
     name = cupy.cuda.runtime.getDeviceProperties(0)["name"].decode()

@@ -23,15 +23,15 @@ import tempfile
 from pathlib import Path
 
 from hpcpar.bench.common import BENCH_MODEL, Result, ms, pct, ratio, size
+from hpcpar.launch import first_error, mpiexec, run_job
 
 LAYOUT = dict(tp=2, pp=2, dp=2, schedule="1f1b", microbatches=4)
 QUICK_MODEL = dict(hidden=32, layers=2, heads=2, seq_len=16, vocab=64, batch_size=16)
 
 
 def train_command(ranks, layout, dims, steps, summary, trace, trace_steps):
-    from hpcpar.bench.driver import launcher
     flags = {**dims, **layout, "model": "small", "steps": steps, "summary-json": summary, "warmup": 1}
-    cmd = ([*launcher(), "-n", str(ranks)] if ranks > 1 else []) + [sys.executable, "-m", "hpcpar", "train",
+    cmd = ([*mpiexec(), "-n", str(ranks)] if ranks > 1 else []) + [sys.executable, "-m", "hpcpar", "train",
                                                                      "--untied", "--no-progress"]
     for key, value in flags.items():
         cmd += [f"--{key.replace('_', '-')}", str(value)]
@@ -49,7 +49,6 @@ def trace_shares(path):
 
 
 def run(quick):
-    from hpcpar.scaling.sweep import first_error, run_job
     dims = QUICK_MODEL if quick else BENCH_MODEL
     half, rounds = (1, 1) if quick else (4, 2)
     steps = 1 + 2 * half                # step 0 (start-up), then `half` traced and `half` untraced steps

@@ -30,10 +30,10 @@ def _whole_bucket_state(trainer, i):
     if not dp.zero1:
         return state
     out, requests = {}, []
-    lo, hi = dp.buckets[i].shard(dp.comm.rank, dp.comm.size)
-    for name, shard in state.items():
-        whole = backend.array_module(shard).zeros(dp.buckets[i].size, dtype=shard.dtype)
-        whole[lo:hi] = shard
+    lo, hi = dp.buckets[i].zero_range(dp.comm.rank, dp.comm.size)
+    for name, owned in state.items():
+        whole = backend.array_module(owned).zeros(dp.buckets[i].size, dtype=owned.dtype)
+        whole[lo:hi] = owned
         requests.append(dp.comm.iall_gather_(whole))
         out[name] = whole
     wait_all(requests)
@@ -80,5 +80,5 @@ def apply(trainer, read_full, state_names):
         for p, a, b in bucket.segments:
             for n in state_names:
                 whole[n][a:b] = _local(p, read_full(f"optimizer/{n}/{p.name}")).reshape(-1)
-        lo, hi = bucket.shard(dp.comm.rank, dp.comm.size) if dp.zero1 else (0, bucket.size)
+        lo, hi = bucket.zero_range(dp.comm.rank, dp.comm.size) if dp.zero1 else (0, bucket.size)
         opt.state[i] = {n: xp.asarray(whole[n][lo:hi]) for n in state_names}

@@ -33,16 +33,9 @@ def add_arguments(p):
                                help=f"{help_} (default: {f.default!r})")
 
 
-def config_from(args):
-    """Defaults, then the TOML file, then the flags given on the command line."""
-    from hpcpar.config import TrainConfig, load_toml
-    values = load_toml(args.config) if args.config else {}
-    values.update({f.name: getattr(args, f.name) for f in fields(TrainConfig) if hasattr(args, f.name)})
-    return TrainConfig(**values)
-
-
 def run(args):
     from hpcpar import rank_guard
+    from hpcpar.config import config_from
     from hpcpar.watchdog import flight_dir
     cfg = config_from(args)
     rank_guard.split(flight_dir(cfg))      # under a launcher: a parent that names this rank if it dies

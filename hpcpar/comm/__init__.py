@@ -23,6 +23,7 @@ communicator.py   Communicator: the collectives and point-to-point calls
 requests.py       Stats (the counters), Request and wait_all (non-blocking operations)
 staging.py        pinned host buffers for device arrays when MPI is not CUDA-aware
 recorded.py       the decorator that enters each call in the flight recorder
+device.py         one GPU per rank (select_device) and whether MPI is CUDA-aware
 """
 from hpcpar.comm.communicator import OPS, Communicator
 from hpcpar.comm.requests import Request, Stats, wait_all

@@ -6,6 +6,7 @@ import numpy as np
 from mpi4py import MPI
 
 from hpcpar import backend, trace
+from hpcpar.comm.device import cuda_aware_mpi
 from hpcpar.comm.recorded import recorded
 from hpcpar.comm.requests import Request, Stats, timed
 from hpcpar.comm.staging import Staging
@@ -70,7 +71,7 @@ class Communicator:
         if not backend.is_device_array(x):
             return None
         if self._cuda_aware is None:
-            self._cuda_aware = backend.cuda_aware_mpi()
+            self._cuda_aware = cuda_aware_mpi()
             self._staging = Staging()
         import cupy
         cupy.cuda.get_current_stream().synchronize()   # MPI must see finished kernels

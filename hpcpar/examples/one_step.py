@@ -121,10 +121,11 @@ def main(argv=None):
     parser.add_argument("--expand", type=int, default=1, help="blocks traced in detail (default 1)")
     args = parser.parse_args(argv)
 
+    from hpcpar.buckets import FlatSlice
     from hpcpar.data import MarkovLanguage
     from hpcpar.nn import GPT, Context
     from hpcpar.nn.gpt import preset
-    from hpcpar.optim import AdamW, Shard, clip_coefficient, learning_rate
+    from hpcpar.optim import AdamW, clip_coefficient, learning_rate
 
     np.set_printoptions(precision=4, suppress=True)
     # 1. data: the defaults of `hpcpar train` (--synthetic-vocab 32 --synthetic-order 2 ...)
@@ -166,13 +167,13 @@ def main(argv=None):
     print("         largest gradients: " + ", ".join(f"{p.name} {float(np.linalg.norm(p.grad)):.4f}"
                                                    for p in biggest))
 
-    # 6. AdamW update, one flat shard per parameter (the Trainer uses bucket-sized shards: same arithmetic)
+    # 6. AdamW update, one flat slice per parameter (the Trainer uses bucket-sized slices: same arithmetic)
     lr = learning_rate(0, 1e-2, 1e-3, 10, 100)
     opt = AdamW(lr, betas=(0.9, 0.95), eps=1e-8, weight_decay=0.1)
-    shards = [Shard(p.name, p.data.reshape(-1), p.grad.reshape(-1), [(0, p.data.size)] if p.decay else [])
+    slices = [FlatSlice(p.name, p.data.reshape(-1), p.grad.reshape(-1), [(0, p.data.size)] if p.decay else [])
               for p in params]
     before = model.blocks[0].attn.c_attn.weight.data[0, :3].copy()
-    opt.step(shards, lr)
+    opt.step(slices, lr)
     after = model.blocks[0].attn.c_attn.weight.data[0, :3]
     print(f"update   AdamW, lr {lr:g} (step 0 of a 10-step warm-up to 1e-2), betas (0.9, 0.95), weight decay 0.1")
     print(f"         h.0.attn.c_attn.weight[0, :3] {before} -> {after}")

@@ -1,6 +1,10 @@
 """GPT input: token embedding plus learned position embedding, then dropout.
 
     x[b, t] = wte[ids[b, t]] + wpe[t]          ids (B, T) -> x (B, T, C)
+
+The token lookup is the one part tensor parallelism changes (each rank holds a slice of the
+vocabulary: tensor_parallel/layers.py overrides ``tokens_forward``, ``positions`` and
+``tokens_weight_grad``); the position embedding and dropout are written here once for both.
 """
 from hpcpar.nn.dropout import Dropout
 from hpcpar.nn.module import Module, run_or_defer
@@ -16,17 +20,31 @@ class Embedding(Module):
         self.drop = Dropout("drop", cfg.dropout)
 
     def forward(self, ids, ctx=None):
-        T = ids.shape[1]
-        x = embedding_forward(ids, self.wte.data) + self.wpe.data[:T]   # (B, T, C)
+        tokens, c_tok = self.tokens_forward(ids, ctx)                   # (B, T, C)
+        positions = self.positions(ids, ctx)
+        x = tokens + self.wpe.data[positions]                           # (B, T, C)
         x, mask = self.drop.forward_tokens(x, ctx)
-        return x, (ids, mask)
+        return x, (c_tok, positions, mask)
 
     def backward(self, dx, cache, defer=None):
-        ids, mask = cache
+        c_tok, positions, mask = cache
         dx = self.drop.backward(dx, mask)
 
         def weight_grad():
-            self.wte.grad += embedding_backward_weight(dx, ids, self.wte.data.shape[0])
-            self.wpe.grad[:ids.shape[1]] += dx.sum(axis=0)
+            self.wpe.grad[positions] += dx.sum(axis=0)
+            self.tokens_weight_grad(dx, c_tok)
         run_or_defer(weight_grad, defer)
         return None                                  # token ids have no gradient
+
+    # --- the token lookup ----------------------------------------------------------------------
+
+    def tokens_forward(self, ids, ctx):
+        """wte[ids] (B, T, C), and what its weight gradient needs."""
+        return embedding_forward(ids, self.wte.data), ids
+
+    def positions(self, ids, ctx):
+        """The rows of wpe this rank adds: all T positions of the sequence."""
+        return slice(0, ids.shape[1])
+
+    def tokens_weight_grad(self, dx, ids):
+        self.wte.grad += embedding_backward_weight(dx, ids, self.wte.data.shape[0])

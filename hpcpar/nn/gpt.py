@@ -40,10 +40,23 @@ class GPTConfig:
         if not self.d_ff:
             object.__setattr__(self, "d_ff", 4 * self.d_model)
 
+    # --- parameter counts: the model's, and a pipeline stage's parts (pipeline/partition.py) -----
+
+    def embedding_params(self):
+        """Token (V, C) and position (T, C) embeddings."""
+        return (self.vocab_size + self.seq_len) * self.d_model
+
+    def block_params(self):
+        """Two LayerNorms, QKV and attention output, MLP up and down, with biases."""
+        C, F = self.d_model, self.d_ff
+        return 2 * 2 * C + (C * 3 * C + 3 * C) + (C * C + C) + (C * F + F) + (F * C + C)
+
+    def head_params(self, own_weight):
+        """Final LayerNorm, and the (V, C) output projection when it is not the token embedding's."""
+        return 2 * self.d_model + (self.vocab_size * self.d_model if own_weight else 0)
+
     def n_params(self):
-        C, F, L, V, T = self.d_model, self.d_ff, self.n_layer, self.vocab_size, self.seq_len
-        block = 2 * 2 * C + (C * 3 * C + 3 * C) + (C * C + C) + (C * F + F) + (F * C + C)
-        return V * C + T * C + L * block + 2 * C + (0 if self.tied else V * C)
+        return self.embedding_params() + self.n_layer * self.block_params() + self.head_params(not self.tied)
 
 
 # Presets: dims only; the vocabulary comes from the data unless the preset fixes it (gpt2).
@@ -59,7 +72,11 @@ def preset(name, **overrides):
 
 
 class LMHead(Module):
-    """Final LayerNorm, logits = h W^T with W (V, C) the (tied) token embedding, summed cross-entropy."""
+    """Final LayerNorm, logits = h W^T with W (V, C) the (tied) token embedding, summed cross-entropy.
+
+    Tensor parallelism (tensor_parallel/layers.py) keeps this code and overrides the four methods
+    at the end: where h is gathered and dh summed over the ranks, and the loss over a vocabulary slice.
+    """
 
     def __init__(self, cfg, weight, seed, dtype):
         self.ln_f = LayerNorm("ln_f", cfg.d_model, seed, dtype, cfg.ln_eps)
@@ -67,20 +84,35 @@ class LMHead(Module):
 
     def forward(self, x, targets, ctx=None):
         h, c_ln = self.ln_f.forward(x, ctx)                        # (B, T, C)
+        h = self.gather_hidden(h)                                  # (B, T, C)
         h2 = h.reshape(-1, h.shape[-1])                            # (N, C)
         logits = linear_forward(h2, self.weight.data.T)            # (N, V)
-        losses, c_ce = cross_entropy_forward(to_fp32(logits), targets.reshape(-1))   # the loss in fp32
-        return losses.sum(), (x.shape, h2, c_ln, c_ce)
+        losses, c_ce = self.loss_forward(to_fp32(logits), targets.reshape(-1))   # the loss in fp32
+        return losses.sum(), (h.shape, h2, c_ln, c_ce)
 
     def backward(self, dloss, cache, defer=None):
         shape, h2, c_ln, c_ce = cache
-        dlogits = cross_entropy_backward(dloss, c_ce).astype(h2.dtype, copy=False)    # (N, V)
+        dlogits = self.loss_backward(dloss, c_ce).astype(h2.dtype, copy=False)    # (N, V)
         run_or_defer(lambda: self._weight_grad(dlogits, h2), defer)
         dh = linear_backward_input(dlogits, self.weight.data.T)    # (N, C)
-        return self.ln_f.backward(dh.reshape(shape), c_ln, defer)
+        return self.ln_f.backward(self.reduce_hidden_grad(dh.reshape(shape)), c_ln, defer)
 
     def _weight_grad(self, dlogits, h2):
         self.weight.grad += linear_backward_weight(dlogits, h2)[0].T   # (V, C)
+
+    # --- one rank holds the whole vocabulary: nothing to gather or sum ---------------------------
+
+    def gather_hidden(self, h):
+        return h
+
+    def reduce_hidden_grad(self, dh):
+        return dh
+
+    def loss_forward(self, logits, targets):
+        return cross_entropy_forward(logits, targets)
+
+    def loss_backward(self, dloss, c_ce):
+        return cross_entropy_backward(dloss, c_ce)
 
 
 class GPT(Stage):

@@ -64,7 +64,8 @@ class PipelineEngine:
         self.started = 0.0      # time.perf_counter() at the start of the step
 
     def stage(self, chunk):
-        return chunk * self.p + self.rank
+        """The virtual stage this rank runs as its local chunk ``chunk`` (the schedule's placement)."""
+        return self.schedule.stage(self.rank, chunk)
 
     def tag(self, direction, mb, stage):
         """Message tag: direction 0 = activation, 1 = gradient; ``stage`` = the receiving virtual stage."""

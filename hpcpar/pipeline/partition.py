@@ -13,6 +13,7 @@ blocks).  Methods:
 Balanced cuts minimise the largest stage cost over contiguous cuts (dynamic programming, O(S L^2)).
 A cut never drops a block: the counts always sum to the number of blocks, or the request is refused.
 """
+from hpcpar.flops import gpt_block_forward_flops, gpt_head_forward_flops
 from hpcpar.runtime import UsageError
 
 
@@ -56,13 +57,9 @@ def balanced(costs, n_stages, first_extra=0.0, last_extra=0.0):
 def gpt_block_costs(cfg, method):
     """(per-block cost, first-stage extra, last-stage extra) for a GPT config.  On several stages the
     last one holds the output projection - its own copy of the token embedding when tied."""
-    C, F, V, T = cfg.d_model, cfg.d_ff, cfg.vocab_size, cfg.seq_len
     if method == "params":
-        block = 4 * C + 3 * C * C + 3 * C + C * C + C + C * F + F + F * C + C
-        return [block] * cfg.n_layer, V * C + T * C, 2 * C + V * C
-    # forward FLOPs per token: 2 per multiply-add of every GEMM, plus attention's QK^T and PV
-    block = 2 * (3 * C * C + C * C + 2 * C * F) + 2 * 2 * T * C
-    return [block] * cfg.n_layer, 0, 2 * C * V
+        return [cfg.block_params()] * cfg.n_layer, cfg.embedding_params(), cfg.head_params(own_weight=True)
+    return [gpt_block_forward_flops(cfg)] * cfg.n_layer, 0, gpt_head_forward_flops(cfg)
 
 
 def partition(n_layers, n_stages, method="uniform", cfg=None):

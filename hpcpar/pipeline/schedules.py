@@ -25,7 +25,6 @@ zb-h1 while W <= min(F, B).  Memory: the activations rank 0 holds at most, in wh
 from collections import Counter, deque
 from dataclasses import dataclass
 
-SCHEDULES = ("gpipe", "1f1b", "interleaved", "zb-h1")
 COMPUTE = ("F", "B", "W")
 
 
@@ -49,7 +48,8 @@ class Action:
 
 
 def virtual_stage(rank, chunk, stages):
-    """The model block held by ``rank`` as its chunk ``chunk`` (0..S-1)."""
+    """The model block held by ``rank`` as its chunk ``chunk`` (0..S-1): Megatron's placement, chunk c
+    of rank r is virtual stage c*p + r, so consecutive stages sit on consecutive ranks round the ring."""
     return chunk * stages + rank
 
 
@@ -62,6 +62,11 @@ class Schedule:
     split_backward: bool   # True: B = input gradient and W = weight gradient; False: B does both
     forward_only: bool
     actions: list          # per rank, the compute actions in execution order
+    placement: object = virtual_stage     # (rank, chunk, p) -> virtual stage: where each chunk sits
+
+    def stage(self, rank, chunk):
+        """The virtual stage ``rank`` runs as its local chunk ``chunk``."""
+        return self.placement(rank, chunk, self.stages)
 
     def table(self):
         """The action lists, one row per rank, in aligned columns."""
@@ -78,22 +83,22 @@ class Schedule:
         F that needs it and sent right after the F that made it, the gradient likewise around B.
         W never communicates.  Virtual stage 0 reads the input and the last one computes the loss,
         so they receive (respectively send) nothing."""
-        p, last = self.stages, self.stages * self.chunks - 1
+        last = self.stages * self.chunks - 1
+        holder = {self.stage(r, c): r for r in range(self.stages) for c in range(self.chunks)}
         programs = []
         for rank, acts in enumerate(self.actions):
-            prev, nxt = (rank - 1) % p, (rank + 1) % p
             program = []
             for a in acts:
-                s = virtual_stage(rank, a.chunk, p)
+                s = self.stage(rank, a.chunk)
                 if a.op == "F" and s > 0:
-                    program.append(Action("RECV_F", a.mb, a.chunk, prev))
+                    program.append(Action("RECV_F", a.mb, a.chunk, holder[s - 1]))
                 if a.op == "B" and s < last:
-                    program.append(Action("RECV_B", a.mb, a.chunk, nxt))
+                    program.append(Action("RECV_B", a.mb, a.chunk, holder[s + 1]))
                 program.append(a)
                 if a.op == "F" and s < last:
-                    program.append(Action("SEND_F", a.mb, a.chunk, nxt))
+                    program.append(Action("SEND_F", a.mb, a.chunk, holder[s + 1]))
                 if a.op == "B" and s > 0:
-                    program.append(Action("SEND_B", a.mb, a.chunk, prev))
+                    program.append(Action("SEND_B", a.mb, a.chunk, holder[s - 1]))
             programs.append(program)
         return programs
 
@@ -171,28 +176,41 @@ def _zb_h1(rank, p, m, v):
     return acts + [Action("W", b.mb) for b in waiting]
 
 
-_BUILDERS = {"gpipe": _gpipe, "1f1b": _1f1b, "interleaved": _interleaved, "zb-h1": _zb_h1}
+@dataclass(frozen=True)
+class Kind:
+    """What a schedule declares about itself: its order, whether its backward is split in two, and
+    where its chunks sit.  A new schedule is one order function and one line below."""
+    order: object                       # (rank, p, m, v) -> the rank's compute actions
+    split_backward: bool = False        # B = input gradient only, W = weight gradient; else B does both
+    chunked: bool = False               # v >= 2 chunks per rank (every other schedule runs v = 1)
+    placement: object = virtual_stage   # (rank, chunk, p) -> virtual stage
+
+
+KINDS = {"gpipe": Kind(_gpipe), "1f1b": Kind(_1f1b), "interleaved": Kind(_interleaved, chunked=True),
+         "zb-h1": Kind(_zb_h1, split_backward=True)}
+SCHEDULES = tuple(KINDS)                # the names every other part of the package offers
 
 
 def build(name, stages, microbatches, chunks=1, forward_only=False):
     """The schedule ``name`` for p = ``stages`` ranks, m micro-batches and v = ``chunks`` chunks
     per rank.  Forward-only (inference, evaluation) keeps each schedule's forward order and drops
     its backward actions."""
-    if name not in _BUILDERS:
+    if name not in KINDS:
         raise ValueError(f"unknown schedule {name!r}; choose one of {', '.join(SCHEDULES)}")
+    kind = KINDS[name]
     for what, n in (("stages", stages), ("microbatches", microbatches), ("chunks", chunks)):
         if not isinstance(n, int) or n < 1:
             raise ValueError(f"{what} must be a positive integer, got {n!r}")
-    if name == "interleaved" and chunks < 2:
-        raise ValueError("the interleaved schedule needs chunks >= 2 (with 1 chunk it is 1f1b)")
-    if name != "interleaved" and chunks != 1:
+    if kind.chunked and chunks < 2:
+        raise ValueError(f"the {name} schedule needs chunks >= 2 (with 1 chunk it is 1f1b)")
+    if not kind.chunked and chunks != 1:
         raise ValueError(f"only the interleaved schedule splits a rank's layers into chunks; "
                          f"{name} needs chunks = 1, got {chunks}")
-    actions = [_BUILDERS[name](r, stages, microbatches, chunks) for r in range(stages)]
+    actions = [kind.order(r, stages, microbatches, chunks) for r in range(stages)]
     if forward_only:
         actions = [[a for a in acts if a.op == "F"] for acts in actions]
-    return Schedule(name, stages, microbatches, chunks, split_backward=(name == "zb-h1"),
-                    forward_only=forward_only, actions=actions)
+    return Schedule(name, stages, microbatches, chunks, split_backward=kind.split_backward,
+                    forward_only=forward_only, actions=actions, placement=kind.placement)
 
 
 def validate(schedule):

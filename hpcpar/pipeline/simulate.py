@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from fractions import Fraction
 from math import ceil, gcd
 
-from hpcpar.pipeline.schedules import COMPUTE, virtual_stage
+from hpcpar.pipeline.schedules import COMPUTE
 
 
 @dataclass
@@ -86,10 +86,10 @@ class SimResult:
             f"peak in-flight micro-batches (activations held for backward): {peak}"])
 
 
-def _message(rank, action, p):
+def _message(rank, action, schedule):
     """Key matching a SEND with its RECV: (kind, mb, source rank, target rank, target stage)."""
     kind = action.op[-1]
-    s = virtual_stage(rank, action.chunk, p)
+    s = schedule.stage(rank, action.chunk)
     if action.op.startswith("SEND"):
         return kind, action.mb, rank, action.peer, s + 1 if kind == "F" else s - 1
     return kind, action.mb, action.peer, rank, s
@@ -126,15 +126,15 @@ def simulate(schedule, costs=Costs(), blocking_sends=False, program=None):
             # rendezvous: both sides leave together once both have arrived and the data has flown
             other = waiting(a.peer, ("RECV_F", "RECV_B") if a.op.startswith("SEND") else
                             ("SEND_F", "SEND_B"))
-            if other is None or _message(a.peer, other, p) != _message(r, a, p):
+            if other is None or _message(a.peer, other, schedule) != _message(r, a, schedule):
                 return False
             sender = r if a.op.startswith("SEND") else a.peer
             clock[r] = clock[a.peer] = max(clock[r], clock[a.peer]) + rank_costs[sender].latency
             pc[a.peer] += 1
         elif a.op.startswith("SEND"):
-            arrival[_message(r, a, p)] = clock[r] + rank_costs[r].latency
+            arrival[_message(r, a, schedule)] = clock[r] + rank_costs[r].latency
         else:
-            key = _message(r, a, p)
+            key = _message(r, a, schedule)
             if key not in arrival:
                 return False
             clock[r] = max(clock[r], arrival.pop(key))
@@ -148,7 +148,7 @@ def simulate(schedule, costs=Costs(), blocking_sends=False, program=None):
             while pc[r] < len(program[r]) and step(r):
                 progress = True
     if any(pc[r] < len(program[r]) for r in range(p)) or arrival:
-        raise DeadlockError(_explain(program, pc, arrival, p))
+        raise DeadlockError(_explain(schedule, program, pc, arrival))
 
     makespan = max(clock)
     busy = [sum(e.end - e.start for e in evs) for evs in events]
@@ -157,10 +157,11 @@ def simulate(schedule, costs=Costs(), blocking_sends=False, program=None):
                      1 - sum(busy) / (p * makespan) if makespan else 0.0, peak)
 
 
-def _explain(program, pc, arrival, p):
+def _explain(schedule, program, pc, arrival):
     """Why the run cannot finish: each stuck rank, its instruction, and either the missing partner
     instruction or the cycle of ranks waiting for each other; or, if every rank finished, the
     messages nobody received (their senders' requests would never complete)."""
+    p = schedule.stages
     stuck = [r for r in range(p) if pc[r] < len(program[r])]
     if not stuck:
         return "\n".join(["every rank finished, but messages were never received:"] + [
@@ -170,10 +171,10 @@ def _explain(program, pc, arrival, p):
     waits_for = {}
     for r in stuck:
         a = program[r][pc[r]]
-        key = _message(r, a, p)
+        key = _message(r, a, schedule)
         later = program[a.peer][pc[a.peer]:] if 0 <= a.peer < p else []
         partner = ("SEND_" if a.op.startswith("RECV") else "RECV_") + a.op[-1]
-        if not any(b.op == partner and _message(a.peer, b, p) == key for b in later):
+        if not any(b.op == partner and _message(a.peer, b, schedule) == key for b in later):
             verb = "sends it" if partner.startswith("SEND") else "receives it"
             lines.append(f"  rank {r} waits at instruction #{pc[r]} {a}: no matching "
                          f"{partner} anywhere (rank {a.peer} never {verb})")

@@ -2,7 +2,7 @@
 
 ``hpcpar plan calibrate`` measures what the planner needs to predict a local ``hpcpar train`` run:
 
-* the GEMM rate of numpy's matmul at a few shapes, float32 and float64 (hpcpar.flops.gemm_rate; they
+* the GEMM rate of numpy's matmul at a few shapes, float32 and float64 (hpcpar.gemm_speed.gemm_rate; they
   become the size classes), and the memory bandwidth of an element-wise pass (``a + b`` over arrays
   larger than the caches) - the GPU-style part of the profile, for ``hpcpar plan --hardware``;
 * MPI through hpcpar.comm between two ranks: point-to-point latency and bandwidth and the bucketed
@@ -29,13 +29,12 @@ import subprocess
 import sys
 import time
 from dataclasses import replace
-from pathlib import Path
 
+from hpcpar.launch import mpiexec, single_thread_env
 from hpcpar.runtime import UsageError
 
 GEMM_SIZES = (64, 128, 256, 512, 1024)      # square n x n x n matmuls
 STREAM_BYTES = 64 * 2**20                    # element-wise pass over arrays well past any cache
-SINGLE_THREAD = {"OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
 ATTEMPTS = 3
 QUIET = 0.9                                  # CPU time / wall time of a probe step undisturbed
 
@@ -76,17 +75,12 @@ def _timed(fn):
     return time.perf_counter() - t
 
 
-def mpiexec_command():
-    """The MPI launcher: $HPCPAR_MPIEXEC (the Makefile sets it), else the mpiexec next to python."""
-    return (os.environ.get("HPCPAR_MPIEXEC") or str(Path(sys.executable).parent / "mpiexec")).split()
-
-
 def _child(args, ranks=1, timeout=300):
     """Run ``python -m args...`` (under mpiexec -n ranks if > 1) single-threaded; its last JSON line."""
-    cmd = (mpiexec_command() + ["-n", str(ranks)] if ranks > 1 else []) + [sys.executable, "-m"] + args
+    cmd = (mpiexec() + ["-n", str(ranks)] if ranks > 1 else []) + [sys.executable, "-m"] + args
     try:
         out = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, check=True,
-                             env=dict(os.environ, **SINGLE_THREAD))
+                             env=dict(os.environ, **single_thread_env()))
     except (OSError, subprocess.SubprocessError) as err:
         detail = getattr(err, "stderr", "") or ""
         raise UsageError(f"could not run {' '.join(cmd)}: {err} {detail.strip()[-500:]}") from None
@@ -100,7 +94,7 @@ def mpi_pingpong():
 
 def compute_rates():
     """{dtype: {n: FLOP/s}} and the element-wise bandwidth, measured in this process."""
-    from hpcpar.flops import gemm_rate
+    from hpcpar.gemm_speed import gemm_rate
     rates = {dt: {n: gemm_rate(dt, n, seconds=0.2) for n in GEMM_SIZES} for dt in ("float32", "float64")}
     return rates, stream_bandwidth()
 

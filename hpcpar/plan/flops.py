@@ -20,26 +20,7 @@ gives Narayanan et al. 2021's count per step of B sequences:
     72 * B*s*l*h^2 * (1 + s/(6h) + V/(12*l*h))     and with full recomputation (forward twice)
     96 * B*s*l*h^2 * (1 + s/(6h) + V/(16*l*h))
 """
-from dataclasses import dataclass
-
-
-@dataclass(frozen=True)
-class Gemm:
-    name: str
-    m: int
-    n: int
-    k: int
-    count: int = 1          # independent copies (batched: one per head and sequence)
-    weight: bool = True     # True: backward has a weight-gradient GEMM (W); False: attention core
-
-    @property
-    def flops(self):
-        return 2 * self.m * self.n * self.k * self.count
-
-    @property
-    def elements(self):
-        """Elements read and written once each: both inputs and the output."""
-        return (self.m * self.k + self.k * self.n + self.m * self.n) * self.count
+from hpcpar.flops import Gemm
 
 
 def kv_heads_per_rank(model, tp):

@@ -19,9 +19,9 @@ Llama 3's 7+8*14+7 of 126).
 from dataclasses import dataclass, replace
 from functools import lru_cache
 
+from hpcpar.pipeline.schedules import SCHEDULES
 from hpcpar.runtime import UsageError
 
-SCHEDULES = ("gpipe", "1f1b", "interleaved", "zb-h1")
 RECOMPUTE = {"": "none", "rcsel": "selective", "rcfull": "full"}
 
 

@@ -28,6 +28,7 @@ One step of a layout, on the rank that finishes last:
 import math
 from dataclasses import dataclass
 
+from hpcpar.pipeline.schedules import KINDS
 from hpcpar.plan.bubble import simulate_pipeline
 from hpcpar.plan.cpu import CpuCosts, Pass
 from hpcpar.plan.hardware import load_hardware
@@ -38,7 +39,8 @@ from hpcpar.plan.models import ModelShape
 from hpcpar.runtime import UsageError
 
 DTYPES = {"float32": "fp32", "float64": "fp64"}
-SCHEDULES = ("gpipe", "1f1b", "interleaved")
+# cpu.py fits F and B passes only: no schedule that runs W on its own
+SCHEDULES = tuple(name for name, kind in KINDS.items() if not kind.split_backward)
 
 
 @dataclass

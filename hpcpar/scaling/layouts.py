@@ -21,6 +21,7 @@ import math
 import re
 from dataclasses import dataclass
 
+from hpcpar.plan.layout import Layout
 from hpcpar.runtime import UsageError
 
 AXES = ("tp", "pp", "dp")
@@ -29,18 +30,14 @@ _LAYOUT = re.compile(r"(?:(?:tp|pp|dp)\d*)+")
 _AXIS = re.compile(r"(tp|pp|dp)(\d*)")
 
 
-@dataclass(frozen=True)
-class Layout:
-    tp: int
-    pp: int
-    dp: int
+def sizes(layout):
+    """{tp, pp, dp} of a point's layout (the sweep sets nothing else of it): what a result records."""
+    return dict(zip(AXES, layout.grid()))
 
-    @property
-    def world(self):
-        return self.tp * self.pp * self.dp
 
-    def __str__(self):
-        return f"tp{self.tp}pp{self.pp}dp{self.dp}"
+def label(layout):
+    """A layout in the notation of --layouts, every axis sized: tp2pp1dp4."""
+    return "tp{}pp{}dp{}".format(*layout.grid())
 
 
 @dataclass(frozen=True)

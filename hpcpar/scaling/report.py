@@ -29,7 +29,9 @@ import csv
 import json
 from pathlib import Path
 
+from hpcpar.plan.layout import Layout
 from hpcpar.runtime import UsageError
+from hpcpar.scaling import layouts
 
 GROUPS = ("tp", "pp", "dp", "embed", "world")
 COLUMNS = ("mode", "series", "ranks", "layout", "tp", "pp", "dp", "batch_size", "runs", "exit_status", "step_time_s",
@@ -57,7 +59,7 @@ def _row(record):
     lay, s = record["layout"], record.get("summary")
     row = dict.fromkeys(COLUMNS)
     row.update(mode=record["mode"], series=record["series"], ranks=record["ranks"],
-               layout="tp{tp}pp{pp}dp{dp}".format(**lay), **lay, batch_size=record["batch_size"],
+               layout=layouts.label(Layout(**lay)), **lay, batch_size=record["batch_size"],
                exit_status="timeout" if record.get("timed_out") else record["exit_status"],
                wall_s=record["wall_s"], model=record.get("model"), steps=record.get("steps"),
                host_cpus=record.get("host_cpus"), nodes=record.get("nodes", 1))

@@ -11,34 +11,29 @@ Each point is a fresh job, started with ``mpiexec -n N`` ($HPCPAR_MPIEXEC, else 
 this Python) or ``srun -n N`` ($HPCPAR_SRUN, else ``srun --mpi=pmi2``, inside a Slurm allocation).
 A point that fails or outlives ``--timeout`` is recorded as such and the sweep goes on.
 """
-import contextlib
 import json
 import os
 import shlex
-import signal
 import socket
-import subprocess
 import sys
 import time
-from dataclasses import asdict, fields, replace
-from pathlib import Path
+from dataclasses import fields, replace
 
-from hpcpar.bench.driver import launcher as mpiexec_launcher
+from hpcpar.config import TrainConfig, check, config_from
+from hpcpar.launch import THREAD_VARS, first_error, mpiexec, run_job
+from hpcpar.plan.layout import Layout
 from hpcpar.runtime import UsageError
+from hpcpar.scaling.layouts import label, sizes
 
 LAUNCHERS = ("mpiexec", "srun")
 PER_POINT = ("tp", "pp", "dp", "batch_size", "progress", "summary_json")   # set by the sweep, point by point
 # files every point would write over (the sweep keeps each point's figures in results/ instead)
 SHARED_FILES = ("metrics", "trace", "save", "resume", "export")
-THREAD_VARS = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")
-TERM_GRACE_S = 10           # after SIGTERM, how long a stopped job may take before SIGKILL
 
 
 def base_config(args):
     """The training options every point shares (defaults, --config file, flags), checked for options
     the sweep must set itself."""
-    from hpcpar.cli.train import config_from
-    from hpcpar.config import TrainConfig
     cfg, default = config_from(args), TrainConfig()
     for name in ("tp", "pp", "dp"):
         if getattr(cfg, name) != getattr(default, name):
@@ -52,7 +47,6 @@ def base_config(args):
 
 def passed_flags(args):
     """The training flags given on the command line, as flags again, for every point's job."""
-    from hpcpar.config import TrainConfig
     flags = ["--config", args.config] if args.config else []
     for f in fields(TrainConfig):
         if f.name in PER_POINT or not hasattr(args, f.name):
@@ -68,14 +62,13 @@ def passed_flags(args):
 def checked_configs(points, cfg):
     """Each point's configuration as ``hpcpar train`` will check it (a bad one is refused now, not
     minutes into the sweep); the check also fills in the derived micro-batches and chunks."""
-    from hpcpar.config import check
     configs = []
     for p in points:
         lay = p.layout
         try:
             configs.append(check(replace(cfg, tp=lay.tp, pp=lay.pp, dp=lay.dp, batch_size=p.batch_size), p.ranks))
         except UsageError as err:
-            raise UsageError(f"--layouts {p.series.name} at {p.ranks} ranks ({lay}): {err}") from None
+            raise UsageError(f"--layouts {p.series.name} at {p.ranks} ranks ({label(lay)}): {err}") from None
     return configs
 
 
@@ -83,7 +76,7 @@ def launch_prefix(launcher, ranks):
     if launcher == "srun":
         return shlex.split(os.environ.get("HPCPAR_SRUN") or "srun --mpi=pmi2") + ["-n", str(ranks)]
     if launcher == "mpiexec":
-        return mpiexec_launcher() + ["-n", str(ranks)]
+        return mpiexec() + ["-n", str(ranks)]
     raise UsageError(f"--launcher must be {' or '.join(LAUNCHERS)}, not {launcher!r}")
 
 
@@ -92,46 +85,6 @@ def train_command(point, launcher, flags, summary):
     return [*launch_prefix(launcher, point.ranks), sys.executable, "-m", "hpcpar", "train",
             "--tp", str(lay.tp), "--pp", str(lay.pp), "--dp", str(lay.dp), "--batch-size", str(point.batch_size),
             *flags, "--no-progress", "--summary-json", str(summary)]
-
-
-def run_job(cmd, log, timeout):
-    """Run ``cmd`` with its output in ``log``; (exit status, or None after ``timeout`` s; seconds).
-    The job gets a session of its own, so that a job that hangs - or a sweep that is interrupted - can
-    end it as a whole: SIGTERM to the launcher and the ranks, SIGKILL if they are still there later."""
-    start = time.monotonic()
-    with open(log, "w") as out:
-        out.write(f"$ {shlex.join(cmd)}\n")
-        out.flush()
-        proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
-        status = None
-        try:
-            status = proc.wait(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            pass
-        finally:
-            _stop(proc)
-    return status, time.monotonic() - start
-
-
-def _stop(proc):
-    """End ``proc``'s session if it still runs: SIGTERM (hpcpar finishes its step and exits; srun hands
-    the signal to its ranks), then SIGKILL after TERM_GRACE_S."""
-    for sig, grace in ((signal.SIGTERM, TERM_GRACE_S), (signal.SIGKILL, None)):
-        if proc.poll() is not None:
-            return
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(proc.pid, sig)
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            proc.wait(timeout=grace)
-
-
-def first_error(log):
-    """The line of a failed job's log that says why: hpcpar's own error line, else the last line."""
-    lines = [line for line in Path(log).read_text(errors="replace").splitlines() if line.strip()]
-    errors = [line for line in lines if line.startswith("hpcpar: error")]
-    if errors:
-        return errors[0]
-    return lines[-1] if lines else "(no output)"
 
 
 def runnable_others(samples=5, interval=0.1):
@@ -155,7 +108,7 @@ def run_point(point, cfg, launcher, flags, out, timeout, name):
     cmd = train_command(point, launcher, flags, summary)
     others = runnable_others()
     status, seconds = run_job(cmd, log, timeout)
-    record = {"mode": point.mode, "series": point.series.name, "ranks": point.ranks, "layout": asdict(point.layout),
+    record = {"mode": point.mode, "series": point.series.name, "ranks": point.ranks, "layout": sizes(point.layout),
               "batch_size": point.batch_size, "microbatches": cfg.microbatches, "chunks": cfg.chunks,
               "schedule": cfg.schedule, "model": cfg.model, "steps": cfg.steps,
               "launcher": launcher, "command": cmd, "exit_status": status, "timed_out": status is None,
@@ -179,7 +132,7 @@ def run_point(point, cfg, launcher, flags, out, timeout, name):
 
 def describe(record):
     """One line about a finished run."""
-    head = f"{record['series']:>12} {record['ranks']:>4} rank(s) {'tp{tp}pp{pp}dp{dp}'.format(**record['layout'])}"
+    head = f"{record['series']:>12} {record['ranks']:>4} rank(s) {label(Layout(**record['layout']))}"
     s = record["summary"]
     if s is None:
         return f"{head}: FAILED ({record['error']}; log: {record['log']})"

@@ -14,10 +14,11 @@ identical on every TP rank, counted once (tp rank 0) in the gradient norm, and -
 parallelism, where each rank sees only its tokens - their gradients are partial sums (``tp_partial``).
 """
 from hpcpar.backend import array_module, scatter_add
+from hpcpar.nn.embedding import Embedding
+from hpcpar.nn.gpt import LMHead
 from hpcpar.nn.module import Module, run_or_defer
 from hpcpar.nn.parameter import Shard
 from hpcpar.ops.linear import linear_backward_input, linear_backward_weight, linear_forward
-from hpcpar.precision import to_fp32
 from hpcpar.tensor_parallel.cross_entropy import (vocab_parallel_cross_entropy_backward,
                                                   vocab_parallel_cross_entropy_forward)
 from hpcpar.tensor_parallel.regions import input_region, output_region
@@ -75,7 +76,10 @@ class RowParallelLinear(Module):
         return linear_backward_input(dy_local, self.weight.data)   # (B, T, in/tp): stays parallel
 
 
-class VocabParallelEmbedding(Module):
+class VocabParallelEmbedding(Embedding):
+    """The serial embedding's forward and backward (position embedding, dropout); only the token
+    lookup below is split over the vocabulary."""
+
     def __init__(self, embed, comm, sequence_parallel=False):
         self.comm, self.sp = comm, sequence_parallel
         self.region = output_region(sequence_parallel)
@@ -85,32 +89,28 @@ class VocabParallelEmbedding(Module):
         self.wpe, self.drop = embed.wpe, embed.drop
         replicate([self.wpe], comm, sequence_parallel)
 
-    def forward(self, ids, ctx=None):
+    def tokens_forward(self, ids, ctx):
         xp = array_module(self.wte.data)
         local = ids - self.lo
         mine = (local >= 0) & (local < self.wte.data.shape[0])
         local = xp.where(mine, local, 0)
         x = self.wte.data[local] * mine[..., None]                # (B, T, C), zero where not mine
-        x = self.region.forward(self.comm, x)                     # (B, T or T/tp, C)
-        positions = ctx.seq_slice if self.sp else slice(0, ids.shape[1])
-        x = x + self.wpe.data[positions]
-        x, mask = self.drop.forward_tokens(x, ctx)
-        return x, (local, mine, positions, mask)
+        return self.region.forward(self.comm, x), (local, mine)   # (B, T or T/tp, C): g sums the ranks
 
-    def backward(self, dx, cache, defer=None):
-        local, mine, positions, mask = cache
-        dx = self.drop.backward(dx, mask)
+    def positions(self, ids, ctx):
+        return ctx.seq_slice if self.sp else slice(0, ids.shape[1])
 
-        def weight_grad():
-            self.wpe.grad[positions] += dx.sum(axis=0)
-            full = self.region.backward(self.comm, dx) * mine[..., None]       # (B, T, C)
-            C = full.shape[-1]
-            scatter_add(self.wte.grad, local.reshape(-1), full.reshape(-1, C))
-        run_or_defer(weight_grad, defer)
-        return None
+    def tokens_weight_grad(self, dx, cache):
+        local, mine = cache
+        full = self.region.backward(self.comm, dx) * mine[..., None]       # (B, T, C)
+        C = full.shape[-1]
+        scatter_add(self.wte.grad, local.reshape(-1), full.reshape(-1, C))
 
 
-class VocabParallelLMHead(Module):
+class VocabParallelLMHead(LMHead):
+    """The serial head's forward and backward; h is gathered (f, or the sequence all-gather), dh summed
+    back, and the loss taken over this rank's slice of the vocabulary."""
+
     def __init__(self, head, comm, sequence_parallel=False):
         self.comm, self.region = comm, input_region(sequence_parallel)
         self.ln_f = head.ln_f
@@ -121,21 +121,14 @@ class VocabParallelLMHead(Module):
         self.vocab_size = self.weight.full_shape[0]
         self.lo = comm.rank * self.weight.data.shape[0]
 
-    def forward(self, x, targets, ctx=None):
-        h, c_ln = self.ln_f.forward(x, ctx)                       # (B, T or T/tp, C)
-        h = self.region.forward(self.comm, h)                     # (B, T, C) replicated
-        h2 = h.reshape(-1, h.shape[-1])                           # (N, C)
-        logits = linear_forward(h2, self.weight.data.T)           # (N, V/tp)
-        losses, c_ce = vocab_parallel_cross_entropy_forward(to_fp32(logits), targets.reshape(-1), self.comm,
-                                                            self.lo, self.vocab_size)
-        return losses.sum(), (h.shape, h2, c_ln, c_ce)
+    def gather_hidden(self, h):
+        return self.region.forward(self.comm, h)                  # (B, T or T/tp, C) -> (B, T, C) replicated
 
-    def backward(self, dloss, cache, defer=None):
-        shape, h2, c_ln, c_ce = cache
-        dlogits = vocab_parallel_cross_entropy_backward(dloss, c_ce).astype(h2.dtype, copy=False)  # (N, V/tp)
+    def reduce_hidden_grad(self, dh):
+        return self.region.backward(self.comm, dh)                # partial (B, T, C) -> summed
 
-        def weight_grad():
-            self.weight.grad += linear_backward_weight(dlogits, h2)[0].T
-        run_or_defer(weight_grad, defer)
-        dh = linear_backward_input(dlogits, self.weight.data.T).reshape(shape)   # (B, T, C) partial
-        return self.ln_f.backward(self.region.backward(self.comm, dh), c_ln, defer)
+    def loss_forward(self, logits, targets):                      # logits (N, V/tp)
+        return vocab_parallel_cross_entropy_forward(logits, targets, self.comm, self.lo, self.vocab_size)
+
+    def loss_backward(self, dloss, c_ce):
+        return vocab_parallel_cross_entropy_backward(dloss, c_ce)

@@ -1,0 +1,87 @@
+"""The end-of-run summary of ``hpcpar train``: the numbers a user needs, side by side.
+
+The loss against the data's entropy floor, tokens per second, model FLOPs utilisation against the
+GEMM rate measured on these very ranks, the measured pipeline bubble against the simulator's
+prediction for the measured F/B/W times, and the bytes each kind of group moved.  Every rank hands its
+records (loop.py) to rank 0 once, at the end; rank 0 prints the summary and writes --summary-json.
+"""
+import json
+import statistics
+
+from hpcpar.flops import gpt_step_flops, mlp_step_flops
+from hpcpar.pipeline.bubble import mean_costs, pipeline_bubble, simulated_bubble
+
+
+def summarize(loop, peak):
+    """Collective over the world: gather every rank's figures; on rank 0 print them and return them as
+    a dict (None elsewhere, or when no step ran).  ``peak``: the GEMM rate of all ranks together."""
+    cfg, t, g = loop.cfg, loop.trainer, loop.grid
+    steps = max(1, len(loop.history) - 1)
+    n = max(1, len(loop.history))
+    volume = {c.name: c.stats.total_bytes() / n for c in g.communicators()}
+    blocked = {c.name: c.stats.total_seconds() / n for c in g.communicators()}
+    mine = {"windows": loop.windows, "volume": volume, "blocked": blocked,
+            "costs": mean_costs(loop.timelines)}
+    everyone = g.world_comm.mpi.gather(mine, root=0)       # once per run: a pickled gather is fine
+    if not loop.root or not loop.history:
+        return None
+    times = [h[4] for h in loop.history[1:]] or [loop.history[0][4]]
+    step_time = statistics.median(times)
+    loss = loop.history[-1][1]
+    flops = gpt_step_flops(t.mcfg, t.tokens_per_step) if cfg.model != "mlp" else \
+        mlp_step_flops(t.mcfg, cfg.batch_size)
+    groups = {}
+    for r in everyone:
+        for name, b in r["volume"].items():
+            groups[name] = groups.get(name, 0.0) + b
+    costs = {op: statistics.fmean(r["costs"][op] for r in everyone) for op in ("F", "B", "W")}
+    blocked = {name: statistics.fmean(r["blocked"].get(name, 0.0) for r in everyone) for name in groups}
+    measured = pipeline_bubble([w for r in everyone for w in r["windows"]])
+    simulated = simulated_bubble(t.schedule, costs)
+    floor = getattr(t.data, "entropy_floor", None)
+    n_params = sum(p.data.size for p in t.parameters())
+    lines = [
+        f"hpcpar train: {len(loop.history)} steps"
+        + (f" (steps {loop.history[0][0] + 1}-{loop.history[-1][0] + 1})" if loop.history[0][0] else "")
+        + f", {cfg.model} model, tp {cfg.tp} x pp {cfg.pp} x dp {cfg.dp} "
+        f"= {g.world} ranks, {cfg.schedule} with {cfg.microbatches} micro-batch"
+        + ("es" if cfg.microbatches > 1 else "")
+        + (f" x {cfg.chunks} chunks" if cfg.chunks > 1 else "") + f", {cfg.dtype}"
+        + (f" masters, {cfg.precision} compute" if cfg.precision != "fp32" else ""),
+        f"  loss        {loss:.6g}" + (f"   (entropy floor {floor:.6g}: {100 * (loss / floor - 1):+.1f}%)"
+                                       if floor else ""),
+        f"  throughput  {t.tokens_per_step / step_time:,.0f} tokens/s, {step_time * 1e3:.1f} ms/step (median)",
+        f"  MFU         {100 * flops / step_time / peak:.1f}% of the GEMM rate measured on these {g.world} ranks "
+        f"({peak / 1e9:.1f} GFLOP/s together; {flops / 1e9:.2f} GFLOP per step)",
+        f"  bubble      measured {100 * measured:.1f}% of pipeline time idle; simulated "
+        f"{100 * simulated:.1f}% for the measured F {costs['F'] * 1e3:.2f} ms, "
+        f"B {costs['B'] * 1e3:.2f} ms, W {costs['W'] * 1e3:.2f} ms",
+        "  bytes/step  " + (", ".join(f"{name} {_size(groups[name])}" for name in ("tp", "pp", "dp", "embed", "world")
+                                      if groups.get(name)) or "none: a single rank communicates with nobody")
+        + (" (payload handed to MPI, all ranks)" if g.world > 1 else ""),
+        *(["  comm time   " + ", ".join(f"{name} {1e3 * sec:.1f} ms" for name, sec in blocked.items() if sec)
+           + f" per step and rank inside MPI calls ({100 * sum(blocked.values()) / step_time:.0f}% of the step)"]
+          if g.world > 1 else []),
+        f"  parameters  {n_params:,} on rank 0 of this layout",
+    ]
+    loop._print("\n".join(lines))
+    figures = {"loss": loss, "entropy_floor": floor, "step_time_s": step_time,
+               "tokens_per_s": t.tokens_per_step / step_time, "mfu": flops / step_time / peak,
+               "gemm_flops_per_s": peak, "model_flops_per_step": flops,
+               "bubble_measured": measured, "bubble_simulated": simulated,
+               "costs_s": costs, "bytes_per_step": groups, "comm_seconds_per_step": blocked,
+               "steps": steps,
+               "layout": {"tp": cfg.tp, "pp": cfg.pp, "dp": cfg.dp, "world": g.world, "chunks": cfg.chunks,
+                          "schedule": cfg.schedule, "microbatches": cfg.microbatches},
+               "tokens_per_step": t.tokens_per_step, "step_times_s": times}
+    if cfg.summary_json:
+        with open(cfg.summary_json, "w") as f:
+            json.dump(figures, f, indent=1)
+    return figures
+
+
+def _size(n):
+    for unit in ("B", "KB", "MB", "GB"):
+        if n < 1024 or unit == "GB":
+            return f"{n:.1f} {unit}" if unit != "B" else f"{n:.0f} B"
+        n /= 1024
