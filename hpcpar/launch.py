@@ -29,7 +29,10 @@ def single_thread_env():
 
 def mpiexec():
     """The MPI launcher as a list of words."""
-    return shlex.split(os.environ.get("HPCPAR_MPIEXEC") or str(Path(sys.executable).parent / "mpiexec"))
+    words = shlex.split(os.environ.get("HPCPAR_MPIEXEC") or str(Path(sys.executable).parent / "mpiexec"))
+    if os.sep in words[0]:                   # a relative path (the Makefile's .venv/bin/mpiexec) must
+        words[0] = os.path.abspath(words[0])  # still work from a job's own working directory
+    return words
 
 
 def run_job(cmd, log, timeout):

@@ -99,7 +99,8 @@ def staging_round_trip(xp, shape, repeat):
 def run(quick):
     from hpcpar.bench.common import import_torch
     from hpcpar.bench.gpu import device_or_reason
-    from hpcpar.flops import gemm_rate, gpt_step_flops
+    from hpcpar.flops import gpt_step_flops
+    from hpcpar.gemm_speed import gemm_rate
     from hpcpar.precision import bfloat16
     res = Result()
     cupy, reason = device_or_reason()

@@ -29,7 +29,7 @@ def check_ring_allreduce(f):
 
 def zero1_shard(size, dp, rank):
     """Reference: the [lo, hi) of a flat bucket that ``rank`` of ``dp`` updates under ZeRO-1."""
-    return Bucket.shard(SimpleNamespace(size=size), rank, dp)     # a bucket's size is all the rule needs
+    return Bucket.zero_range(SimpleNamespace(size=size), rank, dp)     # a bucket's size is all the rule needs
 
 
 def check_zero1_shard(f):
