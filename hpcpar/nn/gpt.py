@@ -27,7 +27,7 @@ from hpcpar.precision import to_fp32
 @dataclass(frozen=True)
 class GPTConfig:
     vocab_size: int = 64
-    seq_len: int = 64            # the longest sequence (rows of the position embedding)
+    seq_len: int = 64            # the training sequence length
     n_layer: int = 2
     n_head: int = 4
     d_model: int = 64
@@ -35,13 +35,19 @@ class GPTConfig:
     dropout: float = 0.0
     tied: bool = True            # output projection shares the token embedding (GPT-2)
     ln_eps: float = 1e-5
+    positions: int = 0           # rows of the position embedding (0: seq_len)
 
     def __post_init__(self):
         if not self.d_ff:
             object.__setattr__(self, "d_ff", 4 * self.d_model)
 
+    @property
+    def n_positions(self):
+        """The longest sequence the model can read: GPT-2's block size, >= the training seq_len."""
+        return self.positions or self.seq_len
+
     def n_params(self):
-        C, F, L, V, T = self.d_model, self.d_ff, self.n_layer, self.vocab_size, self.seq_len
+        C, F, L, V, T = self.d_model, self.d_ff, self.n_layer, self.vocab_size, self.n_positions
         block = 2 * 2 * C + (C * 3 * C + 3 * C) + (C * C + C) + (C * F + F) + (F * C + C)
         return V * C + T * C + L * block + 2 * C + (0 if self.tied else V * C)
 
