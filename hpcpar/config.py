@@ -200,8 +200,6 @@ def check(cfg, world):
             raise UsageError(f"--init-from: {cfg.init_from} not found")
         from hpcpar.checkpoint.gpt2 import adopt
         adopt(cfg)                                  # the file's dimensions, or one line on a contradiction
-    if cfg.positions and cfg.seq_len > cfg.positions:
-        raise UsageError(f"--seq-len {cfg.seq_len} is longer than the {cfg.positions} --positions")
     if cfg.model == "mlp":
         if cfg.sequence_parallel:
             raise UsageError("--sequence-parallel needs a GPT model (the MLP has no sequence axis)")

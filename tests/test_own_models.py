@@ -160,3 +160,13 @@ def test_sampling_is_seeded_and_respects_top_k(tmp_path):
     assert a != generate(ours, [1], 10, temperature=0.9, top_k=5, seed=4)
     with pytest.raises(UsageError, match="exceed the model's 24 positions"):
         generate(ours, [1, 2], 23)
+
+
+@pytest.mark.parametrize("flags, message", [
+    (["--eval-every", "5"], "--eval-every needs a val.bin beside the training tokens (hpcpar data prepare "
+                            "writes one); --data synthetic has none"),
+    (["--seq-len", "100", "--positions", "64"], "--seq-len 100 is longer than the model's 64 positions"),
+])
+def test_evaluation_and_positions_misuse_is_one_line(flags, message):
+    proc, _ = run(hpcpar() + ["train", "--steps", "1", "--no-progress"] + flags, timeout=60)
+    assert proc.returncode == 2 and proc.stderr.strip() == f"hpcpar: error: {message}", proc.stderr

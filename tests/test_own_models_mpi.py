@@ -86,6 +86,7 @@ def test_validation_loss_is_the_single_rank_one_on_every_layout(comm, shared_dir
 
 
 @pytest.mark.mpi(min_size=2)
+@pytest.mark.timeout(900)             # ~30 s of CPU (two 124M-parameter ranks), far more on a loaded machine
 def test_gpt2_124m_shape_loads_and_exports_through_tensor_parallelism(comm, shared_dir):
     """50257 rows do not split over tp 2: each rank holds 25129 of a zero-padded 50258. The padding must
     neither change the loss nor appear in the export. Random float32 weights, one short batch."""
