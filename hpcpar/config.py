@@ -39,13 +39,16 @@ class TrainConfig:
     hidden: int = opt(0, "model width d_model (0: preset)", group="model")
     heads: int = opt(0, "attention heads (0: preset)", group="model")
     ffn: int = opt(0, "feed-forward width (0: 4 x hidden)", group="model")
-    seq_len: int = opt(0, "sequence length (0: preset)", group="model")
+    seq_len: int = opt(0, "training sequence length (0: preset, or the positions of --init-from)", group="model")
+    positions: int = opt(0, "rows of the position table, the longest sequence the model reads (0: --seq-len)",
+                         group="model")
     vocab: int = opt(0, "vocabulary size (0: the data's)", group="model")
     dropout: float = opt(0.0, "dropout probability", group="model")
     untied: bool = opt(False, "separate output projection instead of the tied token embedding", group="model")
+    ln_eps: float = opt(0.0, "LayerNorm epsilon (0: 1e-5, or that of --init-from)", group="model")
     # --- data -------------------------------------------------------------------------------
-    data: str = opt("synthetic", "synthetic, or a path: a text file (characters) or a .bin token file",
-                    group="data")
+    data: str = opt("synthetic", "synthetic, or a path: a text file (characters), a .bin token file, or a "
+                                 "directory from `hpcpar data prepare` (train.bin, val.bin, tokenizer)", group="data")
     data_order: str = opt("random", "random windows, or sequential ones from the start of the file",
                           ["random", "sequential"], "data")
     token_dtype: str = opt("uint16", "dtype of a .bin token file", ["uint16", "uint32"], "data")
@@ -53,6 +56,9 @@ class TrainConfig:
     synthetic_order: int = opt(2, "synthetic language: Markov order (tokens of context)", group="data")
     synthetic_branching: int = opt(4, "synthetic language: possible next tokens per context", group="data")
     batch_size: int = opt(32, "global batch: sequences per step, over all DP ranks", group="data")
+    eval_every: int = opt(0, "validation loss on val.bin (beside the training tokens) every K steps (0: never)",
+                          group="data")
+    eval_batches: int = opt(4, "batches of --batch-size sequences in each validation", group="data")
     # --- optimisation -----------------------------------------------------------------------
     steps: int = opt(100, "optimizer steps", group="optim")
     optimizer: str = opt("adamw", "optimizer", ["adamw", "sgd"], "optim")
@@ -76,8 +82,10 @@ class TrainConfig:
     seed: int = opt(0, "seed of the initialisation, the data order and dropout", group="run")
     backend: str = opt("", "array backend: numpy or cupy (default: $HPCPAR_BACKEND, else numpy)", group="run")
     # --- files and output -------------------------------------------------------------------
-    init_from: str = opt("", "start from consolidated GPT-2-named safetensors weights", group="files")
-    export: str = opt("", "write the final weights as consolidated safetensors", group="files")
+    init_from: str = opt("", "start from GPT-2 weights: a safetensors file or a Hugging Face save_pretrained "
+                             "directory (the model's dimensions come from it)", group="files")
+    export: str = opt("", "write the final weights: FILE.safetensors, or a directory Hugging Face's "
+                          "GPT2LMHeadModel.from_pretrained loads", group="files")
     save: str = opt("", "checkpoint directory", group="files")
     save_every: int = opt(0, "checkpoint every K steps (0: only at the end and on preemption)", group="files")
     keep: int = opt(3, "checkpoints to keep", group="files")
@@ -151,11 +159,12 @@ def check(cfg, world):
         if choices and getattr(cfg, f.name) not in choices:
             raise UsageError(f"--{f.name.replace('_', '-')} must be one of {', '.join(choices)}, "
                              f"not {getattr(cfg, f.name)!r}")
-    for name in ("tp", "pp", "batch_size", "synthetic_vocab", "synthetic_order", "synthetic_branching", "keep"):
+    for name in ("tp", "pp", "batch_size", "synthetic_vocab", "synthetic_order", "synthetic_branching", "keep",
+                 "eval_batches"):
         if getattr(cfg, name) < 1:
             raise UsageError(f"--{name.replace('_', '-')} must be at least 1, got {getattr(cfg, name)}")
-    for name in ("dp", "microbatches", "chunks", "layers", "hidden", "heads", "ffn", "seq_len", "vocab",
-                 "steps", "warmup", "save_every", "log_every", "seed", "trace_steps"):
+    for name in ("dp", "microbatches", "chunks", "layers", "hidden", "heads", "ffn", "seq_len", "positions", "vocab",
+                 "steps", "warmup", "save_every", "log_every", "seed", "trace_steps", "eval_every", "ln_eps"):
         if getattr(cfg, name) < 0:
             raise UsageError(f"--{name.replace('_', '-')} must not be negative, got {getattr(cfg, name)}")
     if not cfg.backend:
@@ -200,10 +209,13 @@ def check(cfg, world):
                          f"{cfg.microbatches} = {cfg.dp * cfg.microbatches} equal micro-batches")
     if cfg.min_lr < 0:
         cfg.min_lr = cfg.lr / 10
-    if cfg.data != "synthetic" and not Path(cfg.data).is_file():
+    if cfg.data != "synthetic" and not Path(cfg.data).is_file() and not Path(cfg.data, "train.bin").is_file():
         raise UsageError(f"data file {cfg.data} not found")
-    if cfg.init_from and not Path(cfg.init_from).is_file():
-        raise UsageError(f"--init-from: {cfg.init_from} not found")
+    if cfg.init_from:
+        if not Path(cfg.init_from).exists():
+            raise UsageError(f"--init-from: {cfg.init_from} not found")
+        from hpcpar.checkpoint.gpt2 import adopt
+        adopt(cfg)                                  # the file's dimensions, or one line on a contradiction
     if cfg.model == "mlp":
         if cfg.sequence_parallel:
             raise UsageError("--sequence-parallel needs a GPT model (the MLP has no sequence axis)")

@@ -9,7 +9,9 @@ the single-rank batch.  Three sources:
   known and a training run can be judged against it.  Sample (t, s) is generated from the key
   (seed, t, s): endless fresh data, no files.
 * ``TokenFile`` - a token stream: a character-level text file (vocabulary = its sorted characters) or a
-  uint16/uint32 token file in nanoGPT's ``.bin`` layout, read through ``np.memmap``.  Order "random":
+  uint16/uint32 token file in nanoGPT's ``.bin`` layout, read through ``np.memmap`` (a directory written
+  by ``hpcpar data prepare`` holds train.bin, val.bin and a meta.json that names the dtype and the
+  vocabulary, which may be larger than the ids the file happens to use).  Order "random":
   step t's B window starts are drawn from the key (seed, t); order "sequential": sample s of step t
   starts at ((t * B + s) * T) modulo the usable length - consecutive windows from the start of the file.
 * ``Regression`` - inputs and targets of a fixed random teacher, for the deep MLP model.
@@ -17,6 +19,7 @@ the single-rank batch.  Three sources:
 ``batch(step, sample_ids)`` returns (inputs, targets): token windows (n, T) and the same shifted by one,
 or (n, D_in) and (n, D_out) arrays.
 """
+import json
 from pathlib import Path
 
 import numpy as np
@@ -96,23 +99,47 @@ class MarkovLanguage:
         return tokens[:, :-1], tokens[:, 1:]
 
 
+def token_meta(path):
+    """The meta.json beside a .bin token file (written by ``hpcpar data prepare``), or {}."""
+    meta = Path(path).parent / "meta.json"
+    if not meta.is_file():
+        return {}
+    try:
+        return json.loads(meta.read_text())
+    except (OSError, ValueError) as err:
+        raise UsageError(f"cannot read {meta}: {err}") from None
+
+
+def validation_file(data):
+    """val.bin beside the training tokens (``data`` a prepared directory or its train.bin), or None."""
+    path = Path(data)
+    path = path / "train.bin" if path.is_dir() else path
+    val = path.parent / "val.bin"
+    return val if path.suffix == ".bin" and val.is_file() else None
+
+
 class TokenFile:
-    """A token stream on disk: char-level text (.txt and anything not .bin) or nanoGPT .bin tokens."""
+    """A token stream on disk: char-level text (.txt and anything not .bin), nanoGPT .bin tokens, or the
+    train.bin of a prepared directory."""
 
     def __init__(self, path, seq_len, batch_size, seed=0, order="random", token_dtype="uint16"):
         path = Path(path)
+        if path.is_dir():
+            path = path / "train.bin"
         if not path.is_file():
             raise UsageError(f"data file {path} not found")
         if order not in ("random", "sequential"):
             raise UsageError(f"--data-order must be random or sequential, not {order!r}")
         if path.suffix == ".bin":
+            meta = token_meta(path)
+            token_dtype = meta.get("dtype", token_dtype)
             if token_dtype not in ("uint16", "uint32"):
                 raise UsageError(f"token files are uint16 or uint32, not {token_dtype!r}")
             itemsize = np.dtype(token_dtype).itemsize
             if path.stat().st_size % itemsize:
                 raise UsageError(f"{path}: {path.stat().st_size} bytes is not a whole number of {token_dtype}")
             self.tokens = np.memmap(path, dtype=token_dtype, mode="r")
-            self.vocab_size = int(self.tokens.max()) + 1 if self.tokens.size else 0
+            self.vocab_size = meta.get("vocab_size") or (int(self.tokens.max()) + 1 if self.tokens.size else 0)
             self.chars = None
         else:
             try:

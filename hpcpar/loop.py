@@ -15,6 +15,7 @@ from hpcpar.pipeline.bubble import engine_window
 from hpcpar.precision import grads_overflowed
 from hpcpar.runtime import EXIT_FAILURE, EXIT_PREEMPTED
 from hpcpar.summary import summarize
+from hpcpar.text import tokenizer_of
 from hpcpar.train import Trainer
 
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGUSR1)
@@ -109,6 +110,7 @@ class Loop:
                     g = self.grid
                     trace.add_engine_step(tracer, step, t.engine, f"tp{g.tp_rank}.dp{g.dp_rank}")
                 self.history.append((step, loss, norm, lr, seconds))
+                val_loss = self.evaluate(step)
                 if step > start_step:          # the first step pays for start-up: keep it out of the figures
                     self.timelines.append(t.engine.timeline)
                     g = self.grid
@@ -119,6 +121,8 @@ class Loop:
                               "skipped": skipped}
                     if t.scaler.dynamic:
                         record["loss_scale"] = scale
+                    if val_loss is not None:
+                        record["val_loss"] = val_loss
                     if metrics:
                         metrics.write(json.dumps(record) + "\n")
                         metrics.flush()
@@ -128,6 +132,8 @@ class Loop:
                     if (step + 1) % log_every == 0 or step == cfg.steps - 1:
                         self._print(f"step {step + 1:>5}/{cfg.steps}  loss {loss:.12g}  grad_norm {norm:.4g}  "
                                     f"lr {lr:.3g}  {seconds * 1e3:.1f} ms")
+                    if val_loss is not None:
+                        self._print(f"step {step + 1:>5}/{cfg.steps}  val_loss {val_loss:.12g}")
                 if skipped and cfg.nonfinite == "stop" and not grads_overflowed(t.scaler, loss, norm):
                     self._print(f"hpcpar: non-finite loss or gradient at step {step + 1}: stopping "
                                 f"(the weights are those of step {step})", err=True)
@@ -147,7 +153,7 @@ class Loop:
                 if start_step < cfg.steps:
                     self.save(cfg.steps)
                 if cfg.export:
-                    export(t, cfg.export)
+                    export(t, cfg.export, tokenizer_of(cfg.data))
         finally:
             if bar is not None:
                 bar.close()
@@ -160,6 +166,13 @@ class Loop:
         self.summary(peak)
         self.watch.stop()
         return status
+
+    def evaluate(self, step):
+        """Collective: the validation loss after ``step`` every --eval-every steps and at the end, else None."""
+        every = self.cfg.eval_every
+        if every and ((step + 1) % every == 0 or step == self.cfg.steps - 1):
+            return self.trainer.evaluate(self.cfg.eval_batches)
+        return None
 
     def _start_trace(self):
         cfg, g, s = self.cfg, self.grid, self.trainer.schedule

@@ -23,7 +23,7 @@ import numpy as np
 from hpcpar import backend, faults, precision, trace
 from hpcpar.comm.device import select_device
 from hpcpar.config import check
-from hpcpar.data import MarkovLanguage, Regression, TokenFile
+from hpcpar.data import MarkovLanguage, Regression, TokenFile, validation_file
 from hpcpar.data_parallel import DataParallel
 from hpcpar.grid import ParallelGrid
 from hpcpar.nn import GPT, Context, MLPConfig, MLPModel
@@ -49,6 +49,17 @@ def make_data(cfg, seq_len):
     return TokenFile(cfg.data, seq_len, cfg.batch_size, cfg.seed, cfg.data_order, cfg.token_dtype)
 
 
+def make_validation_data(cfg, seq_len):
+    """The val.bin beside the training tokens, for --eval-every; refused when there is none."""
+    if not cfg.eval_every:
+        return None
+    val = validation_file(cfg.data) if cfg.model != "mlp" and cfg.data != "synthetic" else None
+    if val is None:
+        raise UsageError(f"--eval-every needs a val.bin beside the training tokens (hpcpar data prepare writes "
+                         f"one); --data {cfg.data} has none")
+    return TokenFile(val, seq_len, cfg.batch_size, cfg.seed, "random", cfg.token_dtype)
+
+
 def model_config(cfg):
     """The model's dimensions from the preset and the explicit flags, checked against the layout."""
     if cfg.model == "mlp":
@@ -59,7 +70,10 @@ def model_config(cfg):
     else:
         mcfg = preset(cfg.model, n_layer=cfg.layers or None, d_model=cfg.hidden or None,
                       n_head=cfg.heads or None, seq_len=cfg.seq_len or None, dropout=cfg.dropout,
-                      tied=not cfg.untied, d_ff=cfg.ffn or (4 * cfg.hidden if cfg.hidden else None))
+                      tied=not cfg.untied, d_ff=cfg.ffn or (4 * cfg.hidden if cfg.hidden else None),
+                      positions=cfg.positions or None, ln_eps=cfg.ln_eps or None)
+        if mcfg.seq_len > mcfg.n_positions:
+            raise UsageError(f"--seq-len {mcfg.seq_len} is longer than the model's {mcfg.n_positions} positions")
         if mcfg.d_model % mcfg.n_head:
             raise UsageError(f"--heads {mcfg.n_head} must divide --hidden {mcfg.d_model}")
     stages = cfg.pp * cfg.chunks
@@ -94,6 +108,7 @@ class Trainer:
         self.scaler = precision.LossScaler(dynamic=cfg.precision == "fp16")
         mcfg = model_config(cfg)
         self.data = make_data(cfg, getattr(mcfg, "seq_len", 0))
+        self.val_data = make_validation_data(cfg, getattr(mcfg, "seq_len", 0))
         self.mcfg = mcfg = with_vocab(cfg, mcfg, self.data)
         # --- all checks done: from here on, ranks communicate --------------------------------------
         self.grid = g = ParallelGrid(cfg.tp, cfg.pp, cfg.dp, comm, cfg.order)
@@ -118,6 +133,7 @@ class Trainer:
                                         cfg.weight_decay)
         self.micro = cfg.batch_size // (cfg.dp * cfg.microbatches)      # sequences per micro-batch
         self.engine = PipelineEngine(self.schedule, self.chunks, g.pp_comm, self._act_shape, self.compute)
+        self.eval_engine = None                                          # built on the first evaluation
         is_gpt = cfg.model != "mlp"
         self.loss_terms = cfg.batch_size * (mcfg.seq_len if is_gpt else mcfg.d_out)
         self.tokens_per_step = cfg.batch_size * (mcfg.seq_len if is_gpt else 1)
@@ -147,16 +163,16 @@ class Trainer:
         T = self.mcfg.seq_len // (self.cfg.tp if self.cfg.sequence_parallel else 1)
         return (self.micro, T, self.mcfg.d_model)
 
-    def _contexts_and_batches(self, step):
-        cfg, g = self.cfg, self.grid
+    def _contexts_and_batches(self, step, data=None, training=True):
+        cfg, g, data = self.cfg, self.grid, data or self.data
         base = g.dp_rank * (cfg.batch_size // cfg.dp)
         inputs, targets, contexts = [], [], []
         for j in range(cfg.microbatches):
             ids = range(base + j * self.micro, base + (j + 1) * self.micro)
-            x, y = self.data.batch(step, ids) if (g.is_first_stage or g.is_last_stage) else (None, None)
+            x, y = data.batch(step, ids) if (g.is_first_stage or g.is_last_stage) else (None, None)
             inputs.append(self._device(x, self.compute) if g.is_first_stage else None)
             targets.append(self._device(y, self.dtype) if g.is_last_stage else None)
-            ctx = Context(step=step, sample_ids=list(ids), seed=cfg.seed)
+            ctx = Context(step=step, sample_ids=list(ids), seed=cfg.seed, training=training)
             if cfg.sequence_parallel:
                 k = self.mcfg.seq_len // cfg.tp
                 ctx.seq_slice, ctx.seq_len = slice(g.tp_rank * k, (g.tp_rank + 1) * k), self.mcfg.seq_len
@@ -226,6 +242,23 @@ class Trainer:
         totals = xp.stack([xp.asarray(v, dtype=np.float64) for v in (mine, norm_sq, float(stop_requested))])
         totals = backend.to_numpy(g.world_comm.all_reduce(totals))
         return float(totals[0]) / self.loss_terms, math.sqrt(totals[1]), totals[2] > 0
+
+    def evaluate(self, batches):
+        """Collective: the mean loss on ``batches`` batches of the validation data, forward only (no
+        dropout, no gradients).  Batch k is the same windows in every evaluation (key (seed, k)) and is
+        split like a training batch, so every layout prints the single-rank number."""
+        cfg, g = self.cfg, self.grid
+        if self.eval_engine is None:
+            forward = build(cfg.schedule, cfg.pp, cfg.microbatches, cfg.chunks, forward_only=True)
+            self.eval_engine = PipelineEngine(forward, self.chunks, g.pp_comm, self._act_shape, self.compute)
+        total = 0.0
+        for k in range(batches):
+            inputs, targets, contexts = self._contexts_and_batches(k, self.val_data, training=False)
+            losses = self.eval_engine.run(inputs, targets, contexts, None)
+            if g.is_last_stage and g.tp_rank == 0:
+                total += sum(float(loss) for loss in losses)
+        total = g.world_comm.all_reduce(np.array([total]))
+        return float(total[0]) / (batches * self.loss_terms)
 
     def _sync_late_gradients(self):
         """Gradients that are not final when the backward ends (see data_parallel.py)."""

@@ -16,6 +16,7 @@ pieces.py     what a rank saves, and how loaded full tensors go back into a Trai
 save.py       the collective save protocol
 load.py       finding, verifying and loading the latest complete checkpoint
 consolidated.py  GPT-2-named safetensors weights (export, --init-from)
+gpt2.py       Hugging Face GPT-2 files: the architecture a file holds, config.json
 convert.py    `hpcpar checkpoint convert` / `inspect` (no MPI needed)
 """
 from hpcpar.checkpoint.load import load_checkpoint, latest_checkpoint

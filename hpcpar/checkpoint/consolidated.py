@@ -4,36 +4,35 @@ Our parameter names already are GPT-2's (``wte.weight``, ``h.0.attn.c_attn.weigh
 ``ln_f.weight``, ...; ``lm_head.weight`` when untied), so exporting is gathering the full tensors, and
 importing a GPT-2 checkpoint is dropping what is not a parameter: the ``transformer.`` prefix of
 GPT2LMHeadModel files and the attention-mask buffers (``h.N.attn.bias``, ``h.N.attn.masked_bias``).
+
+``--export model.safetensors`` writes the one file (with the heads and LayerNorm epsilon in its
+metadata); ``--export DIR`` writes what ``GPT2LMHeadModel.from_pretrained(DIR)`` reads:
+``model.safetensors`` with the ``transformer.`` prefix, ``config.json``, and the training data's
+tokenizer when it has one.
 """
-import re
+import shutil
 from pathlib import Path
 
 import numpy as np
 from safetensors import SafetensorError, safe_open
 from safetensors.numpy import save as safetensors_bytes
 
-from hpcpar.checkpoint.files import CheckpointError, write_atomic
+from hpcpar.checkpoint.files import CheckpointError, write_atomic, write_json
+from hpcpar.checkpoint.gpt2 import CONFIG, WEIGHTS, check_tensors, expected_shapes, hf_config, parameter_name, \
+    weights_file
 from hpcpar.checkpoint.pieces import apply, rank_tensors
 from hpcpar.nn.parameter import Shard
-from hpcpar.runtime import agree
-
-_BUFFER = re.compile(r"^h\.\d+\.attn\.(masked_)?bias$")
-
-
-def gpt2_name(key):
-    """A file's tensor name -> our parameter name, or None for a non-parameter buffer."""
-    key = key.removeprefix("transformer.")
-    return None if _BUFFER.match(key) else key
+from hpcpar.runtime import UsageError, agree
 
 
 def read_weights(path):
-    """{parameter name: array} from a consolidated file (ours or Hugging Face's)."""
-    path = Path(path)
+    """{parameter name: array} from a consolidated file or a save_pretrained directory."""
+    path = weights_file(path)
     try:
         with safe_open(str(path), framework="np") as f:
             out = {}
             for key in f.keys():
-                name = gpt2_name(key)
+                name = parameter_name(key)
                 if name is not None:
                     out[name] = f.get_tensor(key)
             return out
@@ -50,13 +49,10 @@ def init_from(trainer, path):
         weights = read_weights(path)
         if trainer.mcfg.tied and "lm_head.weight" in weights:
             weights.pop("lm_head.weight")          # Hugging Face files may store the tied head twice
-
-        def full(name):
-            if name not in weights:
-                raise CheckpointError(f"{path} has no tensor {name!r} (is it a GPT-2 of this shape?)")
-            return weights[name]
-        apply(trainer, full, ())
-    except CheckpointError as err:
+        # all or nothing: every tensor the model has, of its shape, and no other, before any is loaded
+        check_tensors(path, {n: w.shape for n, w in weights.items()}, expected_shapes(trainer.mcfg))
+        apply(trainer, weights.__getitem__, ())
+    except (CheckpointError, UsageError) as err:
         error = err
     agree(trainer.grid.world_comm.mpi, error)
 
@@ -82,19 +78,36 @@ def gather_full(trainer):
     return out
 
 
-def write_weights(weights, path):
+def write_weights(weights, path, metadata=None):
     """One safetensors file, Hugging Face's metadata, written atomically."""
-    data = safetensors_bytes({k: np.ascontiguousarray(v) for k, v in weights.items()}, metadata={"format": "pt"})
+    data = safetensors_bytes({k: np.ascontiguousarray(v) for k, v in weights.items()},
+                             metadata={"format": "pt", **(metadata or {})})
     write_atomic(Path(path), data)
 
 
-def export(trainer, path):
-    """Collective: write the model's full weights to ``path`` (rank 0 writes)."""
+def write_pretrained(weights, mcfg, directory, tokenizer=None):
+    """A directory GPT2LMHeadModel.from_pretrained loads: prefixed weights, config.json, tokenizer."""
+    directory = Path(directory)
+    directory.mkdir(parents=True, exist_ok=True)
+    prefixed = {(k if k == "lm_head.weight" else f"transformer.{k}"): v for k, v in weights.items()}
+    write_weights(prefixed, directory / WEIGHTS)
+    write_json(directory / CONFIG, hf_config(mcfg))
+    if tokenizer is not None and Path(tokenizer).is_file():
+        shutil.copyfile(tokenizer, directory / Path(tokenizer).name)
+
+
+def export(trainer, path, tokenizer=None):
+    """Collective: write the model's full weights to ``path`` (rank 0 writes): a .safetensors file, or
+    else a save_pretrained directory (with ``tokenizer``, a tokenizer.json, copied beside them)."""
     weights = gather_full(trainer)
     error = None
     if weights is not None:
         try:
-            write_weights(weights, path)
-        except CheckpointError as err:
+            if Path(path).suffix == ".safetensors":
+                mcfg = trainer.mcfg
+                write_weights(weights, path, {"n_head": str(mcfg.n_head), "layer_norm_epsilon": str(mcfg.ln_eps)})
+            else:
+                write_pretrained(weights, trainer.mcfg, path, tokenizer)
+        except (CheckpointError, OSError) as err:
             error = err
     agree(trainer.grid.world_comm.mpi, error)

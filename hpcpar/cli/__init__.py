@@ -15,6 +15,8 @@ COMMANDS = {
     "grid": "grid",
     "demo": "demo",
     "train": "train",
+    "data": "data",
+    "generate": "generate",
     "checkpoint": "checkpoint",
     "trace": "trace",
     "schedule": "schedule",

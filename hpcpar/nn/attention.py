@@ -13,7 +13,8 @@ from hpcpar.backend import array_module
 from hpcpar.nn.dropout import Dropout
 from hpcpar.nn.linear import Linear
 from hpcpar.nn.module import Module
-from hpcpar.ops.attention import attention_backward, attention_forward, merge_heads, split_heads
+from hpcpar.ops.attention import (attention_backward, attention_cached_forward, attention_forward, merge_heads,
+                                  split_heads)
 
 
 class Attention(Module):
@@ -38,6 +39,15 @@ class Attention(Module):
         y, c_proj = self.c_proj.forward(merge_heads(o), ctx)  # (B, T, C)
         y, mask = self.resid_drop.forward_tokens(y, ctx)
         return y, (c_attn, c_core, c_proj, mask, nh)
+
+    def forward_cached(self, x, kv, start):
+        """Forward only, for generation: x (B, T, C) of the tokens at positions [start, start + T);
+        ``kv`` = (k_cache, v_cache), each (B, NH, T_max, HS), gains their keys and values."""
+        qkv, _ = self.c_attn.forward(x)                       # (B, T, 3C)
+        c = qkv.shape[-1] // 3
+        q, k, v = (split_heads(qkv[..., i * c:(i + 1) * c], c // self.head_size) for i in range(3))
+        o = attention_cached_forward(q, k, v, kv[0], kv[1], start)
+        return self.c_proj.forward(merge_heads(o))[0]          # (B, T, C)
 
     def backward(self, dy, cache, defer=None):
         c_attn, c_core, c_proj, mask, nh = cache

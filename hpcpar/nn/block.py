@@ -38,6 +38,11 @@ class TransformerBlock(Module):
         m, c_mlp = self.mlp.forward(m, ctx)
         return residual_forward(x1, m, out=m), (c_ln1, c_attn, c_ln2, c_mlp)
 
+    def forward_cached(self, x, kv, start):
+        """Forward only, for generation: the same two lines, attention through the KV cache ``kv``."""
+        x1 = x + self.attn.forward_cached(self.ln_1.forward(x)[0], kv, start)
+        return x1 + self.mlp.forward(self.ln_2.forward(x1)[0])[0]
+
     def backward(self, dy, cache, defer=None):
         if cache[0] == "recompute":
             _, x, ctx = cache

@@ -14,7 +14,7 @@ from hpcpar.ops.embedding import embedding_backward_weight, embedding_forward
 
 class Embedding(Module):
     def __init__(self, cfg, seed, dtype):
-        V, T, C = cfg.vocab_size, cfg.seq_len, cfg.d_model
+        V, T, C = cfg.vocab_size, cfg.n_positions, cfg.d_model
         self.wte = Parameter("wte.weight", init_full("wte.weight", (V, C), 0.02, seed, dtype))
         self.wpe = Parameter("wpe.weight", init_full("wpe.weight", (T, C), 0.02, seed, dtype))
         self.drop = Dropout("drop", cfg.dropout)

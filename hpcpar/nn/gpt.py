@@ -27,7 +27,7 @@ from hpcpar.precision import to_fp32
 @dataclass(frozen=True)
 class GPTConfig:
     vocab_size: int = 64
-    seq_len: int = 64            # the longest sequence (rows of the position embedding)
+    seq_len: int = 64            # the training sequence length
     n_layer: int = 2
     n_head: int = 4
     d_model: int = 64
@@ -35,16 +35,22 @@ class GPTConfig:
     dropout: float = 0.0
     tied: bool = True            # output projection shares the token embedding (GPT-2)
     ln_eps: float = 1e-5
+    positions: int = 0           # rows of the position embedding (0: seq_len)
 
     def __post_init__(self):
         if not self.d_ff:
             object.__setattr__(self, "d_ff", 4 * self.d_model)
 
+    @property
+    def n_positions(self):
+        """The longest sequence the model can read: GPT-2's block size, >= the training seq_len."""
+        return self.positions or self.seq_len
+
     # --- parameter counts: the model's, and a pipeline stage's parts (pipeline/partition.py) -----
 
     def embedding_params(self):
-        """Token (V, C) and position (T, C) embeddings."""
-        return (self.vocab_size + self.seq_len) * self.d_model
+        """Token (V, C) and position (n_positions, C) embeddings."""
+        return (self.vocab_size + self.n_positions) * self.d_model
 
     def block_params(self):
         """Two LayerNorms, QKV and attention output, MLP up and down, with biases."""

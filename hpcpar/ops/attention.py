@@ -77,3 +77,21 @@ def attention_backward(do, cache, out=None):
     dq *= 1.0 / math.sqrt(q.shape[-1])                        # S = (scale Q) K^T
     gemm(ds.transpose(0, 1, 3, 2), q, out=dk)
     return dq, dk, dv
+
+
+def attention_cached_forward(q, k, v, k_cache, v_cache, start):
+    """Forward only, for generation: the new tokens at positions [start, start + T) attend to every
+    cached token before them, and are themselves added to the KV cache.
+
+    q, k, v (B, NH, T, HS) of the new tokens; k_cache, v_cache (B, NH, T_max, HS) hold the keys and
+    values of positions [0, start) and receive k, v at [start, start + T).  Query i (position start + i)
+    sees keys 0 .. start + i:  S = Q K_cache^T / sqrt(HS) + M, M[i, j] = -inf for j > start + i.
+    With start = 0 this is attention_forward; one new token at a time costs O(T_max) instead of
+    O(T_max^2), which is what makes sampling a long text affordable.  -> o (B, NH, T, HS)"""
+    xp = array_module(q)
+    T, end = q.shape[2], start + q.shape[2]
+    k_cache[:, :, start:end] = k
+    v_cache[:, :, start:end] = v
+    s = (q * (1.0 / math.sqrt(q.shape[-1]))) @ k_cache[:, :, :end].transpose(0, 1, 3, 2)   # (B, NH, T, end)
+    s += xp.triu(xp.full((T, end), -xp.inf, dtype=s.dtype), k=start + 1)
+    return softmax_forward(s, out=s) @ v_cache[:, :, :end]

@@ -1,0 +1,167 @@
+"""GPT-2 weights as Hugging Face writes them: where they are, what architecture they hold, and the
+``config.json`` that goes with them.
+
+    model/                     a ``save_pretrained`` directory (or a lone .safetensors file)
+      model.safetensors        transformer.wte.weight (V, C), transformer.wpe.weight (P, C), h.N.* ...
+      config.json              n_head, layer_norm_epsilon, activation_function, tie_word_embeddings, ...
+
+The shapes of the tensors give the layers, the width, the feed-forward width, the vocabulary and the
+position table; config.json (or, in a file hpcpar wrote, the file's own metadata) gives the rest.
+Only the file's header is read here, so every rank can check a run against the file before any rank
+communicates, and a file that does not hold exactly the tensors of its model is refused whole.
+"""
+import json
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+from hpcpar.runtime import UsageError
+
+WEIGHTS, CONFIG = "model.safetensors", "config.json"
+_BUFFER = re.compile(r"^h\.\d+\.attn\.(masked_)?bias$")      # attention-mask buffers, not parameters
+_LAYER = re.compile(r"^h\.(\d+)\.")
+
+
+def parameter_name(key):
+    """A file's tensor name -> our parameter name, or None for a non-parameter buffer."""
+    key = key.removeprefix("transformer.")
+    return None if _BUFFER.match(key) else key
+
+
+def weights_file(path):
+    """The safetensors file of ``path``: the file itself, or a directory's model.safetensors."""
+    path = Path(path)
+    return path / WEIGHTS if path.is_dir() else path
+
+
+def expected_shapes(mcfg):
+    """{parameter name: full shape} of the whole GPT of config ``mcfg`` (Hugging Face's shapes)."""
+    C, F, V, P = mcfg.d_model, mcfg.d_ff, mcfg.vocab_size, mcfg.n_positions
+    shapes = {"wte.weight": (V, C), "wpe.weight": (P, C), "ln_f.weight": (C,), "ln_f.bias": (C,)}
+    for i in range(mcfg.n_layer):
+        for name, shape in (("ln_1.weight", (C,)), ("ln_1.bias", (C,)), ("attn.c_attn.weight", (C, 3 * C)),
+                            ("attn.c_attn.bias", (3 * C,)), ("attn.c_proj.weight", (C, C)),
+                            ("attn.c_proj.bias", (C,)), ("ln_2.weight", (C,)), ("ln_2.bias", (C,)),
+                            ("mlp.c_fc.weight", (C, F)), ("mlp.c_fc.bias", (F,)),
+                            ("mlp.c_proj.weight", (F, C)), ("mlp.c_proj.bias", (C,))):
+            shapes[f"h.{i}.{name}"] = shape
+    if not mcfg.tied:
+        shapes["lm_head.weight"] = (V, C)
+    return shapes
+
+
+def check_tensors(source, found, expected):
+    """Refuse ``found`` {name: shape} unless it is exactly ``expected``: nothing missing, nothing extra."""
+    missing = sorted(set(expected) - set(found))
+    extra = sorted(set(found) - set(expected))
+    if missing or extra:
+        def few(names):
+            return ", ".join(names[:3]) + (f" and {len(names) - 3} more" if len(names) > 3 else "")
+        parts = ([f"missing {few(missing)}"] if missing else []) + \
+                ([f"tensors the model does not use: {few(extra)}"] if extra else [])
+        raise UsageError(f"{source} does not match the model: " + "; ".join(parts))
+    for name, shape in expected.items():
+        if tuple(found[name]) != tuple(shape):
+            raise UsageError(f"{source}: {name} has shape {tuple(found[name])}, the model needs {tuple(shape)}")
+
+
+@dataclass(frozen=True)
+class Architecture:
+    n_layer: int
+    d_model: int
+    d_ff: int
+    vocab_size: int
+    n_positions: int
+    tied: bool
+    n_head: int          # 0: the file does not say
+    ln_eps: float        # 0: the file does not say
+
+
+def _header(path, what):
+    """({name: shape} of the parameters, metadata) read from the file's header alone."""
+    from safetensors import SafetensorError, safe_open
+    try:
+        with safe_open(str(path), framework="np") as f:
+            shapes = {parameter_name(k): tuple(f.get_slice(k).get_shape()) for k in f.keys()}
+            return {k: v for k, v in shapes.items() if k is not None}, f.metadata() or {}
+    except FileNotFoundError:
+        raise UsageError(f"{what}: {path} not found") from None
+    except (SafetensorError, OSError) as err:
+        raise UsageError(f"{what}: {path} is not a readable safetensors file: {err}") from None
+
+
+def _hf_config(path, what):
+    """config.json beside the weights, or {} if there is none."""
+    cfg_file = (Path(path) if Path(path).is_dir() else Path(path).parent) / CONFIG
+    if not cfg_file.is_file():
+        return {}
+    try:
+        return json.loads(cfg_file.read_text())
+    except (OSError, ValueError) as err:
+        raise UsageError(f"{what}: cannot read {cfg_file}: {err}") from None
+
+
+def read_architecture(path, what="--init-from"):
+    """The Architecture of the GPT-2 at ``path`` (a file or a save_pretrained directory); ``what``
+    starts the error messages."""
+    source = weights_file(path)
+    shapes, meta = _header(source, what)
+    if "wte.weight" not in shapes or "wpe.weight" not in shapes or "h.0.mlp.c_fc.weight" not in shapes:
+        raise UsageError(f"{what}: {source} is not a GPT-2 (no wte.weight, wpe.weight or h.0.mlp.c_fc.weight)")
+    hf = _hf_config(path, what)
+    unsupported = {"activation_function": ("gelu_new", "gelu_pytorch_tanh"), "scale_attn_weights": (True,),
+                   "scale_attn_by_inverse_layer_idx": (False,), "add_cross_attention": (False,)}
+    for key, allowed in unsupported.items():
+        if key in hf and hf[key] not in allowed:
+            raise UsageError(f"{what}: {key} = {hf[key]!r} in its config.json is not supported "
+                             f"(hpcpar's GPT-2 has {allowed[0]!r})")
+    tied = hf.get("tie_word_embeddings", True) if hf else "lm_head.weight" not in shapes
+    if tied:
+        shapes.pop("lm_head.weight", None)          # Hugging Face may store the tied head twice
+    layers = {int(m.group(1)) for m in map(_LAYER.match, shapes) if m}
+    V, C = shapes["wte.weight"]
+    arch = Architecture(n_layer=max(layers) + 1, d_model=C, d_ff=shapes["h.0.mlp.c_fc.weight"][1], vocab_size=V,
+                        n_positions=shapes["wpe.weight"][0], tied=tied,
+                        n_head=int(hf.get("n_head", meta.get("n_head", 0))),
+                        ln_eps=float(hf.get("layer_norm_epsilon", meta.get("layer_norm_epsilon", 0))))
+    for key, value in (("n_layer", arch.n_layer), ("n_embd", C), ("vocab_size", V),
+                       ("n_positions", arch.n_positions)):
+        if key in hf and hf[key] != value:
+            raise UsageError(f"{what}: its config.json says {key} = {hf[key]} but {source} holds {value}")
+    from hpcpar.nn.gpt import GPTConfig
+    check_tensors(source, shapes, expected_shapes(GPTConfig(
+        vocab_size=V, seq_len=arch.n_positions, n_layer=arch.n_layer, d_model=C, d_ff=arch.d_ff, tied=tied)))
+    return arch
+
+
+def adopt(cfg):
+    """Take the run's model dimensions from ``--init-from``; refuse flags that contradict the file."""
+    arch = read_architecture(cfg.init_from)
+    where = f"--init-from {cfg.init_from}"
+    for flag, attr, theirs in (("layers", "layers", arch.n_layer), ("hidden", "hidden", arch.d_model),
+                               ("ffn", "ffn", arch.d_ff), ("vocab", "vocab", arch.vocab_size),
+                               ("heads", "heads", arch.n_head), ("positions", "positions", arch.n_positions),
+                               ("ln-eps", "ln_eps", arch.ln_eps)):
+        mine = getattr(cfg, attr)
+        if mine and theirs and mine != theirs:
+            raise UsageError(f"--{flag} {mine} contradicts {where}, which has {theirs}")
+        setattr(cfg, attr, mine or theirs)
+    if cfg.untied and arch.tied:
+        raise UsageError(f"--untied contradicts {where}, whose output head is the tied token embedding")
+    cfg.untied = not arch.tied
+    if not cfg.heads:
+        raise UsageError(f"{where} does not say its number of attention heads: give --heads, or put its "
+                         f"config.json beside it")
+    if cfg.seq_len > arch.n_positions:
+        raise UsageError(f"--seq-len {cfg.seq_len} is longer than the {arch.n_positions} positions of {where}")
+    cfg.seq_len = cfg.seq_len or arch.n_positions
+    return cfg
+
+
+def hf_config(mcfg):
+    """The config.json of Hugging Face's GPT2LMHeadModel for our GPT of config ``mcfg``."""
+    return {"architectures": ["GPT2LMHeadModel"], "model_type": "gpt2", "activation_function": "gelu_new",
+            "vocab_size": mcfg.vocab_size, "n_positions": mcfg.n_positions, "n_embd": mcfg.d_model,
+            "n_layer": mcfg.n_layer, "n_head": mcfg.n_head, "n_inner": mcfg.d_ff,
+            "layer_norm_epsilon": mcfg.ln_eps, "tie_word_embeddings": mcfg.tied,
+            "resid_pdrop": mcfg.dropout, "embd_pdrop": mcfg.dropout, "attn_pdrop": mcfg.dropout}

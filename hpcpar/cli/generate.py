@@ -1,0 +1,54 @@
+"""Sample text from a trained model: a checkpoint, an --export, or GPT-2 weights (one rank).
+
+  hpcpar generate runs/ck --prompt "Alice was" --max-tokens 60
+  hpcpar generate runs/export --temperature 0.8 --top-k 40 --seed 1
+  hpcpar generate runs/export --temperature 0 --max-tokens 20       # greedy: always the likeliest token
+
+The text is decoded with the tokenizer saved with the model (the tokenizer.json of an export, or of
+the data directory a checkpoint was trained on); --tokenizer names another one.  Without a tokenizer
+the token ids are printed.
+"""
+HELP = "sample text from a trained model (KV cache, one rank)"
+
+
+def add_arguments(p):
+    p.add_argument("model", help="checkpoint directory, --export directory or .safetensors, or a Hugging Face "
+                                 "GPT-2 save_pretrained directory")
+    p.add_argument("--prompt", default=None, help="text to continue (default: the end-of-text token)")
+    p.add_argument("--max-tokens", type=int, default=100, help="tokens to generate (default: 100)")
+    p.add_argument("--temperature", type=float, default=1.0, help="0: greedy; < 1 sharper, > 1 flatter "
+                                                                  "(default: 1.0)")
+    p.add_argument("--top-k", type=int, default=0, help="sample from the k likeliest tokens only (0: all)")
+    p.add_argument("--seed", type=int, default=0, help="seed of the sampling (default: 0)")
+    p.add_argument("--tokenizer", default=None, help="tokenizer.json to encode the prompt and decode with")
+    p.add_argument("--dtype", default="float32", choices=["float32", "float64"], help="arithmetic (default: float32)")
+
+
+def run(args):
+    from hpcpar.runtime import UsageError
+    from hpcpar.text import EOT, load_tokenizer
+    from mpi4py import MPI
+    if MPI.COMM_WORLD.size > 1:
+        raise UsageError(f"hpcpar generate runs on one rank, not {MPI.COMM_WORLD.size}")
+    for name in ("max_tokens", "top_k"):
+        if getattr(args, name) < 0:
+            raise UsageError(f"--{name.replace('_', '-')} must not be negative, got {getattr(args, name)}")
+    if args.temperature < 0:
+        raise UsageError(f"--temperature must not be negative, got {args.temperature}")
+    from hpcpar.generate import generate, load_model
+    model, saved = load_model(args.model, args.dtype)
+    tok = load_tokenizer(args.tokenizer or saved) if (args.tokenizer or saved) else None
+    if tok is None:
+        if args.prompt is not None:
+            raise UsageError(f"{args.model} has no saved tokenizer to encode --prompt: give --tokenizer")
+        prompt = [0]
+    elif args.prompt is None:
+        prompt = [tok.token_to_id(EOT) or 0]
+    else:
+        prompt = tok.encode(args.prompt).ids
+    ids = generate(model, prompt, args.max_tokens, args.temperature, args.top_k, args.seed)
+    if tok is None:
+        print(" ".join(map(str, ids)))
+    else:
+        print(tok.decode(ids if args.prompt is not None else ids[1:]))
+    return 0

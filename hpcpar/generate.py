@@ -1,0 +1,127 @@
+"""Sampling text from a trained GPT on one rank, with a KV cache.
+
+A GPT predicts the next token from all the tokens before it.  Sampling repeats: logits of the last
+position -> pick a token -> append it -> again.  Running the whole sequence through the model at every
+new token would redo the same work each time; the *KV cache* keeps each layer's keys and values of the
+tokens already seen, so each new token costs one position's forward (ops/attention.py,
+``attention_cached_forward``):
+
+    prefill   logits, cache = forward(prompt (1, T0), positions [0, T0))
+    decode    logits, cache = forward(token (1, 1), position n)            n = T0, T0 + 1, ...
+
+Picking the token: greedy (temperature 0) takes the most likely one; otherwise the logits are divided
+by the temperature (< 1 sharper, > 1 flatter), all but the ``top_k`` largest are dropped, and the token
+is drawn from the softmax with a generator seeded by ``seed``.
+
+The model comes from a checkpoint directory (hpcpar's own, any layout) or from GPT-2 weights (an
+``--export``, or a Hugging Face save_pretrained directory); the tokenizer is the one saved with them.
+"""
+from dataclasses import fields, replace
+from pathlib import Path
+
+import numpy as np
+
+from hpcpar.checkpoint.gpt2 import check_tensors, expected_shapes, read_architecture
+from hpcpar.nn.gpt import GPT, GPTConfig
+from hpcpar.ops.embedding import embedding_forward
+from hpcpar.runtime import UsageError
+
+
+def _checkpoint_model(path):
+    """(GPTConfig, {name: array}, tokenizer path or None) of an hpcpar checkpoint directory."""
+    from hpcpar.checkpoint.convert import open_checkpoint
+    from hpcpar.config import TrainConfig
+    from hpcpar.text import tokenizer_of
+    from hpcpar.train import model_config
+    reader = open_checkpoint(path)
+    saved = reader.manifest["config"]
+    one_rank = dict(tp=1, pp=1, dp=1, chunks=1, microbatches=1, schedule="1f1b", sequence_parallel=False,
+                    partition="uniform")
+    cfg = TrainConfig(**{**{f.name: saved[f.name] for f in fields(TrainConfig) if f.name in saved}, **one_rank})
+    if cfg.model == "mlp":
+        raise UsageError(f"{path} holds the MLP model, which does not generate text")
+    weights = {n: reader.full(n) for n in reader.names() if not n.startswith("optimizer/")}
+    V, C = weights["wte.weight"].shape
+    mcfg = replace(model_config(cfg), vocab_size=V, positions=weights["wpe.weight"].shape[0])
+    data = saved.get("data", "synthetic")
+    return mcfg, weights, (tokenizer_of(data) if data != "synthetic" and Path(data).exists() else None)
+
+
+def _weights_model(path):
+    """(GPTConfig, {name: array}, tokenizer path or None) of GPT-2 weights (a file or a directory)."""
+    from hpcpar.checkpoint.consolidated import read_weights
+    from hpcpar.text import tokenizer_of
+    arch = read_architecture(path, "hpcpar generate")
+    if not arch.n_head:
+        raise UsageError(f"hpcpar generate: {path} does not say its number of attention heads "
+                         f"(put its config.json beside it)")
+    mcfg = GPTConfig(vocab_size=arch.vocab_size, seq_len=arch.n_positions, n_layer=arch.n_layer,
+                     n_head=arch.n_head, d_model=arch.d_model, d_ff=arch.d_ff, tied=arch.tied,
+                     ln_eps=arch.ln_eps or 1e-5)
+    weights = read_weights(path)
+    if arch.tied:
+        weights.pop("lm_head.weight", None)
+    return mcfg, weights, tokenizer_of(path)
+
+
+def load_model(path, dtype="float32"):
+    """(GPT with every layer on this rank, tokenizer path or None) from a checkpoint or GPT-2 weights."""
+    path = Path(path)
+    if not path.exists():
+        raise UsageError(f"hpcpar generate: {path} not found")
+    is_checkpoint = path.is_dir() and ((path / "latest").is_file() or (path / "manifest.json").is_file())
+    mcfg, weights, tokenizer = (_checkpoint_model if is_checkpoint else _weights_model)(path)
+    check_tensors(path, {n: w.shape for n, w in weights.items()}, expected_shapes(mcfg))
+    model = GPT(mcfg, dtype=dtype)
+    for p in model.parameters():
+        p.data[...] = weights[p.name]
+    return model, tokenizer
+
+
+def forward_cached(model, ids, kv, start):
+    """logits (B, T, V) of the tokens ``ids`` (B, T) at positions [start, start + T); ``kv`` holds one
+    (k_cache, v_cache) pair per block and gains these tokens' keys and values."""
+    T = ids.shape[1]
+    x = embedding_forward(ids, model.embed.wte.data) + model.embed.wpe.data[start:start + T]   # (B, T, C)
+    for block, cache in zip(model.blocks, kv):
+        x = block.forward_cached(x, cache, start)
+    h, _ = model.head.ln_f.forward(x)
+    return h @ model.head.weight.data.T
+
+
+def new_cache(model, batch, length):
+    """Empty keys and values for ``length`` positions: one (k, v) pair of (B, NH, length, HS) per block."""
+    cfg = model.cfg
+    shape = (batch, cfg.n_head, length, cfg.d_model // cfg.n_head)
+    dtype = model.embed.wte.data.dtype
+    return [(np.zeros(shape, dtype), np.zeros(shape, dtype)) for _ in model.blocks]
+
+
+def pick(logits, temperature, top_k, rng):
+    """One token id from the logits (V,) of the next position."""
+    if temperature == 0:
+        return int(np.argmax(logits))
+    z = logits.astype(np.float64) / temperature
+    if top_k and top_k < z.size:
+        z[z < np.partition(z, -top_k)[-top_k]] = -np.inf          # keep the k largest
+    p = np.exp(z - z.max())
+    return int(rng.choice(z.size, p=p / p.sum()))
+
+
+def generate(model, prompt, max_tokens, temperature=1.0, top_k=0, seed=0):
+    """The prompt's token ids followed by ``max_tokens`` sampled ones (a list of ints)."""
+    limit = model.cfg.n_positions
+    if not prompt:
+        raise UsageError("the prompt must hold at least one token")
+    if len(prompt) + max_tokens > limit:
+        raise UsageError(f"{len(prompt)} prompt tokens + --max-tokens {max_tokens} exceed the model's "
+                         f"{limit} positions")
+    rng = np.random.default_rng(seed)
+    kv = new_cache(model, 1, len(prompt) + max_tokens)
+    ids = list(prompt)
+    logits = forward_cached(model, np.array([ids]), kv, 0)               # prefill: the whole prompt
+    for i in range(max_tokens):
+        ids.append(pick(logits[0, -1], temperature, top_k, rng))
+        if i + 1 < max_tokens:
+            logits = forward_cached(model, np.array([ids[-1:]]), kv, len(ids) - 1)   # one new position
+    return ids

@@ -1,0 +1,141 @@
+"""Real text as tokens: a byte-level BPE tokenizer (the ``tokenizers`` library) and ``hpcpar data prepare``.
+
+Byte-level BPE, GPT-2's tokenizer: the text is read as UTF-8 bytes, each byte a symbol, so no input is
+ever unknown; training merges the most frequent adjacent pair of symbols into a new one, again and
+again, until the vocabulary has the size asked for.  Frequent words become one token, rare ones a few.
+
+    prepare(texts, out, vocab_size=2048)                 train a tokenizer on the text itself
+    prepare(texts, out, tokenizer="tokenizer.json")      or use one the user has (tokenizer.json, or
+    prepare(texts, out, tokenizer="vocab.json", merges="merges.txt")   GPT-2's two files)
+
+writes  out/train.bin, out/val.bin   token ids in nanoGPT's layout: uint16 when the vocabulary fits, else uint32
+        out/tokenizer.json           the tokenizer, to decode what the model writes (hpcpar generate)
+        out/meta.json                vocabulary size, dtype, token counts (read by the training data)
+
+The files are joined with GPT-2's end-of-text token between them, and the last ``val_fraction`` of
+the token stream is the validation set.
+"""
+import re
+from pathlib import Path
+
+import numpy as np
+
+from hpcpar.checkpoint.files import write_atomic, write_json
+from hpcpar.runtime import UsageError
+
+EOT = "<|endoftext|>"
+TOKENIZER = "tokenizer.json"
+CHUNK = 1 << 20               # characters encoded at a time (the progress bar's step)
+_LINE_START = re.compile(r"\n(?=\S)")
+
+
+def _tokenizers():
+    try:
+        import tokenizers
+    except ImportError:
+        raise UsageError("hpcpar data prepare needs the tokenizers library: pip install tokenizers") from None
+    return tokenizers
+
+
+def train_tokenizer(texts, vocab_size):
+    """A byte-level BPE tokenizer of ``vocab_size`` tokens trained on the strings ``texts``."""
+    tk = _tokenizers()
+    if vocab_size < 257:
+        raise UsageError(f"--vocab {vocab_size}: a byte-level BPE needs at least 257 tokens (256 bytes + {EOT})")
+    tok = tk.Tokenizer(tk.models.BPE())
+    tok.pre_tokenizer = tk.pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = tk.decoders.ByteLevel()
+    trainer = tk.trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=[EOT], show_progress=False,
+                                     initial_alphabet=tk.pre_tokenizers.ByteLevel.alphabet())
+    tok.train_from_iterator(texts, trainer)
+    return tok
+
+
+def load_tokenizer(path, merges=None):
+    """A tokenizer.json, or GPT-2's vocab.json + merges.txt."""
+    tk = _tokenizers()
+    try:
+        if merges:
+            tok = tk.Tokenizer(tk.models.BPE.from_file(str(path), str(merges)))
+            tok.pre_tokenizer = tk.pre_tokenizers.ByteLevel(add_prefix_space=False)
+            tok.decoder = tk.decoders.ByteLevel()
+            return tok
+        return tk.Tokenizer.from_file(str(path))
+    except Exception as err:                       # the library raises its own error types
+        raise UsageError(f"cannot load the tokenizer {path}: {err}") from None
+
+
+def tokenizer_of(data):
+    """The tokenizer.json of a prepared data directory (``data`` the directory or a file in it), or None."""
+    path = Path(data)
+    if not path.exists():
+        return None
+    path = path if path.is_dir() else path.parent
+    return path / TOKENIZER if (path / TOKENIZER).is_file() else None
+
+
+def _chunks(text):
+    """Pieces of about CHUNK characters, cut after a newline that a non-space follows: the byte-level
+    pre-tokenizer cuts there too, so encoding the pieces gives the tokens of the whole."""
+    start = 0
+    while start < len(text):
+        cut = _LINE_START.search(text, min(start + CHUNK, len(text)))
+        end = cut.end() if cut else len(text)
+        yield text[start:end]
+        start = end
+
+
+def encode(tok, texts, progress=True):
+    """Token ids of the texts, an end-of-text token after each; a progress bar on big inputs."""
+    from tqdm import tqdm
+    eot = tok.token_to_id(EOT)
+    total = sum(len(t) for t in texts)
+    ids = []
+    with tqdm(total=total, unit="char", unit_scale=True, desc="tokenize", disable=not progress or total < 8 * CHUNK,
+              mininterval=0.5) as bar:
+        for text in texts:
+            for piece in _chunks(text):
+                ids.extend(tok.encode(piece).ids)
+                bar.update(len(piece))
+            if eot is not None:
+                ids.append(eot)
+    return ids
+
+
+def prepare(paths, out, vocab_size=2048, tokenizer=None, merges=None, val_fraction=0.1, progress=True):
+    """Tokenize the text files ``paths`` into ``out`` (see the module docstring). Returns meta.json's dict."""
+    texts = []
+    for p in paths:
+        try:
+            texts.append(Path(p).read_text(encoding="utf-8"))
+        except (OSError, UnicodeDecodeError) as err:
+            raise UsageError(f"cannot read {p} as UTF-8 text: {err}") from None
+    if not 0 < val_fraction < 1:
+        raise UsageError(f"--val-fraction must be in (0, 1), got {val_fraction}")
+    tok = load_tokenizer(tokenizer, merges) if tokenizer else train_tokenizer(texts, vocab_size)
+    ids = np.asarray(encode(tok, texts, progress), dtype=np.int64)
+    V = tok.get_vocab_size()
+    dtype = np.uint16 if V <= 1 << 16 else np.uint32
+    n_val = max(1, int(len(ids) * val_fraction))
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    write_atomic(out / "train.bin", ids[:-n_val].astype(dtype).tobytes())
+    write_atomic(out / "val.bin", ids[-n_val:].astype(dtype).tobytes())
+    write_atomic(out / TOKENIZER, tok.to_str().encode())
+    meta = {"vocab_size": V, "dtype": np.dtype(dtype).name, "train_tokens": len(ids) - n_val, "val_tokens": n_val,
+            "sources": [str(p) for p in paths], "characters": sum(len(t) for t in texts)}
+    write_json(out / "meta.json", meta)
+    return meta
+
+
+def decoder(path):
+    """ids -> text with the tokenizer.json at ``path``."""
+    tok = load_tokenizer(path)
+    return lambda ids: tok.decode([int(i) for i in ids], skip_special_tokens=False)
+
+
+def describe(meta):
+    return (f"{meta['characters']:,} characters -> {meta['train_tokens']:,} training and {meta['val_tokens']:,} "
+            f"validation tokens ({meta['characters'] / max(1, meta['train_tokens'] + meta['val_tokens']):.2f} "
+            f"characters per token), vocabulary {meta['vocab_size']:,}, {meta['dtype']}")
+
