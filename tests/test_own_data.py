@@ -60,10 +60,12 @@ def test_the_chapter_runs_on_the_shipped_sample(tmp_path):
     assert outputs["generate"].startswith("Alice was") and len(outputs["generate"].split()) > 10
     for name in ("model.safetensors", "config.json", "tokenizer.json"):
         assert (tmp_path / "runs" / "sample-model" / name).is_file()
-    if has_transformers:
-        proc, _ = run(hpcpar() + ["train", "--init-from", "runs/hf-gpt2", "--layers", "4"], cwd=tmp_path)
-        assert proc.returncode == 2
-        assert proc.stderr.strip() in quoted, proc.stderr
+    proc, _ = run(hpcpar() + ["train", "--layers", "2", "--steps", "1", "--export", "runs/two-layers.safetensors"],
+                  cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    proc, _ = run(hpcpar() + ["train", "--init-from", "runs/two-layers.safetensors", "--layers", "4"], cwd=tmp_path)
+    assert proc.returncode == 2
+    assert proc.stderr.strip() in quoted, proc.stderr
 
 
 def test_prepare_refuses_bad_input_with_one_line(tmp_path):
