@@ -8,12 +8,25 @@ from hpcpar.plan.network import all_reduce_seconds, group_link, members_per_node
 A100 = load_hardware("a100")
 
 
-def test_groups_follow_tp_then_dp_then_pp():
-    # rank = tp + TP*(dp + DP*pp): a TP group is consecutive, DP members are TP apart
-    assert members_per_node(8, 8, 16, "tp", 8) == (8, 8)
-    assert members_per_node(8, 8, 16, "dp", 8) == (16, 1)
-    assert members_per_node(2, 8, 64, "dp", 8) == (64, 4)
-    assert members_per_node(2, 2, 2, "pp", 8) == (2, 2)
+def test_groups_follow_tp_then_cp_then_dp_then_pp():
+    # rank = tp + TP*(cp + CP*(dp + DP*pp)): a TP group is consecutive, CP members TP apart, DP TP*CP
+    assert members_per_node(Layout(8, 8, 16), "tp", 8) == (8, 8)
+    assert members_per_node(Layout(8, 8, 16), "dp", 8) == (16, 1)
+    assert members_per_node(Layout(2, 8, 64), "dp", 8) == (64, 4)
+    assert members_per_node(Layout(2, 2, 2), "pp", 8) == (2, 2)
+    assert members_per_node(Layout(2, 1, 4, cp=2), "cp", 8) == (2, 2)
+    assert members_per_node(Layout(2, 1, 4, cp=2), "dp", 8) == (4, 2)
+    assert members_per_node(Layout(8, 16, 4, cp=16), "cp", 8) == (16, 1)     # Llama 3: CP crosses nodes
+    assert members_per_node(Layout(2, 1, 4, cp=2), "shard", 8) == (8, 4)
+
+
+def test_grid_order_matches_hpcpar_grid():
+    from hpcpar.grid import GridLayout
+    for tp, pp, dp in ((2, 2, 2), (2, 8, 64), (4, 2, 8), (1, 4, 16)):
+        grid = GridLayout(tp, pp, dp, tp * pp * dp)
+        for axis in ("tp", "dp", "pp"):
+            group = grid.group(0, axis)
+            assert members_per_node(Layout(tp, pp, dp), axis, 8) == (len(group), sum(r < 8 for r in group))
 
 
 def test_links_by_placement():

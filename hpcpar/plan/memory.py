@@ -1,13 +1,17 @@
-"""Memory per GPU: model state plus the activations kept for the backward pass.
+"""Memory per GPU, term by term: model state, activations, buffers, workspace, fragmentation.
 
-Model state, bytes per parameter (docs/design.md, Memory; Rajbhandari et al. 2020, ZeRO):
+Model state, bytes per parameter (docs/design.md, Memory; Rajbhandari et al. 2020, ZeRO), before sharding:
 
-    mixed precision (bf16)  2 weights + 2 gradients + 12 optimizer (fp32 master, Adam m and v) = 16
-    fp32                    4 + 4 + 8 (Adam m, v)                                              = 16
-    fp64                    8 + 8 + 16                                                         = 32
+    mixed precision (bf16)  weights + gradients + optimizer: the engine's ``mixed_state_bytes``
+                            (hpcpar 2 + 2 + 12; Megatron with bf16: 2 + 4 fp32 grads + 12)
+    fp32 / fp64             e + e + e * adam_buffers (Adam m and v; hpcpar adds one scratch array)
 
-A stage holds its layers' parameters divided by tp (plus the embedding on the first stage, the output
-layer - the tied embedding's copy - on the last); ZeRO-1 divides the optimizer part by dp as well.
+ZeRO shards over the ``shard`` = dp * cp ranks that hold the same weights: stage 1 the optimizer
+state (hpcpar reduce-scatters into a separate 1/shard gradient buffer), stage 2 the gradients as well, stage 3 (FSDP) the weights too - which then are all-gathered
+one unit (a layer, or the embedding) at a time: the unit in use and the one prefetched are whole
+(16-bit), with the unit's unsharded gradient before its reduce-scatter.  An engine that, in a
+pipeline, gathers a stage's weights once per step (torchtitan) keeps them whole all step, and an
+unsharded gradient accumulator with them.
 
 Activations kept per layer and micro-batch, 16-bit (Korthikanti et al. 2022, section 4):
 
@@ -18,10 +22,19 @@ Activations kept per layer and micro-batch, 16-bit (Korthikanti et al. 2022, sec
     full recompute        keeps only each layer's input, 2*s*b*h (/t with sp), plus one layer's full
                           set while that layer's backward runs
 
-Here the terms are counted from the stored tensors themselves, so other shapes follow too (GQA,
-gated MLPs, fp32/fp64 engines, no dropout); for a GPT with dropout in 16-bit they are exactly the
-formulas above.  A stage keeps as many micro-batches in flight as its schedule dictates
-(``inflight``: the pipeline simulator's peak count, or the analytic one below).
+counted here from the stored tensors themselves, so other shapes follow (GQA, gated MLPs, fp32/fp64
+engines, no dropout, hpcpar's extra scaled-Q and GELU caches); context parallelism divides s by cp.
+A stage keeps as many micro-batches in flight as its schedule dictates (``inflight``).
+
+Three terms no formula of the papers has, each explicit:
+
+    communication buffers  p2p send + receive of one activation, the sequence-parallel all-gather of
+                           b*s*h, the ring-attention K/V chunks in flight (2 of them), the engine's
+                           fixed collective buffers (NCCL)
+    workspace              the transient arrays of one layer's backward (gradient of the scores or
+                           of the MLP's hidden layer) plus the engine's fixed GEMM workspace
+    fragmentation          the caching allocator's unusable share of what is allocated and freed
+                           every micro-batch (activations, workspace, buffers): engine.fragmentation
 """
 from hpcpar.plan.flops import kv_heads_per_rank
 from hpcpar.plan.layout import stage_layers
@@ -29,15 +42,19 @@ from hpcpar.plan.layout import stage_layers
 MASK_BYTES = 1    # a dropout mask element
 
 
-def state_bytes_per_param(job, zero1=False, dp=1):
-    """(weights, gradients, optimizer) bytes per parameter held by one rank."""
-    plain = {"fp32": (4, 4, 8), "fp64": (8, 8, 16)}
-    weights, grads, optim = plain.get(job.dtype, job.engine.mixed_state_bytes)
-    return weights, grads, optim / (dp if zero1 else 1)
+def state_bytes_per_param(job, zero=0, shard=1):
+    """(weights, gradients, optimizer) bytes per parameter held by one rank under ZeRO stage ``zero``."""
+    e = job.elem_bytes
+    if job.dtype in ("fp32", "fp64"):
+        weights, grads, optim = e, e, e * job.engine.adam_buffers
+    else:
+        weights, grads, optim = job.engine.mixed_state_bytes
+    return (weights / (shard if zero >= 3 else 1), grads / (shard if zero >= 2 else 1),
+            optim / (shard if zero >= 1 else 1))
 
 
 def stage_params(job, layout, stage):
-    """Parameters held by one rank of pipeline stage ``stage``."""
+    """Parameters held by one rank of pipeline stage ``stage`` (before ZeRO)."""
     m, t = job.model, layout.tp
     layers = stage_layers(m.layers, layout.pp)[stage]
     count = layers * m.layer_params() / t
@@ -50,10 +67,15 @@ def stage_params(job, layout, stage):
     return count
 
 
+def tokens_per_rank(job, layout):
+    """s*b of one micro-batch on one rank: context parallelism holds s/cp of each sequence."""
+    return job.seq_len // layout.cp * layout.mb
+
+
 def layer_activation_terms(job, layout):
     """Bytes one layer keeps for one micro-batch, by kind (no recomputation)."""
     m, t, e = job.model, layout.tp, job.elem_bytes
-    sb = job.seq_len * layout.mb
+    sb = tokens_per_rank(job, layout)
     mask = MASK_BYTES if m.dropout else 0
     d, f = m.head_dim, m.ffn
     # LayerNorm inputs, QKV and MLP inputs (4 tensors of h) and two dropout masks: replicated over TP
@@ -63,11 +85,13 @@ def layer_activation_terms(job, layout):
     kv = kv_heads_per_rank(m, t) * d
     mlp = (3 if m.gated else 2) * f / t
     parallel = sb * e * (m.hidden / t + 2 * kv + m.hidden / t + mlp)
+    if job.engine.numpy_caches:      # hpcpar also keeps the scaled Q and GELU's tanh (ops/attention, activation)
+        parallel += sb * e * (m.hidden + f) / t
     heads = m.heads // t
     if job.engine.flash_attention:
         scores = sb * heads * 4                 # fp32 log-sum-exp per row, the s*s matrix is never stored
     else:                                       # softmax output, dropout mask and dropout output
-        scores = heads * layout.mb * job.seq_len**2 * (e + (mask + e if m.dropout else 0))
+        scores = heads * sb * job.seq_len * (e + (mask + e if m.dropout else 0))
     return {"replicated (norm inputs, masks)": replicated, "tensor-parallel (QKV, attn, MLP)": parallel,
             "attention scores": scores}
 
@@ -76,7 +100,7 @@ def layer_activation_bytes(job, layout):
     """Bytes one layer keeps per micro-batch under the layout's recomputation."""
     terms = layer_activation_terms(job, layout)
     if layout.recompute == "full":
-        return job.seq_len * layout.mb * job.model.hidden * job.elem_bytes / (layout.tp if layout.sp else 1)
+        return tokens_per_rank(job, layout) * job.model.hidden * job.elem_bytes / (layout.tp if layout.sp else 1)
     if layout.recompute == "selective" and not job.engine.flash_attention:
         return sum(terms.values()) - terms["attention scores"]
     return sum(terms.values())
@@ -92,24 +116,73 @@ def analytic_inflight(schedule, p, m, v, stage):
     return min(m, p - stage)
 
 
+def fsdp_unit_bytes(job, layout):
+    """ZeRO-3: the whole weights (compute precision) of the unit in use and the prefetched one, and
+    one unit's gradient before its reduce-scatter."""
+    m, t = job.model, layout.tp
+    unit = max(m.layer_params(), m.vocab * m.hidden) / t
+    return unit * (2 * job.elem_bytes + state_bytes_per_param(job)[1])
+
+
+def keeps_stage_gathered(job, layout):
+    """ZeRO-3 in a pipeline that gathers the stage once per step rather than per micro-batch."""
+    return layout.pp > 1 and job.engine.fsdp_gather_once_with_pp
+
+
+def comm_buffer_bytes(job, layout):
+    """Send and receive buffers of the collectives and p2p transfers a micro-batch uses."""
+    m, e = job.model, job.elem_bytes
+    sbh = tokens_per_rank(job, layout) * m.hidden * e
+    total = job.engine.collective_buffer_bytes
+    if layout.pp > 1:
+        total += 2 * sbh / (layout.tp if layout.sp else 1)
+    if layout.sp:
+        total += sbh
+    if layout.cp > 1:      # two K/V chunks: the one in use and the one arriving
+        total += 2 * 2 * tokens_per_rank(job, layout) * kv_heads_per_rank(m, layout.tp) * m.head_dim * e
+    return total
+
+
+def workspace_bytes(job, layout):
+    """The transient arrays of one layer's backward: the larger of attention's (gradient of the
+    scores, twice; dQKV and dO) and the MLP's (gradient of the hidden layer and of its input)."""
+    m, t, e = job.model, layout.tp, job.elem_bytes
+    sb = tokens_per_rank(job, layout)
+    scores = 0 if job.engine.flash_attention else 2 * (m.heads // t) * sb * job.seq_len * e
+    attention = scores + sb * e * (m.qkv_width + m.hidden) / t
+    mlp = sb * e * (2 * (2 if m.gated else 1) * m.ffn / t + m.hidden)
+    return max(attention, mlp) + job.engine.gemm_workspace_bytes
+
+
 def stage_memory(job, layout, stage, inflight):
     """Memory terms (bytes) on one rank of ``stage`` holding ``inflight`` chunk-forwards at its peak."""
-    m, lay, e = job.model, layout, job.elem_bytes
+    m, lay = job.model, layout
     params = stage_params(job, lay, stage)
-    w, g, o = state_bytes_per_param(job, lay.zero1, lay.dp)
+    w, g, o = state_bytes_per_param(job, lay.zero, lay.shard)
     layers = stage_layers(m.layers, lay.pp)[stage]
-    per_layer = layer_activation_bytes(job, lay)
-    chunk = per_layer * layers / lay.v
-    terms = {"weights": params * w, "gradients": params * g, "optimizer state": params * o,
-             "activations": chunk * inflight}
+    chunk = layer_activation_bytes(job, lay) * layers / lay.v
+    terms = {"weights": params * w, "gradients": params * g, "optimizer state": params * o}
+    if lay.zero >= 3 and keeps_stage_gathered(job, lay):
+        terms["FSDP gathered stage"] = params * (job.elem_bytes + state_bytes_per_param(job)[1])
+    elif lay.zero >= 3:
+        terms["FSDP gathered units"] = fsdp_unit_bytes(job, lay)
+    terms["activations"] = chunk * inflight
     if lay.recompute == "full":   # the layer being back-propagated holds its full set again
-        full = sum(layer_activation_terms(job, lay).values())
-        terms["recompute working set"] = full
-    sbh = job.seq_len * lay.mb * m.hidden / (lay.tp if lay.sp else 1)
+        terms["recompute working set"] = sum(layer_activation_terms(job, lay).values())
+    sbh = tokens_per_rank(job, lay) * m.hidden / (lay.tp if lay.sp else 1)
     if stage == 0 and m.dropout:   # the embedding's dropout mask, per micro-batch in flight
         terms["embedding dropout"] = sbh * MASK_BYTES * inflight
-    if stage == lay.pp - 1:        # final norm input, head input, fp32 logits of the micro-batch in backward
-        terms["head and logits"] = 2 * sbh * e + 4 * job.seq_len * lay.mb * m.vocab / lay.tp
+    if stage == lay.pp - 1:        # final norm input, head input, logits (fp32 at least), per micro-batch in flight
+        logits = max(4, job.elem_bytes) * tokens_per_rank(job, lay) * m.vocab / lay.tp
+        terms["head and logits"] = (2 * sbh * job.elem_bytes + logits) * inflight
+    if lay.zero in (1, 2) and job.engine.shard_grad_buffer:
+        terms["ZeRO gradient shard"] = params * state_bytes_per_param(job)[1] / lay.shard
+    terms["communication buffers"] = comm_buffer_bytes(job, lay)
+    terms["workspace"] = workspace_bytes(job, lay)
+    static = ("weights", "gradients", "optimizer state", "ZeRO gradient shard")
+    dynamic = sum(v for k, v in terms.items() if k not in static)
+    if job.engine.fragmentation:
+        terms["allocator fragmentation"] = job.engine.fragmentation * dynamic
     return terms
 
 
