@@ -31,7 +31,7 @@ def model_section(est):
              f"{m.embedding_params(job.seq_len):,} + {m.head_params():,} = {m.params(job.seq_len) / 1e9:.2f} B"]
     w, g, o = state_bytes_per_param(job)
     total = m.params(job.seq_len) * (w + g + o)
-    lines.append(f"  on one device: {w}+{g}+{o:g} bytes/param ({job.dtype}, Adam) = {total / GiB:,.0f} GiB of model "
+    lines.append(f"  on one device: {w:g}+{g:g}+{o:g} bytes/param ({job.dtype}, Adam) = {total / GiB:,.0f} GiB of model "
                  f"state alone, vs {job.hardware.memory_bytes / GiB:.0f} GiB per {job.hardware.name} GPU")
     return lines
 
