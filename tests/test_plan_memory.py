@@ -45,10 +45,12 @@ def test_recomputation_keeps_less():
 
 def test_model_state_bytes_and_zero_stages():
     j = job()
-    assert sum(state_bytes_per_param(j)) == 16                       # 2 + 2 + 12
-    assert state_bytes_per_param(j, zero=1, shard=4) == (2, 2, 3)
-    assert state_bytes_per_param(j, zero=2, shard=4) == (2, 0.5, 3)
-    assert state_bytes_per_param(j, zero=3, shard=4) == (0.5, 0.5, 3)
+    # precision.py keeps a bf16 compute copy, fp32 gradients, fp32 master weights, Adam m and v
+    assert sum(state_bytes_per_param(j)) == 18                       # 2 + 4 + (4 + 8)
+    assert sum(state_bytes_per_param(job(engine=Engine()))) == 22    # + hpcpar's fp32 Adam scratch
+    assert state_bytes_per_param(j, zero=1, shard=4) == (2, 4, 3)
+    assert state_bytes_per_param(j, zero=2, shard=4) == (2, 1, 3)
+    assert state_bytes_per_param(j, zero=3, shard=4) == (0.5, 1, 3)
     assert sum(state_bytes_per_param(job(dtype="fp64"))) == 32       # 8 + 8 + 16 (Adam m, v)
     assert sum(state_bytes_per_param(job(dtype="fp32", engine=Engine()))) == 20   # + hpcpar's scratch
     lay, z = Layout(1, 1, 8), Layout(1, 1, 8, zero=1)
@@ -65,11 +67,11 @@ def test_fsdp_keeps_two_whole_units_and_one_gradient():
     j, lay = job(), Layout(1, 1, 8, zero=3)
     terms = stage_memory(j, lay, 0, 1)
     unit = max(GPT.layer_params(), GPT.vocab * GPT.hidden)
-    assert terms["FSDP gathered units"] == pytest.approx(unit * (2 * 2 + 2))
+    assert terms["FSDP gathered units"] == pytest.approx(unit * (2 * 2 + 4))    # + one fp32 gradient
     assert terms["weights"] == pytest.approx(stage_params(j, lay, 0) * 2 / 8)
     once = job(engine=Engine(numpy_caches=False, adam_buffers=2, fsdp_gather_once_with_pp=True))
     piped = Layout(1, 2, 4, zero=3)
-    assert stage_memory(once, piped, 1, 1)["FSDP gathered stage"] == pytest.approx(stage_params(once, piped, 1) * 4)
+    assert stage_memory(once, piped, 1, 1)["FSDP gathered stage"] == pytest.approx(stage_params(once, piped, 1) * (2 + 4))
 
 
 def test_context_parallelism_divides_the_sequence():

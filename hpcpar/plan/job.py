@@ -18,11 +18,13 @@ class Engine:
                                       # for each transfer (blocking send/recv pairs)
     scatter_gather_p2p: bool = False  # Megatron's p2p optimisation: each TP rank sends 1/t of the activation
     bucket_bytes: float = 25e6        # DP bucket size (PyTorch DDP's default, 25 MB)
-    # mixed precision: bytes per parameter of (weights, gradients, optimizer state that ZeRO-1 shards);
-    # hpcpar keeps bf16 gradients. Megatron's own table (docs: distributed optimizer): fp16 params and
-    # grads 2 + 2 + 16 (fp32 main params and grads, Adam m, v); bf16 params, fp32 grads 2 + 4 + 12.
-    mixed_state_bytes: tuple = (2, 2, 12)
-    adam_buffers: int = 3             # fp32/fp64: Adam m and v, and hpcpar's scratch array (optim.py)
+    # mixed precision: bytes per parameter of (weights, gradients, optimizer state that ZeRO-1 shards).
+    # None: hpcpar's (precision.py): a 16-bit compute copy, fp32 gradients, fp32 master weights and
+    # adam_buffers fp32 arrays: 2 + 4 + 4 + 4 * 2 = 18 with Adam's m and v, + 4 for hpcpar's scratch.
+    # Megatron's own table (docs: distributed optimizer): fp16 params and grads 2 + 2 + 16 (fp32 main
+    # params and grads, Adam m, v); bf16 params, fp32 grads 2 + 4 + 12.
+    mixed_state_bytes: tuple = None
+    adam_buffers: int = 3             # Adam m and v, and hpcpar's scratch array (optim.py)
     shard_grad_buffer: bool = True    # ZeRO-1/2 reduce-scatter into a separate gradient shard (data_parallel.py)
     numpy_caches: bool = True         # hpcpar keeps the scaled Q and GELU's tanh as well (memory.py)
     overlap_tp: bool = False          # TP collectives run under the GEMMs (Megatron's tp-comm-overlap,

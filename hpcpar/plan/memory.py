@@ -2,8 +2,9 @@
 
 Model state, bytes per parameter (docs/design.md, Memory; Rajbhandari et al. 2020, ZeRO), before sharding:
 
-    mixed precision (bf16)  weights + gradients + optimizer: the engine's ``mixed_state_bytes``
-                            (hpcpar 2 + 2 + 12; Megatron with bf16: 2 + 4 fp32 grads + 12)
+    mixed precision (bf16)  hpcpar (precision.py): 2 compute copy + 4 fp32 gradients + 4 fp32 master
+                            + 8 Adam m, v = 18, and 4 more for its Adam scratch array; other engines
+                            give theirs as ``mixed_state_bytes`` (Megatron with bf16: 2 + 4 + 12)
     fp32 / fp64             e + e + e * adam_buffers (Adam m and v; hpcpar adds one scratch array)
 
 ZeRO shards over the ``shard`` = dp * cp ranks that hold the same weights: stage 1 the optimizer
@@ -38,6 +39,7 @@ Three terms no formula of the papers has, each explicit:
 """
 from hpcpar.plan.flops import kv_heads_per_rank
 from hpcpar.plan.layout import stage_layers
+from hpcpar.plan.network import cp_chunk_bytes
 
 MASK_BYTES = 1    # a dropout mask element
 
@@ -47,6 +49,8 @@ def state_bytes_per_param(job, zero=0, shard=1):
     e = job.elem_bytes
     if job.dtype in ("fp32", "fp64"):
         weights, grads, optim = e, e, e * job.engine.adam_buffers
+    elif job.engine.mixed_state_bytes is None:     # precision.py: fp32 gradients, master and Adam state
+        weights, grads, optim = 2, 4, 4 + 4 * job.engine.adam_buffers
     else:
         weights, grads, optim = job.engine.mixed_state_bytes
     return (weights / (shard if zero >= 3 else 1), grads / (shard if zero >= 2 else 1),
@@ -139,7 +143,7 @@ def comm_buffer_bytes(job, layout):
     if layout.sp:
         total += sbh
     if layout.cp > 1:      # two K/V chunks: the one in use and the one arriving
-        total += 2 * 2 * tokens_per_rank(job, layout) * kv_heads_per_rank(m, layout.tp) * m.head_dim * e
+        total += 2 * cp_chunk_bytes(job, layout)
     return total
 
 

@@ -13,6 +13,7 @@ NVLink; one that spans nodes goes through the network, and when k of its members
 rings that leave that node use k network ports at once, so beta = min(NVLink, k * port).  ZeRO and
 the gradient reduction run over the "shard" group: the dp * cp ranks that hold the same weights.
 """
+from hpcpar.plan.flops import kv_heads_per_rank
 from hpcpar.plan.hardware import Link
 
 
@@ -77,12 +78,24 @@ def dp_gradient_seconds(job, layout, nbytes):
     return half, half
 
 
+def cp_chunk_bytes(job, layout):
+    """One K and V chunk a rank passes on: 2 * (kv heads / t) * d * (s / cp) * b elements."""
+    m = job.model
+    return 2 * kv_heads_per_rank(m, layout.tp) * m.head_dim * (job.seq_len // layout.cp) * layout.mb * job.elem_bytes
+
+
+def cp_ring_crosses_nodes(job, layout):
+    """Whether the cp ring leaves the node: its members are tp ranks apart, so cp * tp > GPUs per node."""
+    size, local = members_per_node(layout, "cp", job.gpus_per_node)
+    return local < size
+
+
 def cp_ring_seconds(job, layout):
-    """Forward ring-attention traffic of one layer and micro-batch: cp - 1 hops of a K and V chunk."""
+    """Forward ring-attention traffic of one layer and micro-batch: cp - 1 hops of a K and V chunk,
+    all hops at once, so each step waits for the slowest: once the ring leaves the node, the hop that
+    crosses it goes through the sender's one network port (one ring, unlike a collective's k rings)."""
     if layout.cp == 1:
         return 0.0
-    m = job.model
-    kv = max(m.kv_heads // layout.tp, 1) * m.head_dim
-    chunk = 2 * kv * (job.seq_len // layout.cp) * layout.mb * job.elem_bytes
-    link = group_link(job.hardware, layout, "cp", job.gpus_per_node)
-    return (layout.cp - 1) * link.seconds(chunk)
+    hw = job.hardware
+    link = hw.inter if cp_ring_crosses_nodes(job, layout) else hw.intra
+    return (layout.cp - 1) * link.seconds(cp_chunk_bytes(job, layout))
