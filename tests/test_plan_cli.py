@@ -92,3 +92,23 @@ def test_validate_prints_predicted_and_published(capsys):
     out = capsys.readouterr().out
     assert "MPT-7B, 2048 tokens" in out and "llm-foundry" in out and "held out: 1 runs" in out
     assert main(["plan", "--validate", "no such run"]) == 2
+
+
+LLAMA3_CP16 = ["plan", "--model", "llama3-405b", "--gpus", "16384", "--hardware", "h100", "--global-batch", "128",
+               "--seq-len", "131072", "--flash-attention", "--tp", "8", "--cp", "16", "--pp", "16", "--top", "3"]
+
+
+def test_llama3_405b_at_tp8_cp16_pp16_on_16384_gpus(capsys):
+    """Llama 3's long-context layout (Dubey et al. 2024, Table 4 row 3, hpcpar/plan/runs/llama3.toml):
+    380 TFLOP/s per GPU published, 38 % MFU of the H100's 989; the planner's best such layout must fit
+    in 80 GB (the run ran) and land within a third of that."""
+    assert main(LLAMA3_CP16) == 0
+    out = capsys.readouterr().out
+    row = next(line.split() for line in out.splitlines() if line.split()[:1] == ["1"])
+    layout, mfu, gib = row[1], float(row[4].rstrip("%")) / 100, float(row[5])
+    assert layout.startswith("tp8-pp16-dp8-") and "-cp16-" in layout
+    assert 0.38 * 2 / 3 < mfu < 0.38 * 4 / 3 and gib < 80
+    assert main(LLAMA3_CP16 + ["--explain", layout]) == 0
+    explained = capsys.readouterr().out
+    # cp ranks are tp = 8 apart: with 8 GPUs per node every hop of the ring leaves the node
+    assert "CP ring: cp-1 = 15 hops" in explained and "over the network" in explained

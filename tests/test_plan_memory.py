@@ -83,17 +83,17 @@ def test_context_parallelism_divides_the_sequence():
     assert comm_buffer_bytes(j, four) == pytest.approx(sbh + 2 * 2 * 2048 // 4 * GPT.hidden // 2 * 2)
 
 
-def test_buffers_workspace_and_fragmentation_are_terms():
+def test_buffers_workspace_and_allocator_cache_are_terms():
     j, lay = job(), Layout(2, 2, 2, sp=True)
     terms = stage_memory(j, lay, 0, 2)
     assert terms["communication buffers"] == comm_buffer_bytes(j, lay) > 0
     assert terms["workspace"] == workspace_bytes(j, lay) > 0
-    assert "allocator fragmentation" not in terms
-    fragmented = job(engine=Engine(numpy_caches=False, fragmentation=0.1))
+    assert "allocator cache" not in terms
+    fragmented = job(engine=Engine(numpy_caches=False, allocator_cache=0.1))
     t = stage_memory(fragmented, lay, 0, 2)
     dynamic = sum(v for k, v in t.items() if k not in ("weights", "gradients", "optimizer state",
-                                                      "allocator fragmentation"))
-    assert t["allocator fragmentation"] == pytest.approx(0.1 * dynamic)
+                                                      "allocator cache"))
+    assert t["allocator cache"] == pytest.approx(0.1 * dynamic)
 
 
 def test_gpt3_cannot_fit_one_device():
@@ -121,3 +121,30 @@ def test_inflight_per_schedule():
     # Megatron's interleaved warm-up: 2 (p - 1) + (v - 1) p + 1 chunks on the first stage
     assert analytic_inflight("interleaved", 4, 8, 2, 0) == 2 * 3 + 4 + 1
     assert analytic_inflight("1f1b", 4, 2, 1, 0) == 2
+
+
+def test_op_level_selective_recompute_keeps_input_attention_and_half_the_gemm_outputs():
+    """torchtitan's policy: less than the whole set, more than full recomputation's layer input."""
+    ops = job(engine=Engine(flash_attention=True, numpy_caches=False, adam_buffers=2, selective_ops=True))
+    lay = Layout(1, 1, 8, recompute="selective")
+    kept = layer_activation_bytes(ops, lay)
+    assert layer_activation_bytes(ops, lay.with_(recompute="full")) < kept
+    assert kept < layer_activation_bytes(ops, lay.with_(recompute="none")) / 2
+
+
+def test_the_loss_keeps_one_micro_batchs_logits_at_the_engines_bytes():
+    eager = job(engine=Engine(numpy_caches=False, loss_bytes_per_logit=10))
+    lay = Layout(1, 4, 2, v=2, schedule="interleaved")
+    logits = 2048 * GPT.vocab
+    head = stage_memory(eager, lay, 3, 5)["head and logits"]
+    assert head == pytest.approx(10 * logits + 2 * 2048 * GPT.hidden * 2)       # one micro-batch, not 5
+    gpipe = stage_memory(eager, lay.with_(schedule="gpipe", v=1), 3, 5)["head and logits"]
+    assert gpipe == pytest.approx(5 * head)                                      # every forward first
+
+
+def test_the_allocator_cache_is_reported_but_need_not_fit():
+    """PyTorch reports its peak reserved memory; on a failed allocation it releases the cache first."""
+    from hpcpar.plan.step import estimate
+    cached = job(engine=Engine(flash_attention=True, numpy_caches=False, allocator_cache=100.0))
+    est = estimate(cached, Layout(1, 1, 8, zero=3))
+    assert est.memory_peak > cached.hardware.usable_bytes and est.fits

@@ -19,8 +19,11 @@ Three kinds of work, each from its own rate:
   cp - 1 hops of 2*kv*d*(s/cp)*b elements per layer forward, twice that backward (K, V and their
   gradients), overlapped with the attention core: only the part longer than the core shows.
 * fp8 (``engine.fp8``): the linear layers' GEMMs at the fp8 peak rate; the attention core stays 16-bit.
+* an engine whose kernels are slower than the fused ones the hardware's factor was fitted to (eager
+  PyTorch: one kernel per operation, launch gaps) runs every GEMM at ``engine.gemm_efficiency`` of the rate.
 
-Recomputation adds to B: the whole forward of every layer (full) or the attention core (selective).
+Recomputation adds to B: the whole forward of every layer (full) or the attention core (selective);
+PyTorch's op-level selective policy: every second linear GEMM and the element-wise passes.
 """
 from dataclasses import dataclass, field
 
@@ -42,7 +45,8 @@ def gemm_seconds(job, gemm):
     hw = job.hardware
     dtype = "fp8" if job.engine.fp8 and gemm.weight else job.dtype
     # the size class of a batched GEMM is its whole size, as in Calculon (one kernel launch)
-    compute = gemm.flops / hw.gemm_rate(gemm.flops, dtype) if gemm.flops else 0.0
+    rate = hw.gemm_rate(gemm.flops, dtype) * job.engine.gemm_efficiency
+    compute = gemm.flops / rate if gemm.flops else 0.0
     return max(compute, hw.memory_seconds(gemm.elements * job.elem_bytes))
 
 
@@ -94,6 +98,8 @@ def layer_times(job, layout):
     if layout.recompute == "full":
         t["recompute forward"] = sum(t[k] for k in ("fwd GEMM", "fwd element-wise", "fwd TP all-reduce"))
         t["recompute forward"] += t.get("fwd CP ring", 0.0)
+    elif layout.recompute == "selective" and job.engine.selective_ops:   # every second linear GEMM
+        t["recompute ops"] = linear / 2 + t["fwd element-wise"]               # and the element-wise passes
     elif layout.recompute == "selective" and not job.engine.flash_attention:
         t["recompute attention"] = core + hw.memory_seconds(elem["softmax, dropout"])
     return t
@@ -124,7 +130,7 @@ def stage_times(job, layout, stage, lt=None):
     ``lt``: the layer's times when already computed (they are the same on every stage)."""
     n = stage_layers(job.model.layers, layout.pp)[stage]
     lt = lt or layer_times(job, layout)
-    recompute = lt.get("recompute forward", 0.0) + lt.get("recompute attention", 0.0)
+    recompute = sum(v for k, v in lt.items() if k.startswith("recompute"))
     f = n * (lt["fwd GEMM"] + lt["fwd element-wise"] + lt["fwd TP all-reduce"] + lt.get("fwd CP ring", 0.0))
     b = n * (lt["bwd GEMM dX"] + lt["bwd element-wise"] + lt["bwd TP all-reduce"] + lt.get("bwd CP ring", 0.0)
              + recompute)

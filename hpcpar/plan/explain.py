@@ -78,7 +78,7 @@ def compute_section(est):
              f"  GEMM t = max(2mnk / (peak * efficiency(GFLOP) * calibration), bytes / HBM);  peak "
              f"{hw.peak(job.dtype) / 1e12:g} TFLOP/s {job.dtype}, calibration {hw.calibration:g}"]
     for g in gemms:
-        rate = hw.gemm_rate(g.flops, job.dtype)
+        rate = hw.gemm_rate(g.flops, job.dtype) * job.engine.gemm_efficiency
         lines.append(f"    {g.name:9s} {g.count:>5d} x ({g.m} x {g.k}) @ ({g.k} x {g.n})  {g.flops / 1e9:9.1f} GFLOP "
                      f"at {rate / 1e12:6.1f} TFLOP/s = {_ms(gemm_seconds(job, g))}")
     elem = elementwise_bytes(job, lay)

@@ -34,7 +34,12 @@ class Engine:
     gemm_workspace_bytes: float = 0.0      # fixed cuBLAS workspace per GPU
     fsdp_gather_once_with_pp: bool = False  # ZeRO-3 with pp > 1: a stage's weights gathered once per
                                       # step and kept, gradients accumulated unsharded (torchtitan)
-    fragmentation: float = 0.0        # caching allocator: unusable share of the per-micro-batch memory
+    allocator_cache: float = 0.0      # a caching allocator's reserve beyond what is allocated, as a share
+                                      # of the per-micro-batch memory (memory.py)
+    loss_bytes_per_logit: float = 4   # what the loss keeps per logit (memory.py); hpcpar: one fp32 array
+    selective_ops: bool = False       # selective recomputation is PyTorch's op-level policy (memory.py)
+    gemm_efficiency: float = 1.0      # the engine's kernels against the fused ones the hardware's
+                                      # factor was fitted to (eager PyTorch: published.EAGER)
 
 
 @dataclass(frozen=True)

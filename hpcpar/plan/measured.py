@@ -6,7 +6,7 @@ creates the optimizer state, the second runs with it).  numpy reports every arra
 tracemalloc, so the traced peak is the rank's peak of arrays (plus a few KB of Python objects).
 
 The prediction: the same run as a planner Job and Layout on hpcpar's engine (numpy caches, Adam with
-its scratch array, no fragmentation: tracemalloc counts what is requested), the rank's pipeline stage
+its scratch array, no allocator cache: tracemalloc counts what is requested), the rank's pipeline stage
 holding the micro-batches its schedule keeps in flight.
 """
 import gc

@@ -1,4 +1,4 @@
-"""Memory per GPU, term by term: model state, activations, buffers, workspace, fragmentation.
+"""Memory per GPU, term by term: model state, activations, buffers, workspace, allocator cache.
 
 Model state, bytes per parameter (docs/design.md, Memory; Rajbhandari et al. 2020, ZeRO), before sharding:
 
@@ -19,7 +19,9 @@ Activations kept per layer and micro-batch, 16-bit (Korthikanti et al. 2022, sec
     no parallelism        s*b*h*(34 + 5*a*s/h)  bytes
     tensor parallel       s*b*h*(10 + 24/t + 5*a*s/(h*t))
     + sequence parallel   s*b*h*(34 + 5*a*s/h) / t
-    selective recompute   drops the 5*a*s/h term (the attention scores are recomputed)
+    selective recompute   drops the 5*a*s/h term (the attention scores are recomputed); PyTorch's
+                          op-level policy (engine.selective_ops) keeps the layer input, the attention
+                          output and every second GEMM output instead
     full recompute        keeps only each layer's input, 2*s*b*h (/t with sp), plus one layer's full
                           set while that layer's backward runs
 
@@ -29,19 +31,30 @@ A stage keeps as many micro-batches in flight as its schedule dictates (``inflig
 
 Three terms no formula of the papers has, each explicit:
 
+    loss                   the logits of one micro-batch at loss_bytes_per_logit: hpcpar keeps one fp32
+                           (or fp64) array; eager PyTorch (``cross_entropy(logits.float())``) the 16-bit
+                           logits, their fp32 copy and the fp32 log-softmax it saves: 2 + 4 + 4
     communication buffers  p2p send + receive of one activation, the sequence-parallel all-gather of
                            b*s*h, the ring-attention K/V chunks in flight (2 of them), the engine's
                            fixed collective buffers (NCCL)
     workspace              the transient arrays of one layer's backward (gradient of the scores or
                            of the MLP's hidden layer) plus the engine's fixed GEMM workspace
-    fragmentation          the caching allocator's unusable share of what is allocated and freed
-                           every micro-batch (activations, workspace, buffers): engine.fragmentation
+    allocator cache        what a caching allocator (PyTorch's) holds reserved beyond what is allocated:
+                           freed blocks kept for reuse, split and fragmented, a share
+                           engine.allocator_cache of what is allocated and freed step by step
+                           (activations, gathered weights, logits, buffers, workspace).  It is part
+                           of the memory such a framework reports (its peak reserved memory) but not
+                           of what must fit: on a failed allocation the allocator releases its
+                           cache and retries (Estimate.fits leaves it out)
 """
 from hpcpar.plan.flops import kv_heads_per_rank
 from hpcpar.plan.layout import stage_layers
 from hpcpar.plan.network import cp_chunk_bytes
 
 MASK_BYTES = 1    # a dropout mask element
+# allocated once and kept all run; every other term is allocated and freed step by step
+STATE_TERMS = ("weights", "gradients", "optimizer state", "ZeRO gradient shard")
+ALLOCATOR_CACHE = "allocator cache"
 
 
 def state_bytes_per_param(job, zero=0, shard=1):
@@ -100,11 +113,27 @@ def layer_activation_terms(job, layout):
             "attention scores": scores}
 
 
+def op_level_selective_bytes(job, layout):
+    """PyTorch's op-level selective checkpointing (torchtitan): a layer keeps its input, the attention
+    output with its log-sum-exp and every second GEMM output; the rest is recomputed from them."""
+    m, t = job.model, layout.tp
+    seq_split = t if layout.sp else 1
+    # per rank: q, k, v and the MLP's up (and gate) projections column-parallel; the attention output
+    # projection and the MLP's down projection full width, split along the sequence with sp
+    outputs = (m.hidden + 2 * kv_heads_per_rank(m, t) * m.head_dim + (2 if m.gated else 1) * m.ffn) / t \
+        + 2 * m.hidden / seq_split
+    kept = m.hidden / seq_split + m.hidden / t + outputs / 2
+    sb = tokens_per_rank(job, layout)
+    return sb * (kept * job.elem_bytes + m.heads // t * 4)
+
+
 def layer_activation_bytes(job, layout):
     """Bytes one layer keeps per micro-batch under the layout's recomputation."""
     terms = layer_activation_terms(job, layout)
     if layout.recompute == "full":
         return tokens_per_rank(job, layout) * job.model.hidden * job.elem_bytes / (layout.tp if layout.sp else 1)
+    if layout.recompute == "selective" and job.engine.selective_ops:
+        return op_level_selective_bytes(job, layout)
     if layout.recompute == "selective" and not job.engine.flash_attention:
         return sum(terms.values()) - terms["attention scores"]
     return sum(terms.values())
@@ -176,17 +205,19 @@ def stage_memory(job, layout, stage, inflight):
     sbh = tokens_per_rank(job, lay) * m.hidden / (lay.tp if lay.sp else 1)
     if stage == 0 and m.dropout:   # the embedding's dropout mask, per micro-batch in flight
         terms["embedding dropout"] = sbh * MASK_BYTES * inflight
-    if stage == lay.pp - 1:        # final norm input, head input, logits (fp32 at least), per micro-batch in flight
-        logits = max(4, job.elem_bytes) * tokens_per_rank(job, lay) * m.vocab / lay.tp
-        terms["head and logits"] = (2 * sbh * job.elem_bytes + logits) * inflight
+    if stage == lay.pp - 1:        # final norm input, head input and the loss's logits
+        # one micro-batch's: the loss's backward follows the last chunk's forward at once, except in
+        # GPipe, where every forward comes first
+        at_once = inflight if lay.schedule == "gpipe" else 1
+        logits = max(job.engine.loss_bytes_per_logit, job.elem_bytes) * tokens_per_rank(job, lay) * m.vocab / lay.tp
+        terms["head and logits"] = (2 * sbh * job.elem_bytes + logits) * at_once
     if lay.zero in (1, 2) and job.engine.shard_grad_buffer:
         terms["ZeRO gradient shard"] = params * state_bytes_per_param(job)[1] / lay.shard
     terms["communication buffers"] = comm_buffer_bytes(job, lay)
     terms["workspace"] = workspace_bytes(job, lay)
-    static = ("weights", "gradients", "optimizer state", "ZeRO gradient shard")
-    dynamic = sum(v for k, v in terms.items() if k not in static)
-    if job.engine.fragmentation:
-        terms["allocator fragmentation"] = job.engine.fragmentation * dynamic
+    dynamic = sum(v for k, v in terms.items() if k not in STATE_TERMS)
+    if job.engine.allocator_cache:
+        terms[ALLOCATOR_CACHE] = job.engine.allocator_cache * dynamic
     return terms
 
 

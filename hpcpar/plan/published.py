@@ -9,8 +9,10 @@ schedule) is left to the planner, which picks its best choice among the options 
 Throughput is compared as step time: a published TFLOP/s per GPU is turned back into seconds per
 step with the FLOP count that source used (``convention``), tokens/s per GPU with the batch.
 
-``role = "fitting"`` rows fix the one fitted constant: the GEMM factor of each hardware profile
-(calibrate.fit_calibration).  Every other row is held out ("validation"): nothing was fitted to it.
+``role = "fitting"`` rows fix the GEMM factor of each hardware profile (calibrate.fit_calibration);
+``role = "framework-fitting"`` rows the two framework constants of fit.py (eager PyTorch's GEMM
+efficiency, the caching allocator's cache).  Every other row is held out ("validation"):
+nothing was fitted to it.
 """
 from dataclasses import dataclass, field
 from importlib import resources
@@ -24,7 +26,15 @@ from hpcpar.runtime import UsageError
 # Megatron-LM 2021: fp16, full recomputation, 1F1B or interleaved, no sequence parallelism or
 # distributed optimizer yet, its scatter/gather p2p optimisation (section 4.1), blocking p2p
 # send/recv pairs, DP all-reduce after the backward.
-PYTORCH = dict(numpy_caches=False, adam_buffers=2, shard_grad_buffer=False)
+# PyTorch's caching allocator reserves beyond what it allocates: fit.fit_allocator_cache on the
+# "framework-fitting" row of torchtitan-h100.toml (Llama 3.1 8B, FSDP + CP 1, 32K).
+PYTORCH = dict(numpy_caches=False, adam_buffers=2, shard_grad_buffer=False, allocator_cache=0.158)
+# Eager PyTorch (no torch.compile): fit.fit_gemm_efficiency on the "framework-fitting" row of
+# llm-foundry-h100.toml (MPT-30B on 16 GPUs); a run sets eager = true where its source ran eager.
+EAGER = dict(gemm_efficiency=0.796)
+# torchtitan and llm-foundry compute the loss as cross_entropy(logits.float()): 16-bit logits, their
+# fp32 copy and the fp32 log-softmax saved for the backward (memory.py).
+EAGER_LOSS = dict(loss_bytes_per_logit=2 + 4 + 4)
 FRAMEWORKS = {
     "megatron-2021": dict(engine=dict(scatter_gather_p2p=True, overlap_dp=False, overlap_p2p=False,
                                       mixed_state_bytes=(2, 2, 16)),
@@ -42,12 +52,14 @@ FRAMEWORKS = {
                           sp=(True,), dtype="bf16"),
     # torchtitan (FSDP2): flash attention (SDPA), fp32 sharded parameters, gradients and Adam state,
     # bf16 compute, fp32 gradient reduction; TP with sequence parallelism, PP schedules, CP.
-    # With PP it does not reshard after forward: each stage's weights stay gathered all step.
-    "torchtitan": dict(engine=dict(flash_attention=True, mixed_state_bytes=(4, 4, 8), fsdp_gather_once_with_pp=True),
+    # With PP it does not reshard after forward: each stage's weights stay gathered all step.  Its
+    # selective recomputation is the op-level policy (every second matmul output kept).
+    "torchtitan": dict(engine=dict(EAGER_LOSS, flash_attention=True, mixed_state_bytes=(4, 4, 8),
+                                   fsdp_gather_once_with_pp=True, selective_ops=True),
                        recompute=("none", "selective", "full"), schedules=("1f1b", "interleaved"), zero=(3,),
                        sp=(True,), dtype="bf16"),
     # llm-foundry (Composer FSDP, FULL_SHARD): flash (triton) attention, fp32 sharded state.
-    "llm-foundry": dict(engine=dict(flash_attention=True, mixed_state_bytes=(4, 4, 8)),
+    "llm-foundry": dict(engine=dict(EAGER_LOSS, flash_attention=True, mixed_state_bytes=(4, 4, 8)),
                         recompute=("none", "full"), schedules=("1f1b",), zero=(3,), sp=(False,), dtype="bf16"),
 }
 for _name in ("torchtitan", "llm-foundry", "megatron-core"):
@@ -80,12 +92,13 @@ class Run:
     schedule: str = ""
     engine: dict = field(default_factory=dict)              # per-run engine features (fp8, overlap_tp)
     hardware_changes: dict = field(default_factory=dict)    # inter_GBps, memory_GiB, hbm_GBps
-    role: str = "validation"        # or "fitting"
+    eager: bool = False             # PyTorch without torch.compile (EAGER)
+    role: str = "validation"        # or "fitting" (the hardware's GEMM factor), "framework-fitting" (fit.py)
 
     @property
     def features(self):
         f = FRAMEWORKS[self.framework]
-        engine = Engine(**dict(f["engine"], **self.engine))
+        engine = Engine(**dict(f["engine"], **(EAGER if self.eager else {}), **self.engine))
         return dict(f, engine=engine)
 
     def published_step(self, model):

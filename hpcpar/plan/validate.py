@@ -115,13 +115,13 @@ def report(runs=None):
     of the held-out rows (the rows no constant was fitted to)."""
     from hpcpar.plan.published import RUNS
     runs = RUNS if runs is None else runs
-    head = (f"{'run':44s} {'role':10s} {'framework':18s} {'throughput':>10s} {'memory':>7s} {'top 3':>5s}  "
+    head = (f"{'run':44s} {'role':17s} {'framework':18s} {'throughput':>10s} {'memory':>7s} {'top 3':>5s}  "
             "predicted layout")
     lines = [head, "-" * len(head)]
     held = []
     for run in runs:
         c = check(run)
-        lines.append(f"{run.name[:44]:44s} {run.role:10s} {run.framework:18s} {_pct(c.ratio):>10s} "
+        lines.append(f"{run.name[:44]:44s} {run.role:17s} {run.framework:18s} {_pct(c.ratio):>10s} "
                      f"{_pct(c.memory_ratio):>7s} {'yes' if c.top_choice else 'no':>5s}  {c.predicted.layout}")
         if run.role == "validation":
             held.append(c)
