@@ -51,3 +51,18 @@ def test_vendor_profiles(name, bf16, memory_gib):
     hw = load_hardware(name)
     assert hw.peak("bf16") == bf16 and hw.memory_bytes == memory_gib * 2**30
     assert hw.intra.bandwidth > hw.inter.bandwidth and 0.5 < hw.calibration <= 1.0
+
+
+def test_the_cp_ring_hop_that_leaves_the_node_uses_one_port():
+    """Ring attention is one ring: with cp * tp > GPUs per node each step waits for a network hop."""
+    from hpcpar.plan.job import Job
+    from hpcpar.plan.models import load_model
+    from hpcpar.plan.network import cp_chunk_bytes, cp_ring_crosses_nodes, cp_ring_seconds
+    model = load_model("llama3-8b")          # 8 key/value heads of 128
+    inside = Job(model, A100, 8, 8, 8, 8192)
+    assert not cp_ring_crosses_nodes(inside, Layout(2, 1, 1, cp=4))
+    assert cp_chunk_bytes(inside, Layout(2, 1, 1, cp=4)) == 2 * 4 * 128 * 2048 * 2
+    across = Job(model, A100, 16, 8, 8, 8192)
+    lay = Layout(4, 1, 1, cp=4)
+    assert cp_ring_crosses_nodes(across, lay)
+    assert cp_ring_seconds(across, lay) == pytest.approx(3 * A100.inter.seconds(cp_chunk_bytes(across, lay)))
