@@ -48,3 +48,67 @@ def test_missing_flags_exit_2(capsys):
 def test_nothing_fits(capsys):
     assert main(["plan", "--model", "gpt3-175b", "--gpus", "8", "--global-batch", "8", "--seq-len", "2048"]) == 2
     assert "no layout fits" in capsys.readouterr().err
+
+
+LLAMA8B = ["plan", "--model", "llama3-8b", "--gpus", "16", "--hardware", "h100", "--global-batch", "32",
+           "--seq-len", "8192", "--flash-attention", "--top", "50"]
+
+
+def _layouts(out):
+    from hpcpar.plan.layout import parse_layout
+    rows = [line.split() for line in out.splitlines()]
+    return [parse_layout(r[1]) for r in rows if len(r) > 1 and r[0].isdigit() and r[1].startswith("tp")]
+
+
+@pytest.mark.parametrize("flags, holds", [
+    (["--tp", "8"], lambda lay: lay.tp == 8),
+    (["--tp", "2", "--pp", "2"], lambda lay: (lay.tp, lay.pp) == (2, 2)),
+    (["--zero", "3"], lambda lay: lay.zero == 3),
+    (["--recompute", "full"], lambda lay: lay.recompute == "full"),
+    (["--cp", "2", "--tp", "2"], lambda lay: lay.cp == 2 and lay.tp * lay.cp * lay.pp * lay.dp == 16),
+])
+def test_pinned_axes_hold_in_every_listed_layout(capsys, flags, holds):
+    assert main(LLAMA8B + flags) == 0
+    layouts = _layouts(capsys.readouterr().out)
+    assert layouts and all(holds(lay) for lay in layouts)
+
+
+def test_engine_and_hardware_flags_change_the_plan(capsys):
+    pinned = ["--tp", "8", "--zero", "3", "--recompute", "full", "--top", "1"]
+    step = {}
+    for name, extra in (("plain", []), ("fp8", ["--fp8"]), ("overlap", ["--overlap-tp"]),
+                        ("slow net", ["--inter-gbps", "5"])):
+        assert main(LLAMA8B + pinned + extra) == 0
+        step[name] = float(capsys.readouterr().out.splitlines()[-1].split()[2])
+    assert step["fp8"] < step["plain"] and step["overlap"] <= step["plain"] < step["slow net"]
+    assert main(LLAMA8B + ["--memory-gib", "1"]) == 2
+    assert "no layout fits" in capsys.readouterr().err
+    assert main(LLAMA8B + ["--intra-gbps", "0"]) == 2
+    assert "must be positive" in capsys.readouterr().err
+
+
+def test_validate_prints_predicted_and_published(capsys):
+    assert main(["plan", "--validate", "MPT-7B, 2048"]) == 0
+    out = capsys.readouterr().out
+    assert "MPT-7B, 2048 tokens" in out and "llm-foundry" in out and "held out: 1 runs" in out
+    assert main(["plan", "--validate", "no such run"]) == 2
+
+
+LLAMA3_CP16 = ["plan", "--model", "llama3-405b", "--gpus", "16384", "--hardware", "h100", "--global-batch", "128",
+               "--seq-len", "131072", "--flash-attention", "--tp", "8", "--cp", "16", "--pp", "16", "--top", "3"]
+
+
+def test_llama3_405b_at_tp8_cp16_pp16_on_16384_gpus(capsys):
+    """Llama 3's long-context layout (Dubey et al. 2024, Table 4 row 3, hpcpar/plan/runs/llama3.toml):
+    380 TFLOP/s per GPU published, 38 % MFU of the H100's 989; the planner's best such layout must fit
+    in 80 GB (the run ran) and land within a third of that."""
+    assert main(LLAMA3_CP16) == 0
+    out = capsys.readouterr().out
+    row = next(line.split() for line in out.splitlines() if line.split()[:1] == ["1"])
+    layout, mfu, gib = row[1], float(row[4].rstrip("%")) / 100, float(row[5])
+    assert layout.startswith("tp8-pp16-dp8-") and "-cp16-" in layout
+    assert 0.38 * 2 / 3 < mfu < 0.38 * 4 / 3 and gib < 80
+    assert main(LLAMA3_CP16 + ["--explain", layout]) == 0
+    explained = capsys.readouterr().out
+    # cp ranks are tp = 8 apart: with 8 GPUs per node every hop of the ring leaves the node
+    assert "CP ring: cp-1 = 15 hops" in explained and "over the network" in explained

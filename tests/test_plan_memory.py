@@ -1,17 +1,20 @@
-"""Memory per GPU (hpcpar/plan/memory.py) against the formulas of docs/design.md (Memory)."""
+"""Memory per GPU (hpcpar/plan/memory.py) against the formulas of docs/design.md (Memory), term by term;
+the check against hpcpar's own measured peak is test_plan_measured_memory.py."""
 import pytest
 
 from hpcpar.plan.hardware import load_hardware
 from hpcpar.plan.job import Engine, Job
 from hpcpar.plan.layout import Layout, stage_layers
-from hpcpar.plan.memory import (analytic_inflight, layer_activation_bytes, layer_activation_terms,
-                                stage_memory, stage_params, state_bytes_per_param)
+from hpcpar.plan.memory import (analytic_inflight, comm_buffer_bytes, layer_activation_bytes,
+                                layer_activation_terms, stage_memory, stage_params, state_bytes_per_param,
+                                workspace_bytes)
 from hpcpar.plan.models import load_model, parse_dims
 
 GPT = parse_dims("l=24,h=2048,a=16,V=51200,dropout=1")
+MEGATRON = Engine(numpy_caches=False, adam_buffers=2)   # the tensors Korthikanti et al. count; Adam m, v
 
 
-def job(model=GPT, gpus=8, seq=2048, batch=64, dtype="bf16", engine=Engine()):
+def job(model=GPT, gpus=8, seq=2048, batch=64, dtype="bf16", engine=MEGATRON):
     return Job(model, load_hardware("a100"), gpus, 8, batch, seq, dtype, engine)
 
 
@@ -36,17 +39,61 @@ def test_recomputation_keeps_less():
     assert none - sel == pytest.approx(5 * a * s * s / 2)            # the scores, per TP rank
     assert full == 2 * s * GPT.hidden                                # the layer input, 16-bit
     assert layer_activation_terms(j, lay)["attention scores"] > 0
-    flash = job(engine=Engine(flash_attention=True))
+    flash = job(engine=Engine(flash_attention=True, numpy_caches=False, adam_buffers=2))
     assert layer_activation_terms(flash, lay)["attention scores"] < none / 100
 
 
-def test_model_state_bytes_and_zero1():
+def test_model_state_bytes_and_zero_stages():
     j = job()
-    assert sum(state_bytes_per_param(j)) == 16                       # 2 + 2 + 12
-    assert state_bytes_per_param(j, zero1=True, dp=4) == (2, 2, 3)
-    assert sum(state_bytes_per_param(job(dtype="fp64"))) == 32
-    lay, z = Layout(1, 1, 8), Layout(1, 1, 8, zero1=True)
+    # precision.py keeps a bf16 compute copy, fp32 gradients, fp32 master weights, Adam m and v
+    assert sum(state_bytes_per_param(j)) == 18                       # 2 + 4 + (4 + 8)
+    assert sum(state_bytes_per_param(job(engine=Engine()))) == 22    # + hpcpar's fp32 Adam scratch
+    assert state_bytes_per_param(j, zero=1, shard=4) == (2, 4, 3)
+    assert state_bytes_per_param(j, zero=2, shard=4) == (2, 1, 3)
+    assert state_bytes_per_param(j, zero=3, shard=4) == (0.5, 1, 3)
+    assert sum(state_bytes_per_param(job(dtype="fp64"))) == 32       # 8 + 8 + 16 (Adam m, v)
+    assert sum(state_bytes_per_param(job(dtype="fp32", engine=Engine()))) == 20   # + hpcpar's scratch
+    lay, z = Layout(1, 1, 8), Layout(1, 1, 8, zero=1)
     assert stage_memory(j, z, 0, 1)["optimizer state"] == stage_memory(j, lay, 0, 1)["optimizer state"] / 8
+
+
+def test_zero_shards_over_dp_times_cp():
+    lay = Layout(1, 1, 4, zero=1, cp=2)
+    assert lay.shard == 8 and lay.gpus == 8
+    assert stage_memory(job(), lay, 0, 1)["optimizer state"] == pytest.approx(stage_params(job(), lay, 0) * 12 / 8)
+
+
+def test_fsdp_keeps_two_whole_units_and_one_gradient():
+    j, lay = job(), Layout(1, 1, 8, zero=3)
+    terms = stage_memory(j, lay, 0, 1)
+    unit = max(GPT.layer_params(), GPT.vocab * GPT.hidden)
+    assert terms["FSDP gathered units"] == pytest.approx(unit * (2 * 2 + 4))    # + one fp32 gradient
+    assert terms["weights"] == pytest.approx(stage_params(j, lay, 0) * 2 / 8)
+    once = job(engine=Engine(numpy_caches=False, adam_buffers=2, fsdp_gather_once_with_pp=True))
+    piped = Layout(1, 2, 4, zero=3)
+    assert stage_memory(once, piped, 1, 1)["FSDP gathered stage"] == pytest.approx(stage_params(once, piped, 1) * (2 + 4))
+
+
+def test_context_parallelism_divides_the_sequence():
+    j = job(engine=Engine(flash_attention=True, numpy_caches=False, adam_buffers=2))
+    one, four = Layout(2, 1, 4, sp=True), Layout(2, 1, 1, sp=True, cp=4)
+    assert layer_activation_bytes(j, four) == pytest.approx(layer_activation_bytes(j, one) / 4)
+    # ring attention: two K/V chunks of s/cp tokens in flight, on top of the SP all-gather buffer
+    sbh = 2048 // 4 * GPT.hidden * 2
+    assert comm_buffer_bytes(j, four) == pytest.approx(sbh + 2 * 2 * 2048 // 4 * GPT.hidden // 2 * 2)
+
+
+def test_buffers_workspace_and_allocator_cache_are_terms():
+    j, lay = job(), Layout(2, 2, 2, sp=True)
+    terms = stage_memory(j, lay, 0, 2)
+    assert terms["communication buffers"] == comm_buffer_bytes(j, lay) > 0
+    assert terms["workspace"] == workspace_bytes(j, lay) > 0
+    assert "allocator cache" not in terms
+    fragmented = job(engine=Engine(numpy_caches=False, allocator_cache=0.1))
+    t = stage_memory(fragmented, lay, 0, 2)
+    dynamic = sum(v for k, v in t.items() if k not in ("weights", "gradients", "optimizer state",
+                                                      "allocator cache"))
+    assert t["allocator cache"] == pytest.approx(0.1 * dynamic)
 
 
 def test_gpt3_cannot_fit_one_device():
@@ -74,3 +121,30 @@ def test_inflight_per_schedule():
     # Megatron's interleaved warm-up: 2 (p - 1) + (v - 1) p + 1 chunks on the first stage
     assert analytic_inflight("interleaved", 4, 8, 2, 0) == 2 * 3 + 4 + 1
     assert analytic_inflight("1f1b", 4, 2, 1, 0) == 2
+
+
+def test_op_level_selective_recompute_keeps_input_attention_and_half_the_gemm_outputs():
+    """torchtitan's policy: less than the whole set, more than full recomputation's layer input."""
+    ops = job(engine=Engine(flash_attention=True, numpy_caches=False, adam_buffers=2, selective_ops=True))
+    lay = Layout(1, 1, 8, recompute="selective")
+    kept = layer_activation_bytes(ops, lay)
+    assert layer_activation_bytes(ops, lay.with_(recompute="full")) < kept
+    assert kept < layer_activation_bytes(ops, lay.with_(recompute="none")) / 2
+
+
+def test_the_loss_keeps_one_micro_batchs_logits_at_the_engines_bytes():
+    eager = job(engine=Engine(numpy_caches=False, loss_bytes_per_logit=10))
+    lay = Layout(1, 4, 2, v=2, schedule="interleaved")
+    logits = 2048 * GPT.vocab
+    head = stage_memory(eager, lay, 3, 5)["head and logits"]
+    assert head == pytest.approx(10 * logits + 2 * 2048 * GPT.hidden * 2)       # one micro-batch, not 5
+    gpipe = stage_memory(eager, lay.with_(schedule="gpipe", v=1), 3, 5)["head and logits"]
+    assert gpipe == pytest.approx(5 * head)                                      # every forward first
+
+
+def test_the_allocator_cache_is_reported_but_need_not_fit():
+    """PyTorch reports its peak reserved memory; on a failed allocation it releases the cache first."""
+    from hpcpar.plan.step import estimate
+    cached = job(engine=Engine(flash_attention=True, numpy_caches=False, allocator_cache=100.0))
+    est = estimate(cached, Layout(1, 1, 8, zero=3))
+    assert est.memory_peak > cached.hardware.usable_bytes and est.fits

@@ -8,12 +8,25 @@ from hpcpar.plan.network import all_reduce_seconds, group_link, members_per_node
 A100 = load_hardware("a100")
 
 
-def test_groups_follow_tp_then_dp_then_pp():
-    # rank = tp + TP*(dp + DP*pp): a TP group is consecutive, DP members are TP apart
-    assert members_per_node(8, 8, 16, "tp", 8) == (8, 8)
-    assert members_per_node(8, 8, 16, "dp", 8) == (16, 1)
-    assert members_per_node(2, 8, 64, "dp", 8) == (64, 4)
-    assert members_per_node(2, 2, 2, "pp", 8) == (2, 2)
+def test_groups_follow_tp_then_cp_then_dp_then_pp():
+    # rank = tp + TP*(cp + CP*(dp + DP*pp)): a TP group is consecutive, CP members TP apart, DP TP*CP
+    assert members_per_node(Layout(8, 8, 16), "tp", 8) == (8, 8)
+    assert members_per_node(Layout(8, 8, 16), "dp", 8) == (16, 1)
+    assert members_per_node(Layout(2, 8, 64), "dp", 8) == (64, 4)
+    assert members_per_node(Layout(2, 2, 2), "pp", 8) == (2, 2)
+    assert members_per_node(Layout(2, 1, 4, cp=2), "cp", 8) == (2, 2)
+    assert members_per_node(Layout(2, 1, 4, cp=2), "dp", 8) == (4, 2)
+    assert members_per_node(Layout(8, 16, 4, cp=16), "cp", 8) == (16, 1)     # Llama 3: CP crosses nodes
+    assert members_per_node(Layout(2, 1, 4, cp=2), "shard", 8) == (8, 4)
+
+
+def test_grid_order_matches_hpcpar_grid():
+    from hpcpar.grid import GridLayout
+    for tp, pp, dp in ((2, 2, 2), (2, 8, 64), (4, 2, 8), (1, 4, 16)):
+        grid = GridLayout(tp, pp, dp, tp * pp * dp)
+        for axis in ("tp", "dp", "pp"):
+            group = grid.group(0, axis)
+            assert members_per_node(Layout(tp, pp, dp), axis, 8) == (len(group), sum(r < 8 for r in group))
 
 
 def test_links_by_placement():
@@ -38,3 +51,18 @@ def test_vendor_profiles(name, bf16, memory_gib):
     hw = load_hardware(name)
     assert hw.peak("bf16") == bf16 and hw.memory_bytes == memory_gib * 2**30
     assert hw.intra.bandwidth > hw.inter.bandwidth and 0.5 < hw.calibration <= 1.0
+
+
+def test_the_cp_ring_hop_that_leaves_the_node_uses_one_port():
+    """Ring attention is one ring: with cp * tp > GPUs per node each step waits for a network hop."""
+    from hpcpar.plan.job import Job
+    from hpcpar.plan.models import load_model
+    from hpcpar.plan.network import cp_chunk_bytes, cp_ring_crosses_nodes, cp_ring_seconds
+    model = load_model("llama3-8b")          # 8 key/value heads of 128
+    inside = Job(model, A100, 8, 8, 8, 8192)
+    assert not cp_ring_crosses_nodes(inside, Layout(2, 1, 1, cp=4))
+    assert cp_chunk_bytes(inside, Layout(2, 1, 1, cp=4)) == 2 * 4 * 128 * 2048 * 2
+    across = Job(model, A100, 16, 8, 8, 8192)
+    lay = Layout(4, 1, 1, cp=4)
+    assert cp_ring_crosses_nodes(across, lay)
+    assert cp_ring_seconds(across, lay) == pytest.approx(3 * A100.inter.seconds(cp_chunk_bytes(across, lay)))

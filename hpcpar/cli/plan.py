@@ -2,6 +2,9 @@
 
   hpcpar plan --model gpt3-175b --gpus 1024 --gpus-per-node 8 --hardware a100 \\
               --global-batch 1536 --seq-len 2048 [--top 10] [--explain top] [--plot plan.png]
+              [--tp 8] [--pp N] [--cp 16] [--zero 1|2|3] [--recompute none|selective|full]
+              [--overlap-tp | --no-overlap-tp] [--fp8] [--intra-gbps 450 --inter-gbps 50 --memory-gib 80]
+  hpcpar plan --validate [MATCH]               predicted vs published runs (hpcpar/plan/runs/*.toml)
   hpcpar plan calibrate [--out local.toml]      measure this machine into a hardware profile
   hpcpar plan local --hardware local.toml --model small --dtype fp32 --global-batch 16 [--tp 2]
               [--pp 2 --microbatches 4] [--dp 2]    every term of one hpcpar train step on this machine
@@ -9,10 +12,14 @@
 --model: gpt2, gpt3-175b, llama-70b, ... (the files in hpcpar/plan/models), a .toml file, or dims such
 as l=24,h=2048,a=16,V=50257[,kv=8,f=5632,gated=1,tied=0].  --hardware: a100, h100, h200 or a profile
 .toml (e.g. from `hpcpar plan calibrate`).  A LAYOUT is written tp8-pp8-dp16-mb1-v1-1f1b[-sp][-z1]
-[-rcsel|-rcfull]: tensor, pipeline and data parallel sizes, micro-batch size, chunks per stage,
-schedule (gpipe, 1f1b, interleaved, zb-h1), sequence parallelism, ZeRO-1, selective or full
-recomputation.  The model behind the numbers: docs/planning.md.
+[-cp2][-z1|-z2|-z3][-rcsel|-rcfull]: tensor, pipeline and data parallel sizes, micro-batch size,
+chunks per stage, schedule (gpipe, 1f1b, interleaved, zb-h1), sequence parallelism, context
+parallelism, ZeRO stage (z3: FSDP), selective or full recomputation.  --tp/--pp/--dp/--cp/--zero/
+--recompute pin that part of the layout and the search ranks the rest.  The model behind the
+numbers: docs/planning.md.
 """
+import argparse
+
 HELP = "rank layouts of a training job by predicted step time and memory (no MPI)"
 
 
@@ -28,13 +35,27 @@ def add_arguments(p):
     p.add_argument("--dtype", default=None, choices=["bf16", "fp16", "fp32", "fp64"],
                    help="training precision (default bf16, or fp32 for a profile without bf16)")
     p.add_argument("--flash-attention", action="store_true", help="the engine fuses attention")
+    p.add_argument("--overlap-tp", action=argparse.BooleanOptionalAction, default=False,
+                   help="TP collectives overlapped with the GEMMs (--no-overlap-tp: exposed, the default)")
+    p.add_argument("--fp8", action="store_true", help="linear-layer GEMMs in fp8 (needs an fp8 peak)")
+    p.add_argument("--zero", type=int, choices=[0, 1, 2, 3], help="pin the ZeRO stage (3: FSDP)")
+    p.add_argument("--recompute", choices=["none", "selective", "full"], help="pin the recomputation")
+    p.add_argument("--cp", type=int, default=1, help="context-parallel size (default 1)")
+    for flag, what in (("intra-gbps", "NVLink bandwidth per GPU, one direction, GB/s"),
+                       ("inter-gbps", "network bandwidth per GPU, GB/s"), ("memory-gib", "memory per GPU, GiB"),
+                       ("hbm-gbps", "memory bandwidth, GB/s")):
+        p.add_argument(f"--{flag}", type=float, help=f"override the hardware profile's {what}")
+    p.add_argument("--validate", nargs="?", const="", metavar="MATCH",
+                   help="predicted vs published throughput and memory of the published runs (those whose "
+                        "name contains MATCH)")
     p.add_argument("--top", type=int, default=10, help="layouts to list (default 10)")
     p.add_argument("--explain", metavar="LAYOUT", help="print every term of one layout ('top': the best)")
     p.add_argument("--plot", metavar="PNG", help="draw memory and time of the listed layouts")
     p.add_argument("--out", default="local.toml", help="calibrate: where to write the profile")
-    for flag in ("tp", "pp", "dp", "microbatches", "chunks"):
-        p.add_argument(f"--{flag}", type=int, default=0 if flag in ("microbatches", "chunks") else 1,
-                       help=f"local: hpcpar train's --{flag}")
+    for flag in ("tp", "pp", "dp"):
+        p.add_argument(f"--{flag}", type=int, default=0, help=f"pin the {flag} size (local: hpcpar train's --{flag})")
+    for flag in ("microbatches", "chunks"):
+        p.add_argument(f"--{flag}", type=int, default=0, help=f"local: hpcpar train's --{flag}")
     p.add_argument("--schedule", default="1f1b", help="local: hpcpar train's --schedule")
 
 
@@ -50,14 +71,46 @@ def _job(args):
     for name in ("gpus", "global_batch", "seq_len", "top"):
         if getattr(args, name) < 1:
             raise UsageError(f"--{name.replace('_', '-')} must be a positive integer")
-    hw = load_hardware(args.hardware)
+    hw = with_overrides(load_hardware(args.hardware), args)
     gpn = args.gpus_per_node or hw.gpus_per_node
     if gpn < 1:
         raise UsageError("--gpus-per-node must be a positive integer")
     dtype = args.dtype or ("bf16" if "bf16" in hw.peak_flops else "fp32")
     hw.peak(dtype)     # refuses a dtype the profile has no rate for
     return Job(load_model(args.model), hw, args.gpus, min(gpn, args.gpus), args.global_batch, args.seq_len,
-               dtype=dtype, engine=Engine(flash_attention=args.flash_attention))
+               dtype=dtype, engine=Engine(flash_attention=args.flash_attention, overlap_tp=args.overlap_tp,
+                                          fp8=args.fp8))
+
+
+def with_overrides(hw, args):
+    """The profile with the --intra-gbps, --inter-gbps, --memory-gib and --hbm-gbps values put in."""
+    from dataclasses import replace
+
+    from hpcpar.runtime import UsageError
+    given = {k: getattr(args, k) for k in ("intra_gbps", "inter_gbps", "memory_gib", "hbm_gbps")
+             if getattr(args, k) is not None}
+    if any(v <= 0 for v in given.values()):
+        raise UsageError("--intra-gbps, --inter-gbps, --memory-gib and --hbm-gbps must be positive")
+    changes = {"intra": replace(hw.intra, bandwidth=given["intra_gbps"] * 1e9) if "intra_gbps" in given else hw.intra,
+               "inter": replace(hw.inter, bandwidth=given["inter_gbps"] * 1e9) if "inter_gbps" in given else hw.inter,
+               "memory_bytes": given.get("memory_gib", hw.memory_bytes / 2**30) * 2**30,
+               "hbm_bandwidth": given.get("hbm_gbps", hw.hbm_bandwidth / 1e9) * 1e9}
+    return replace(hw, **changes)
+
+
+def _space(args):
+    """The search space with the pinned parts of the layout (--tp, --pp, --dp, --cp, --zero, --recompute)."""
+    from hpcpar.plan.search import Space
+    from hpcpar.runtime import UsageError
+    fixed = {k: getattr(args, k) for k in ("tp", "pp", "dp") if getattr(args, k)}
+    if args.cp < 1 or any(v < 1 for v in fixed.values()):
+        raise UsageError("--tp, --pp, --dp and --cp must be positive")
+    fixed["cp"] = args.cp
+    if args.zero is not None:
+        fixed["zero"] = args.zero
+    if args.recompute:
+        fixed["recompute"] = args.recompute
+    return Space(fixed=tuple(fixed.items()), max_tp=args.tp or 0)
 
 
 def _table(estimates):
@@ -83,8 +136,8 @@ def _calibrate(args):
 def _local(args):
     from hpcpar.plan.local import explain_local, predict_local
     dtype = {"fp32": "float32", "fp64": "float64", None: "float32"}.get(args.dtype, args.dtype)
-    print(explain_local(predict_local(args.hardware, model=args.model or "tiny", tp=args.tp, pp=args.pp,
-                                      dp=args.dp, schedule=args.schedule, microbatches=args.microbatches,
+    print(explain_local(predict_local(args.hardware, model=args.model or "tiny", tp=args.tp or 1, pp=args.pp or 1,
+                                      dp=args.dp or 1, schedule=args.schedule, microbatches=args.microbatches,
                                       chunks=args.chunks, batch_size=args.global_batch or 16, dtype=dtype)))
     return 0
 
@@ -97,6 +150,14 @@ def run(args):
         return _calibrate(args)
     if args.action == "local":
         return _local(args)
+    if args.validate is not None:
+        from hpcpar.plan.published import RUNS
+        from hpcpar.plan.validate import report
+        runs = [r for r in RUNS if args.validate.lower() in r.name.lower()]
+        if not runs:
+            raise UsageError(f"--validate {args.validate}: no published run's name contains it")
+        print(report(runs))
+        return 0
     from hpcpar.plan.explain import explain
     from hpcpar.plan.layout import parse_layout
     from hpcpar.plan.search import search
@@ -110,7 +171,7 @@ def run(args):
             raise UsageError(f"layout {layout}: {reason}")
         print(explain(estimate(job, layout)))
         return 0
-    ranking = search(job, refine=max(40, 2 * args.top))
+    ranking = search(job, _space(args), refine=max(40, 2 * args.top))
     seconds = time.perf_counter() - start
     m = job.model
     print(f"{m.name} ({m.params(job.seq_len) / 1e9:.1f} B parameters) on {job.gpus} x {job.hardware.name} "

@@ -10,16 +10,27 @@ Three kinds of work, each from its own rate:
       2*sbf/t (activation; 3 for gated), 2 + 3 (softmax, dropout) * a*s*s*b/t (not with flash attention)
   and backward about twice that.
 * tensor-parallel collectives (network.py): 2 all-reduces of b*s*h forward and 2 backward per layer
-  (with sequence parallelism an all-gather + reduce-scatter pair each: the same ring time).  The
-  engine does not overlap them with compute, so they add.
+  (with sequence parallelism an all-gather + reduce-scatter pair each: the same ring time).  hpcpar's
+  engine does not overlap them with compute, so they add; an engine that does (``overlap_tp``: the
+  collective split into chunks pipelined with the GEMM that consumes or produces it) hides each of
+  the four all-gathers / reduce-scatters of a pass under its own GEMM only (QKV, attention output,
+  MLP up, MLP down; twice those GEMMs backward): what is longer than its GEMM shows.
+* context parallelism (ring attention): each of the cp ranks sends its K and V chunk around the ring,
+  cp - 1 hops of 2*kv*d*(s/cp)*b elements per layer forward, twice that backward (K, V and their
+  gradients), overlapped with the attention core: only the part longer than the core shows.
+* fp8 (``engine.fp8``): the linear layers' GEMMs at the fp8 peak rate; the attention core stays 16-bit.
+* an engine whose kernels are slower than the fused ones the hardware's factor was fitted to (eager
+  PyTorch: one kernel per operation, launch gaps) runs every GEMM at ``engine.gemm_efficiency`` of the rate.
 
-Recomputation adds to B: the whole forward of every layer (full) or the attention core (selective).
+Recomputation adds to B: the whole forward of every layer (full) or the attention core (selective);
+PyTorch's op-level selective policy: every second linear GEMM and the element-wise passes.
 """
 from dataclasses import dataclass, field
 
 from hpcpar.plan.flops import layer_gemms, logits_gemm
 from hpcpar.plan.layout import stage_layers
-from hpcpar.plan.network import tp_all_reduce
+from hpcpar.plan.memory import tokens_per_rank
+from hpcpar.plan.network import cp_ring_seconds, tp_all_reduce
 
 
 @dataclass
@@ -32,44 +43,64 @@ class StageTimes:
 
 def gemm_seconds(job, gemm):
     hw = job.hardware
+    dtype = "fp8" if job.engine.fp8 and gemm.weight else job.dtype
     # the size class of a batched GEMM is its whole size, as in Calculon (one kernel launch)
-    compute = gemm.flops / hw.gemm_rate(gemm.flops, job.dtype) if gemm.flops else 0.0
+    rate = hw.gemm_rate(gemm.flops, dtype) * job.engine.gemm_efficiency
+    compute = gemm.flops / rate if gemm.flops else 0.0
     return max(compute, hw.memory_seconds(gemm.elements * job.elem_bytes))
+
+
+def exposed(comm, under):
+    """The part of ``comm`` seconds that ``under`` seconds of compute running alongside cannot hide."""
+    return max(comm - under, 0.0)
 
 
 def elementwise_bytes(job, layout):
     """HBM bytes read + written by one layer's element-wise forward passes, per micro-batch."""
     m, t, e = job.model, layout.tp, job.elem_bytes
-    sb = job.seq_len * layout.mb
+    sb = tokens_per_rank(job, layout)
     mask = 1 if m.dropout else 0
     norms_and_residuals = sb * m.hidden * (2 * 2 * e + 2 * (3 * e + mask)) / (t if layout.sp else 1)
     activation = sb * m.ffn / t * (3 if m.gated else 2) * e
     scores = 0.0
     if not job.engine.flash_attention:
-        scores = (m.heads // t) * layout.mb * job.seq_len**2 * (2 * e + (2 * e + mask if m.dropout else 0))
+        scores = (m.heads // t) * sb * job.seq_len * (2 * e + (2 * e + mask if m.dropout else 0))
     return {"norms, residuals": norms_and_residuals, "activation": activation, "softmax, dropout": scores}
 
 
 def layer_times(job, layout):
     """Seconds of one layer for one micro-batch, by term."""
-    gemms = layer_gemms(job.model, layout.mb, job.seq_len, layout.tp)
+    gemms = layer_gemms(job.model, layout.mb, job.seq_len, layout.tp, layout.cp)
     hw = job.hardware
-    sbh_bytes = job.seq_len * layout.mb * job.model.hidden * job.elem_bytes
+    sbh_bytes = tokens_per_rank(job, layout) * job.model.hidden * job.elem_bytes
     elem = elementwise_bytes(job, layout)
+    linear = sum(gemm_seconds(job, g) for g in gemms if g.weight)
+    core = sum(gemm_seconds(job, g) for g in gemms if not g.weight)
+    tp_pass = 2 * tp_all_reduce(job, layout, sbh_bytes)
+    tp_fwd = tp_bwd = tp_pass
+    if job.engine.overlap_tp:   # each of the 4 half-collectives hides under its own GEMM only
+        quarter = tp_pass / 4
+        tp_fwd = sum(exposed(quarter, gemm_seconds(job, g)) for g in gemms if g.weight)
+        tp_bwd = sum(exposed(quarter, 2 * gemm_seconds(job, g)) for g in gemms if g.weight)
+    ring = cp_ring_seconds(job, layout)
     t = {
-        "fwd GEMM": sum(gemm_seconds(job, g) for g in gemms),
+        "fwd GEMM": linear + core,
         "fwd element-wise": hw.memory_seconds(sum(elem.values())),
-        "fwd TP all-reduce": 2 * tp_all_reduce(job, layout, sbh_bytes),
+        "fwd TP all-reduce": tp_fwd,
         # backward: every GEMM twice (dX and dW); the attention core's two are both dX work
-        "bwd GEMM dX": sum(gemm_seconds(job, g) * (1 if g.weight else 2) for g in gemms),
-        "bwd GEMM dW": sum(gemm_seconds(job, g) for g in gemms if g.weight),
+        "bwd GEMM dX": linear + 2 * core,
+        "bwd GEMM dW": linear,
         "bwd element-wise": 2 * hw.memory_seconds(sum(elem.values())),
-        "bwd TP all-reduce": 2 * tp_all_reduce(job, layout, sbh_bytes),
+        "bwd TP all-reduce": tp_bwd,
     }
+    if layout.cp > 1:
+        t["fwd CP ring"], t["bwd CP ring"] = exposed(ring, core), exposed(2 * ring, 2 * core)
     if layout.recompute == "full":
-        t["recompute forward"] = t["fwd GEMM"] + t["fwd element-wise"] + t["fwd TP all-reduce"]
+        t["recompute forward"] = sum(t[k] for k in ("fwd GEMM", "fwd element-wise", "fwd TP all-reduce"))
+        t["recompute forward"] += t.get("fwd CP ring", 0.0)
+    elif layout.recompute == "selective" and job.engine.selective_ops:   # every second linear GEMM
+        t["recompute ops"] = linear / 2 + t["fwd element-wise"]               # and the element-wise passes
     elif layout.recompute == "selective" and not job.engine.flash_attention:
-        core = sum(gemm_seconds(job, g) for g in gemms if not g.weight)
         t["recompute attention"] = core + hw.memory_seconds(elem["softmax, dropout"])
     return t
 
@@ -77,14 +108,14 @@ def layer_times(job, layout):
 def end_times(job, layout, first, last):
     """Extra work of the first stage (embedding) and the last (norm, logits, cross-entropy)."""
     m, hw, e = job.model, job.hardware, job.elem_bytes
-    sb = job.seq_len * layout.mb
+    sb = tokens_per_rank(job, layout)
     sbh_bytes = sb * m.hidden * e
     extra = {}
     if first:   # token + position gather and the vocab-parallel embedding's all-reduce
         extra["embedding"] = (hw.memory_seconds(3 * sbh_bytes) + tp_all_reduce(job, layout, sbh_bytes),
                               hw.memory_seconds(2 * sbh_bytes), 0.0)
     if last:    # logits GEMM, fp32 softmax cross-entropy over V/t, 3 small all-reduces (max, sum, target)
-        g = logits_gemm(m, layout.mb, job.seq_len, layout.tp)
+        g = logits_gemm(m, layout.mb, job.seq_len, layout.tp, layout.cp)
         logits = sb * m.vocab / layout.tp * 4
         small = 3 * tp_all_reduce(job, layout, sb * 4)
         extra["head"] = (gemm_seconds(job, g) + hw.memory_seconds(3 * logits + 2 * sbh_bytes) + small,
@@ -99,9 +130,10 @@ def stage_times(job, layout, stage, lt=None):
     ``lt``: the layer's times when already computed (they are the same on every stage)."""
     n = stage_layers(job.model.layers, layout.pp)[stage]
     lt = lt or layer_times(job, layout)
-    recompute = lt.get("recompute forward", 0.0) + lt.get("recompute attention", 0.0)
-    f = n * (lt["fwd GEMM"] + lt["fwd element-wise"] + lt["fwd TP all-reduce"])
-    b = n * (lt["bwd GEMM dX"] + lt["bwd element-wise"] + lt["bwd TP all-reduce"] + recompute)
+    recompute = sum(v for k, v in lt.items() if k.startswith("recompute"))
+    f = n * (lt["fwd GEMM"] + lt["fwd element-wise"] + lt["fwd TP all-reduce"] + lt.get("fwd CP ring", 0.0))
+    b = n * (lt["bwd GEMM dX"] + lt["bwd element-wise"] + lt["bwd TP all-reduce"] + lt.get("bwd CP ring", 0.0)
+             + recompute)
     w = n * lt["bwd GEMM dW"]
     terms = {k: n * v for k, v in lt.items()}
     for name, (ef, eb, ew) in end_times(job, layout, stage == 0, stage == layout.pp - 1).items():
@@ -111,5 +143,6 @@ def stage_times(job, layout, stage, lt=None):
 
 
 def tp_comm_seconds(times):
-    """The tensor-parallel communication inside a stage's F + B (for the communication share)."""
-    return sum(v for k, v in times.terms.items() if "TP" in k)
+    """The exposed tensor- and context-parallel communication inside a stage's F + B (for the
+    communication share)."""
+    return sum(v for k, v in times.terms.items() if "TP" in k or "CP" in k)

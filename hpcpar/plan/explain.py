@@ -10,7 +10,7 @@ from hpcpar.plan.compute import elementwise_bytes, gemm_seconds
 from hpcpar.plan.flops import layer_gemms, narayanan_flops, step_flops
 from hpcpar.plan.layout import stage_layers
 from hpcpar.plan.memory import layer_activation_terms, stage_params, state_bytes_per_param
-from hpcpar.plan.network import group_link
+from hpcpar.plan.network import cp_chunk_bytes, cp_ring_crosses_nodes, cp_ring_seconds, group_link
 
 GiB = 2**30
 
@@ -31,7 +31,7 @@ def model_section(est):
              f"{m.embedding_params(job.seq_len):,} + {m.head_params():,} = {m.params(job.seq_len) / 1e9:.2f} B"]
     w, g, o = state_bytes_per_param(job)
     total = m.params(job.seq_len) * (w + g + o)
-    lines.append(f"  on one device: {w}+{g}+{o:g} bytes/param ({job.dtype}, Adam) = {total / GiB:,.0f} GiB of model "
+    lines.append(f"  on one device: {w:g}+{g:g}+{o:g} bytes/param ({job.dtype}, Adam) = {total / GiB:,.0f} GiB of model "
                  f"state alone, vs {job.hardware.memory_bytes / GiB:.0f} GiB per {job.hardware.name} GPU")
     return lines
 
@@ -42,14 +42,16 @@ def memory_section(est):
     i = totals.index(max(totals))
     terms = est.memory[i]
     params = stage_params(job, lay, i)
-    w, g, o = state_bytes_per_param(job, lay.zero1, lay.dp)
+    w, g, o = state_bytes_per_param(job, lay.zero, lay.shard)
+    zero = f" (ZeRO-{lay.zero}: /{lay.shard})" if lay.zero else ""
     act = layer_activation_terms(job, lay)
     lines = [f"MEMORY per GPU, fullest stage {i} of {lay.pp} ({stage_layers(job.model.layers, lay.pp)[i]} layers, "
              f"{params / 1e9:.3f} B parameters on this rank)",
-             f"  weights            {params / 1e9:.3f} B * {w} bytes            = {_gib(terms['weights'])}",
-             f"  gradients          {params / 1e9:.3f} B * {g} bytes            = {_gib(terms['gradients'])}",
-             f"  optimizer state    {params / 1e9:.3f} B * {o:.3g} bytes" + (f" (ZeRO-1: /{lay.dp})" if lay.zero1 else "")
-             + f" = {_gib(terms['optimizer state'])}",
+             f"  weights            {params / 1e9:.3f} B * {w:.3g} bytes" + (zero if lay.zero >= 3 else "")
+             + f" = {_gib(terms['weights'])}",
+             f"  gradients          {params / 1e9:.3f} B * {g:.3g} bytes" + (zero if lay.zero >= 2 else "")
+             + f" = {_gib(terms['gradients'])}",
+             f"  optimizer state    {params / 1e9:.3f} B * {o:.3g} bytes{zero} = {_gib(terms['optimizer state'])}",
              "  activations per layer and micro-batch (Korthikanti et al. 2022, counted tensor by tensor):"]
     for name, value in act.items():
         lines.append(f"      {name:34s} {value / 2**20:10.1f} MiB")
@@ -71,12 +73,12 @@ def memory_section(est):
 def compute_section(est):
     job, lay = est.job, est.layout
     hw = job.hardware
-    gemms = layer_gemms(job.model, lay.mb, job.seq_len, lay.tp)
+    gemms = layer_gemms(job.model, lay.mb, job.seq_len, lay.tp, lay.cp)
     lines = [f"COMPUTE one layer, one micro-batch of {lay.mb} x {job.seq_len} tokens, on 1 of tp={lay.tp} ranks",
              f"  GEMM t = max(2mnk / (peak * efficiency(GFLOP) * calibration), bytes / HBM);  peak "
              f"{hw.peak(job.dtype) / 1e12:g} TFLOP/s {job.dtype}, calibration {hw.calibration:g}"]
     for g in gemms:
-        rate = hw.gemm_rate(g.flops, job.dtype)
+        rate = hw.gemm_rate(g.flops, job.dtype) * job.engine.gemm_efficiency
         lines.append(f"    {g.name:9s} {g.count:>5d} x ({g.m} x {g.k}) @ ({g.k} x {g.n})  {g.flops / 1e9:9.1f} GFLOP "
                      f"at {rate / 1e12:6.1f} TFLOP/s = {_ms(gemm_seconds(job, g))}")
     elem = elementwise_bytes(job, lay)
@@ -89,6 +91,13 @@ def compute_section(est):
     lines.append(f"  TP all-reduce of b*s*h = {nbytes / 2**20:.1f} MiB over {lay.tp} ranks: 2(t-1)*alpha + "
                  f"2(t-1)/t * n / beta, beta = {link.bandwidth * link.efficiency / 1e9:.0f} GB/s; 2 forward, 2 backward"
                  + ("; with sp an all-gather + reduce-scatter pair each, same time" if lay.sp else ""))
+    if lay.cp > 1:
+        crosses = cp_ring_crosses_nodes(job, lay)
+        ring = cp_ring_seconds(job, lay)
+        lines.append(f"  CP ring: cp-1 = {lay.cp - 1} hops of one K and V chunk, {cp_chunk_bytes(job, lay) / 2**20:.1f} "
+                     f"MiB, over {'the network (the ring spans nodes)' if crosses else 'NVLink (inside a node)'}: "
+                     f"{_ms(ring).strip()} forward, twice backward (dK, dV travel back); hidden under the "
+                     "attention core up to its length")
     return lines
 
 
@@ -122,13 +131,16 @@ def pipeline_section(est):
 
 def totals_section(est):
     job, lay = est.job, est.layout
-    lines = [f"DATA PARALLEL gradients over dp={lay.dp}: reduce-scatter + all-gather = {_ms(est.dp_total).strip()}, "
-             f"exposed {_ms(est.dp_exposed).strip()}"
-             + (" (overlapped with the last micro-batch's backward, in buckets)" if job.engine.overlap_dp else ""),
-             f"OPTIMIZER read + write of every state byte on the rank = {_ms(est.optimizer).strip()}",
-             f"STEP {est.step:.3f} s = pipeline {est.pipeline.makespan:.3f} + DP {est.dp_exposed:.3f} + optimizer "
-             f"{est.optimizer:.3f};  communication {est.comm / est.step:.1%} of the step",
-             f"  {est.tokens_per_second:,.0f} tokens/s, {est.tokens_per_second / job.gpus:,.0f} per GPU"]
+    lines = [f"DATA PARALLEL gradients over dp*cp={lay.shard}: reduce-scatter + all-gather = "
+             f"{_ms(est.dp_total).strip()}, exposed {_ms(est.dp_exposed).strip()}"
+             + (" (overlapped with the last micro-batch's backward, in buckets)" if job.engine.overlap_dp else "")]
+    if lay.zero >= 3:
+        lines.append(f"FSDP per micro-batch 2 all-gathers of the weights + 1 reduce-scatter of the gradients: "
+                     f"{_ms(est.fsdp[0]).strip()} in the step, {_ms(est.fsdp[1]).strip()} exposed (in F and B)")
+    lines += [f"OPTIMIZER read + write of every state byte on the rank = {_ms(est.optimizer).strip()}",
+              f"STEP {est.step:.3f} s = pipeline {est.pipeline.makespan:.3f} + DP {est.dp_exposed:.3f} + optimizer "
+              f"{est.optimizer:.3f};  communication {est.comm / est.step:.1%} of the step",
+              f"  {est.tokens_per_second:,.0f} tokens/s, {est.tokens_per_second / job.gpus:,.0f} per GPU"]
     model = step_flops(job.model, job.global_batch, job.seq_len)
     lines.append(f"  model FLOPs/step {model:.3e} (72*B*s*l*h^2*(1 + s/6h + V/12lh) for a GPT: "
                  f"{narayanan_flops(job.global_batch, job.seq_len, job.model.layers, job.model.hidden, job.model.vocab):.3e})")

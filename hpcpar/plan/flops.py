@@ -28,23 +28,24 @@ def kv_heads_per_rank(model, tp):
     return max(model.kv_heads // tp, 1)
 
 
-def layer_gemms(model, b, s, tp):
-    """The forward GEMMs of one transformer layer for b sequences on one of tp ranks."""
+def layer_gemms(model, b, s, tp, cp=1):
+    """The forward GEMMs of one transformer layer for b sequences on one of tp ranks; with context
+    parallelism a rank holds s/cp queries of each sequence and meets all s keys (ring attention)."""
     h, d, f = model.hidden, model.head_dim, model.ffn
-    tokens, heads = b * s, model.heads // tp
+    tokens, heads, q = b * s // cp, model.heads // tp, s // cp
     qkv = h // tp + 2 * kv_heads_per_rank(model, tp) * d
     return [
         Gemm("qkv", tokens, qkv, h),
-        Gemm("scores", s, s, d, count=b * heads, weight=False),
-        Gemm("context", s, d, s, count=b * heads, weight=False),
+        Gemm("scores", q, s, d, count=b * heads, weight=False),
+        Gemm("context", q, d, s, count=b * heads, weight=False),
         Gemm("attn out", tokens, h, h // tp),
         Gemm("mlp up", tokens, (2 if model.gated else 1) * f // tp, h),
         Gemm("mlp down", tokens, h, f // tp),
     ]
 
 
-def logits_gemm(model, b, s, tp):
-    return Gemm("logits", b * s, model.vocab // tp, model.hidden)
+def logits_gemm(model, b, s, tp, cp=1):
+    return Gemm("logits", b * s // cp, model.vocab // tp, model.hidden)
 
 
 def step_flops(model, batch, s, recompute="none"):

@@ -18,10 +18,28 @@ class Engine:
                                       # for each transfer (blocking send/recv pairs)
     scatter_gather_p2p: bool = False  # Megatron's p2p optimisation: each TP rank sends 1/t of the activation
     bucket_bytes: float = 25e6        # DP bucket size (PyTorch DDP's default, 25 MB)
-    # mixed precision: bytes per parameter of (weights, gradients, optimizer state that ZeRO-1 shards);
-    # hpcpar keeps bf16 gradients. Megatron's own table (docs: distributed optimizer): fp16 params and
-    # grads 2 + 2 + 16 (fp32 main params and grads, Adam m, v); bf16 params, fp32 grads 2 + 4 + 12.
-    mixed_state_bytes: tuple = (2, 2, 12)
+    # mixed precision: bytes per parameter of (weights, gradients, optimizer state that ZeRO-1 shards).
+    # None: hpcpar's (precision.py): a 16-bit compute copy, fp32 gradients, fp32 master weights and
+    # adam_buffers fp32 arrays: 2 + 4 + 4 + 4 * 2 = 18 with Adam's m and v, + 4 for hpcpar's scratch.
+    # Megatron's own table (docs: distributed optimizer): fp16 params and grads 2 + 2 + 16 (fp32 main
+    # params and grads, Adam m, v); bf16 params, fp32 grads 2 + 4 + 12.
+    mixed_state_bytes: tuple = None
+    adam_buffers: int = 3             # Adam m and v, and hpcpar's scratch array (optim.py)
+    shard_grad_buffer: bool = True    # ZeRO-1/2 reduce-scatter into a separate gradient shard (data_parallel.py)
+    numpy_caches: bool = True         # hpcpar keeps the scaled Q and GELU's tanh as well (memory.py)
+    overlap_tp: bool = False          # TP collectives run under the GEMMs (Megatron's tp-comm-overlap,
+                                      # PyTorch's async TP): only the part longer than the GEMMs shows
+    fp8: bool = False                 # linear-layer GEMMs in fp8 (the attention core stays 16-bit)
+    collective_buffer_bytes: float = 0.0   # fixed NCCL buffers per GPU (memory.py)
+    gemm_workspace_bytes: float = 0.0      # fixed cuBLAS workspace per GPU
+    fsdp_gather_once_with_pp: bool = False  # ZeRO-3 with pp > 1: a stage's weights gathered once per
+                                      # step and kept, gradients accumulated unsharded (torchtitan)
+    allocator_cache: float = 0.0      # a caching allocator's reserve beyond what is allocated, as a share
+                                      # of the per-micro-batch memory (memory.py)
+    loss_bytes_per_logit: float = 4   # what the loss keeps per logit (memory.py); hpcpar: one fp32 array
+    selective_ops: bool = False       # selective recomputation is PyTorch's op-level policy (memory.py)
+    gemm_efficiency: float = 1.0      # the engine's kernels against the fused ones the hardware's
+                                      # factor was fitted to (eager PyTorch: published.EAGER)
 
 
 @dataclass(frozen=True)
@@ -64,8 +82,12 @@ class Job:
             return f"global batch {self.global_batch} is not a multiple of dp*mb = {lay.dp * lay.mb}"
         if lay.sp and (lay.tp == 1 or self.seq_len % lay.tp):
             return "sequence parallelism needs tp > 1 dividing the sequence length"
-        if lay.zero1 and lay.dp == 1:
-            return "ZeRO-1 needs dp > 1"
+        if lay.zero not in (0, 1, 2, 3):
+            return f"ZeRO stage {lay.zero} (use 0 to 3)"
+        if lay.zero and lay.shard == 1:
+            return f"ZeRO-{lay.zero} needs dp * cp > 1"
+        if lay.cp < 1 or self.seq_len % (2 * lay.cp if lay.cp > 1 else 1):
+            return f"cp={lay.cp} does not split the sequence {self.seq_len} into 2*cp load-balanced chunks"
         if lay.schedule == "interleaved":
             if lay.v < 2 or lay.pp < 2:
                 return "the interleaved schedule needs v >= 2 chunks and pp >= 2"

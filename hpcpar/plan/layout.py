@@ -1,15 +1,17 @@
 """A layout: how one training step is split over the GPUs, written as one string.
 
-    tp8-pp8-dp16-mb1-v1-1f1b[-sp][-z1][-rcsel|-rcfull]
+    tp8-pp8-dp16-mb1-v1-1f1b[-cp2][-sp][-z1|-z2|-z3][-rcsel|-rcfull]
 
     tpT    tensor-parallel size (ranks sharing every layer)
     ppP    pipeline stages
-    dpD    data-parallel replicas                           T * P * D = number of GPUs
+    dpD    data-parallel replicas                           T * C * P * D = number of GPUs
+    cpC    context-parallel size: each of C ranks holds 1/C of every sequence (ring attention)
     mbB    micro-batch size in sequences; the number of micro-batches is m = global batch / (D * B)
     vV     model chunks per stage (V > 1 only for the interleaved schedule)
     name   pipeline schedule: gpipe, 1f1b, interleaved, zb-h1
     sp     sequence parallelism (LayerNorm/dropout activations sharded over TP as well)
-    z1     ZeRO-1: optimizer state sharded over the DP replicas
+    zK     ZeRO stage K over the DP (x CP) ranks: z1 shards the optimizer state, z2 the gradients as
+           well, z3 (FSDP) the weights too (gathered layer by layer when needed)
     rcsel  selective recomputation (attention scores recomputed), rcfull: every layer recomputed
 
 Layers go to stages as evenly as they divide; the remainder goes to the middle stages first, because
@@ -34,25 +36,36 @@ class Layout:
     v: int = 1
     schedule: str = "1f1b"
     recompute: str = "none"     # none | selective | full
-    zero1: bool = False
+    zero: int = 0               # ZeRO stage 0-3 (3: FSDP)
     sp: bool = False
+    cp: int = 1                 # context-parallel size
+
+    def __post_init__(self):
+        object.__setattr__(self, "zero", int(self.zero))     # zero=True reads as stage 1
 
     def __str__(self):
         text = f"tp{self.tp}-pp{self.pp}-dp{self.dp}-mb{self.mb}-v{self.v}-{self.schedule}"
+        if self.cp > 1:
+            text += f"-cp{self.cp}"
         if self.sp:
             text += "-sp"
-        if self.zero1:
-            text += "-z1"
+        if self.zero:
+            text += f"-z{self.zero}"
         tag = {v: k for k, v in RECOMPUTE.items()}[self.recompute]
         return text + (f"-{tag}" if tag else "")
 
     @property
     def gpus(self):
-        return self.tp * self.pp * self.dp
+        return self.tp * self.cp * self.pp * self.dp
+
+    @property
+    def shard(self):
+        """Ranks that ZeRO shards model state over: DP and CP ranks hold the same weights."""
+        return self.dp * self.cp
 
     def grid(self):
-        """(tp, pp, dp): the part of a layout that decides where every rank sits."""
-        return self.tp, self.pp, self.dp
+        """(tp, cp, pp, dp): the part of a layout that decides where every rank sits."""
+        return self.tp, self.cp, self.pp, self.dp
 
     def with_(self, **changes):
         return replace(self, **changes)
@@ -65,20 +78,20 @@ def parse_layout(text):
     if "zb" in parts:
         i = parts.index("zb")
         parts[i:i + 2] = ["zb-h1"]
-    numbers, flags = {}, {"sp": False, "zero1": False, "recompute": "none", "schedule": None}
+    numbers, flags = {}, {"sp": False, "zero": 0, "recompute": "none", "schedule": None}
     for part in parts:
         if part in SCHEDULES:
             flags["schedule"] = part
         elif part == "sp":
             flags["sp"] = True
-        elif part == "z1":
-            flags["zero1"] = True
+        elif part in ("z1", "z2", "z3"):
+            flags["zero"] = int(part[1])
         elif part in RECOMPUTE and part:
             flags["recompute"] = RECOMPUTE[part]
         else:
             key = part.rstrip("0123456789")
             value = part[len(key):]
-            if key not in ("tp", "pp", "dp", "mb", "v") or not value:
+            if key not in ("tp", "pp", "dp", "mb", "v", "cp") or not value:
                 raise UsageError(f"layout {text!r}: cannot read {part!r} (expected e.g. "
                                  f"tp8-pp8-dp16-mb1-v1-1f1b, see hpcpar plan --help)")
             numbers[key] = int(value)
@@ -87,7 +100,7 @@ def parse_layout(text):
         raise UsageError(f"layout {text!r}: missing {', '.join(missing)}")
     return Layout(tp=numbers["tp"], pp=numbers["pp"], dp=numbers["dp"], mb=numbers.get("mb", 1),
                   v=numbers.get("v", 1), schedule=flags["schedule"] or "1f1b", recompute=flags["recompute"],
-                  zero1=flags["zero1"], sp=flags["sp"])
+                  zero=flags["zero"], sp=flags["sp"], cp=numbers.get("cp", 1))
 
 
 @lru_cache(maxsize=None)

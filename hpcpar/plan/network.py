@@ -7,27 +7,28 @@ A message of n bytes over a link costs alpha + n / beta.  Ring collectives over 
     reduce-scatter      (N-1)/N * n bytes in   (N-1) steps      (all-gather the same)
 
 so time = steps * alpha + bytes / beta.  Which link a group uses follows from the rank order
-``rank = tp + TP*(dp + DP*pp)`` (hpcpar/grid.py): a group whose members share one node talks over
+``rank = tp + TP*(cp + CP*(dp + DP*pp))`` (hpcpar/grid.py's tp-dp-pp order, with context parallelism
+next to tensor parallelism as in Megatron-Core): a group whose members share one node talks over
 NVLink; one that spans nodes goes through the network, and when k of its members share a node the k
-rings that leave that node use k network ports at once, so beta = min(NVLink, k * port).
+rings that leave that node use k network ports at once, so beta = min(NVLink, k * port).  ZeRO and
+the gradient reduction run over the "shard" group: the dp * cp ranks that hold the same weights.
 """
-from functools import lru_cache
-
-from hpcpar.grid import GridLayout
+from hpcpar.plan.flops import kv_heads_per_rank
 from hpcpar.plan.hardware import Link
 
 
-@lru_cache(maxsize=None)
-def members_per_node(tp, pp, dp, axis, gpus_per_node):
-    """(group size, members of rank 0's group on rank 0's node) for the group along ``axis``."""
-    grid = GridLayout(tp, pp, dp, tp * pp * dp)
-    group = grid.group(0, axis)
-    return len(group), sum(1 for r in group if r // gpus_per_node == 0)
+def members_per_node(layout, axis, gpus_per_node):
+    """(group size, members of rank 0's group on rank 0's node) for the group along ``axis``: the
+    members are ``stride`` ranks apart, so ceil(gpus_per_node / stride) of them share node 0."""
+    tp, cp, dp = layout.tp, layout.cp, layout.dp
+    size, stride = {"tp": (tp, 1), "cp": (cp, tp), "dp": (dp, tp * cp), "shard": (dp * cp, tp),
+                    "pp": (layout.pp, tp * cp * dp)}[axis]
+    return size, min(size, -(-gpus_per_node // stride))
 
 
 def group_link(hardware, layout, axis, gpus_per_node):
     """The effective link (alpha, beta) of the ``axis`` group under the layout's rank order."""
-    size, local = members_per_node(layout.tp, layout.pp, layout.dp, axis, gpus_per_node)
+    size, local = members_per_node(layout, axis, gpus_per_node)
     intra, inter = hardware.intra, hardware.inter
     if local == size:
         return intra
@@ -62,11 +63,39 @@ def p2p_seconds(job, layout, nbytes):
     return link.seconds(nbytes)
 
 
+def shard_seconds(job, layout, nbytes):
+    """One reduce-scatter (or all-gather) of ``nbytes`` over the dp * cp ranks holding the same weights."""
+    link = group_link(job.hardware, layout, "shard", job.gpus_per_node)
+    return reduce_scatter_seconds(link, layout.shard, nbytes)
+
+
 def dp_gradient_seconds(job, layout, nbytes):
-    """(reduce-scatter part, all-gather part) of averaging ``nbytes`` of gradients over DP.
+    """(reduce-scatter part, all-gather part) of averaging ``nbytes`` of gradients over DP (x CP).
 
     A plain all-reduce is a reduce-scatter followed by an all-gather; ZeRO-1 does the same two halves
     with the optimizer step in between (gradients scattered, updated parameters gathered)."""
-    link = group_link(job.hardware, layout, "dp", job.gpus_per_node)
-    half = reduce_scatter_seconds(link, layout.dp, nbytes)
+    half = shard_seconds(job, layout, nbytes)
     return half, half
+
+
+def cp_chunk_bytes(job, layout):
+    """One K and V chunk a rank passes on: 2 * (kv heads / t) * d * (s / cp) * b elements."""
+    m = job.model
+    return 2 * kv_heads_per_rank(m, layout.tp) * m.head_dim * (job.seq_len // layout.cp) * layout.mb * job.elem_bytes
+
+
+def cp_ring_crosses_nodes(job, layout):
+    """Whether the cp ring leaves the node: its members are tp ranks apart, so cp * tp > GPUs per node."""
+    size, local = members_per_node(layout, "cp", job.gpus_per_node)
+    return local < size
+
+
+def cp_ring_seconds(job, layout):
+    """Forward ring-attention traffic of one layer and micro-batch: cp - 1 hops of a K and V chunk,
+    all hops at once, so each step waits for the slowest: once the ring leaves the node, the hop that
+    crosses it goes through the sender's one network port (one ring, unlike a collective's k rings)."""
+    if layout.cp == 1:
+        return 0.0
+    hw = job.hardware
+    link = hw.inter if cp_ring_crosses_nodes(job, layout) else hw.intra
+    return (layout.cp - 1) * link.seconds(cp_chunk_bytes(job, layout))

@@ -1,49 +1,77 @@
-"""Published large-scale training runs: model, machine, layout, throughput - and where each is from.
+"""Published large-scale training runs: model, machine, layout, throughput, memory - and the source.
 
-Every row states what its paper states; what the paper leaves open (micro-batch size, chunks, the
+Every run is a row of a TOML file in ``hpcpar/plan/runs/`` (one file per publication or benchmark
+table): its source (URL, table, row), its layout as published, and the figures it reports - step
+time, TFLOP/s per GPU (with the FLOP convention the source used), or tokens/s per GPU, and the
+memory per GPU where the source gives one.  What a source leaves open (micro-batch size, chunks, the
 schedule) is left to the planner, which picks its best choice among the options that engine had.
-Throughput is compared as step time: a paper's TFLOP/s per GPU is turned back into seconds per step
-with the FLOP count that paper used (``convention``), so no formula difference enters the comparison.
 
-Rows with ``role = "calibration"`` fix the one GEMM factor of their hardware profile
-(calibrate.fit_calibration): Narayanan et al.'s weak-scaling Table 1 for the A100, NVIDIA's published
-benchmark recipe for the H100.  The other rows - five other publications - are validation
-(tests/test_plan_validation.py): nothing was fitted to them.
+Throughput is compared as step time: a published TFLOP/s per GPU is turned back into seconds per
+step with the FLOP count that source used (``convention``), tokens/s per GPU with the batch.
+
+``role = "fitting"`` rows fix the GEMM factor of each hardware profile (calibrate.fit_calibration);
+``role = "framework-fitting"`` rows the two framework constants of fit.py (eager PyTorch's GEMM
+efficiency, the caching allocator's cache).  Every other row is held out ("validation"):
+nothing was fitted to it.
 """
 from dataclasses import dataclass, field
+from importlib import resources
 
+from hpcpar.plan import catalog
 from hpcpar.plan.flops import narayanan_flops, step_flops
 from hpcpar.plan.job import Engine
+from hpcpar.runtime import UsageError
 
-NARAYANAN = "Narayanan et al. 2021, Efficient Large-Scale Language Model Training on GPU Clusters " \
-            "Using Megatron-LM, arXiv:2104.04473"
+# What each framework's runs could do: the engine's features and the options the search may choose.
 # Megatron-LM 2021: fp16, full recomputation, 1F1B or interleaved, no sequence parallelism or
 # distributed optimizer yet, its scatter/gather p2p optimisation (section 4.1), blocking p2p
 # send/recv pairs, DP all-reduce after the backward.
-MEGATRON_2021 = dict(engine=Engine(scatter_gather_p2p=True, overlap_dp=False, overlap_p2p=False,
-                                    mixed_state_bytes=(2, 2, 16)), recompute=("full",),
-                     schedules=("1f1b", "interleaved"), zero1=(False,), sp=(False,), dtype="fp16")
-# Megatron-DeepSpeed (BLOOM, MT-NLG): DeepSpeed's 1F1B pipeline (blocking p2p), full recomputation,
-# ZeRO-1.
-# Its BF16 optimizer adds an unsharded fp32 gradient buffer (BLOOM README): 2 + (2 + 4) + 12/d bytes.
-DEEPSPEED = dict(engine=Engine(overlap_dp=False, overlap_p2p=False, mixed_state_bytes=(2, 6, 12)),
-                 recompute=("full",), schedules=("1f1b",), zero1=(True,),
-                 sp=(False,), dtype="bf16")
-# NeMo / Megatron-Core 2024 (Nemotron-4): interleaved 1F1B, sequence parallelism, distributed
-# optimizer, flash attention, overlapped DP, selective or no recomputation.
-MCORE_2024 = dict(engine=Engine(flash_attention=True, scatter_gather_p2p=True, mixed_state_bytes=(2, 4, 12)),
-                  recompute=("none", "selective", "full"),
-                  schedules=("1f1b", "interleaved"), zero1=(True,), sp=(True,), dtype="bf16")
-
-# Llama 3 (section 3.3.2): interleaved 1F1B with uneven stages (one layer fewer on the first and last),
-# sequence parallelism and sharded optimizer state, flash attention; modelled with the features above.
-LLAMA3 = MCORE_2024
+# PyTorch's caching allocator reserves beyond what it allocates: fit.fit_allocator_cache on the
+# "framework-fitting" row of torchtitan-h100.toml (Llama 3.1 8B, FSDP + CP 1, 32K).
+PYTORCH = dict(numpy_caches=False, adam_buffers=2, shard_grad_buffer=False, allocator_cache=0.158)
+# Eager PyTorch (no torch.compile): fit.fit_gemm_efficiency on the "framework-fitting" row of
+# llm-foundry-h100.toml (MPT-30B on 16 GPUs); a run sets eager = true where its source ran eager.
+EAGER = dict(gemm_efficiency=0.796)
+# torchtitan and llm-foundry compute the loss as cross_entropy(logits.float()): 16-bit logits, their
+# fp32 copy and the fp32 log-softmax saved for the backward (memory.py).
+EAGER_LOSS = dict(loss_bytes_per_logit=2 + 4 + 4)
+FRAMEWORKS = {
+    "megatron-2021": dict(engine=dict(scatter_gather_p2p=True, overlap_dp=False, overlap_p2p=False,
+                                      mixed_state_bytes=(2, 2, 16)),
+                          recompute=("full",), schedules=("1f1b", "interleaved"), zero=(0,), sp=(False,),
+                          dtype="fp16"),
+    # Megatron-DeepSpeed (BLOOM, MT-NLG): DeepSpeed's 1F1B pipeline (blocking p2p), full recomputation,
+    # ZeRO-1; its BF16 optimizer adds an unsharded fp32 gradient buffer (BLOOM README): 2 + (2 + 4) + 12/d.
+    "megatron-deepspeed": dict(engine=dict(overlap_dp=False, overlap_p2p=False, mixed_state_bytes=(2, 6, 12)),
+                               recompute=("full",), schedules=("1f1b",), zero=(1,), sp=(False,), dtype="bf16"),
+    # NeMo / Megatron-Core 2024 (Nemotron-4; Llama 3 in section 3.3.2 describes the same features):
+    # interleaved 1F1B, sequence parallelism, distributed optimizer, flash attention, overlapped DP,
+    # bf16 parameters with fp32 gradients, selective or no recomputation.
+    "megatron-core": dict(engine=dict(flash_attention=True, scatter_gather_p2p=True, mixed_state_bytes=(2, 4, 12)),
+                          recompute=("none", "selective", "full"), schedules=("1f1b", "interleaved"), zero=(1,),
+                          sp=(True,), dtype="bf16"),
+    # torchtitan (FSDP2): flash attention (SDPA), fp32 sharded parameters, gradients and Adam state,
+    # bf16 compute, fp32 gradient reduction; TP with sequence parallelism, PP schedules, CP.
+    # With PP it does not reshard after forward: each stage's weights stay gathered all step.  Its
+    # selective recomputation is the op-level policy (every second matmul output kept).
+    "torchtitan": dict(engine=dict(EAGER_LOSS, flash_attention=True, mixed_state_bytes=(4, 4, 8),
+                                   fsdp_gather_once_with_pp=True, selective_ops=True),
+                       recompute=("none", "selective", "full"), schedules=("1f1b", "interleaved"), zero=(3,),
+                       sp=(True,), dtype="bf16"),
+    # llm-foundry (Composer FSDP, FULL_SHARD): flash (triton) attention, fp32 sharded state.
+    "llm-foundry": dict(engine=dict(EAGER_LOSS, flash_attention=True, mixed_state_bytes=(4, 4, 8)),
+                        recompute=("none", "full"), schedules=("1f1b",), zero=(3,), sp=(False,), dtype="bf16"),
+}
+for _name in ("torchtitan", "llm-foundry", "megatron-core"):
+    FRAMEWORKS[_name]["engine"] = dict(PYTORCH, **FRAMEWORKS[_name]["engine"])
 
 
 @dataclass(frozen=True)
 class Run:
     name: str
-    source: str
+    source: str                 # publication, table and row
+    url: str
+    framework: str              # a key of FRAMEWORKS
     model: str                  # preset name or dims string
     hardware: str
     gpus: int
@@ -52,19 +80,33 @@ class Run:
     tp: int
     pp: int
     dp: int
-    features: dict              # engine, recompute, schedules, zero1, sp, dtype (see the dicts above)
+    cp: int = 1
     tflops_per_gpu: float = 0.0     # as published ...
     convention: str = ""            # ... counted with "narayanan-96" (recomputation included) or "model"
     step_seconds: float = 0.0       # or the published step time itself
+    tokens_per_gpu: float = 0.0     # or tokens per second per GPU
+    memory_gib: float = 0.0         # published memory per GPU (0: not published)
     mb: int = 0                     # 0: not published
     v: int = 0
-    hardware_changes: dict = field(default_factory=dict)   # e.g. a slower network than the profile's
-    role: str = "validation"
+    recompute: str = ""             # "": not published, the planner chooses
+    schedule: str = ""
+    engine: dict = field(default_factory=dict)              # per-run engine features (fp8, overlap_tp)
+    hardware_changes: dict = field(default_factory=dict)    # inter_GBps, memory_GiB, hbm_GBps
+    eager: bool = False             # PyTorch without torch.compile (EAGER)
+    role: str = "validation"        # or "fitting" (the hardware's GEMM factor), "framework-fitting" (fit.py)
+
+    @property
+    def features(self):
+        f = FRAMEWORKS[self.framework]
+        engine = Engine(**dict(f["engine"], **(EAGER if self.eager else {}), **self.engine))
+        return dict(f, engine=engine)
 
     def published_step(self, model):
-        """Seconds per step as published (from the step time or the TFLOP/s and its convention)."""
+        """Seconds per step as published (from the step time, the tokens/s or the TFLOP/s)."""
         if self.step_seconds:
             return self.step_seconds
+        if self.tokens_per_gpu:
+            return self.global_batch * self.seq_len / (self.tokens_per_gpu * self.gpus)
         if self.convention == "narayanan-96":
             flops = narayanan_flops(self.global_batch, self.seq_len, model.layers, model.hidden, model.vocab,
                                     recompute=True)
@@ -73,41 +115,32 @@ class Run:
         return flops / (self.tflops_per_gpu * 1e12 * self.gpus)
 
 
-def _narayanan_t1(params, heads, h, layers, tp, pp, gpus, batch, tflops, role="calibration"):
-    return Run(f"Megatron {params}B", NARAYANAN + ", Table 1", f"l={layers},h={h},a={heads},V=51200,dropout=1",
-               "a100", gpus, batch, 2048, tp, pp, gpus // (tp * pp), MEGATRON_2021, tflops, "narayanan-96",
-               role=role)
+def read_runs(mapping, name):
+    """The runs of one TOML file: its top-level keys are shared by every [[run]] table."""
+    shared = {k: v for k, v in mapping.items() if k != "run"}
+    known = set(Run.__dataclass_fields__)
+    runs = []
+    for row in mapping.get("run", []):
+        values = dict(shared, **row)
+        unknown = set(values) - known
+        if unknown:
+            raise UsageError(f"published runs {name}: unknown keys {', '.join(sorted(unknown))}")
+        if values.get("framework") not in FRAMEWORKS:
+            raise UsageError(f"published runs {name}: framework must be one of {', '.join(FRAMEWORKS)}")
+        try:
+            runs.append(Run(**values))
+        except TypeError as err:
+            raise UsageError(f"published runs {name}: {err}") from None
+    return runs
 
 
-RUNS = [
-    _narayanan_t1(1.7, 24, 2304, 24, 1, 1, 32, 512, 137),
-    _narayanan_t1(18.4, 48, 6144, 40, 8, 1, 256, 1024, 135),
-    _narayanan_t1(39.1, 64, 8192, 48, 8, 2, 512, 1536, 138),
-    _narayanan_t1(145.6, 96, 12288, 80, 8, 8, 1536, 2304, 148),
-    _narayanan_t1(310.1, 128, 16384, 96, 8, 16, 1920, 2160, 155),
-    _narayanan_t1(529.6, 128, 20480, 105, 8, 35, 2520, 2520, 163),
-    _narayanan_t1(1008.0, 160, 25600, 128, 8, 64, 3072, 3072, 163),
-    # Table 2, PTD-P rows (micro-batch 1): the GPT-3 shape at three scales, batch 1536
-    *[Run(f"GPT-3 175B, {n} GPUs", NARAYANAN + ", Table 2 (PTD-P)", "gpt3-175b", "a100", n, 1536, 2048, 8, 12,
-          n // 96, MEGATRON_2021, tflops, "narayanan-96", mb=1) for n, tflops in ((384, 153), (1536, 141))],
-    Run("BLOOM 176B", "BigScience tr11-176B-ml README (bigscience-workshop/bigscience): TP=4 PP=12 DP=8 MBS=2 "
-        "GBS=2048; log at iteration 85376: 104.70 s per iteration, 149.77 TFLOPs", "bloom-176b", "a100", 384,
-        2048, 2048, 4, 12, 8, DEEPSPEED, step_seconds=104.70, mb=2,
-        # Jean Zay: 4 Omni-Path 100 Gb/s links per node of 8 GPUs = 6.25 GB/s per GPU (same README)
-        hardware_changes={"inter_bandwidth": 6.25e9}),
-    Run("MT-NLG 530B", "Smith et al. 2022, arXiv:2201.11990, section 2.4 (280 DGX A100 nodes, batch 1920: "
-        "60.1 s per iteration, 126 TFLOP/s per GPU)", "mt-nlg-530b", "a100", 2240, 1920, 2048, 8, 35, 8,
-        DEEPSPEED, step_seconds=60.1, mb=1),
-    Run("Nemotron-4 340B (calibration)", "NVIDIA DGXC Benchmarking recipe Nemotron4 340B 24.11 (NGC catalog): "
-        "BF16, 128 H100, TP=8 PP=8 VP=12 MBS=1 GBS=32, training step 4.77 s", "nemotron-4-340b", "h100",
-        128, 32, 4096, 8, 8, 2, MCORE_2024, step_seconds=4.77, mb=1, v=12, role="calibration"),
-    Run("Nemotron-4 340B", "NVIDIA 2024, Nemotron-4 340B Technical Report, arXiv:2406.11704, Table 2: "
-        "6144 H100, TP=8 PP=12 DP=64, batch 2304, 8.0 s per iteration, MFU 41.0%", "nemotron-4-340b", "h100",
-        6144, 2304, 4096, 8, 12, 64, MCORE_2024, step_seconds=8.0, mb=1),
-    Run("Llama 3 405B", "Dubey et al. 2024, The Llama 3 Herd of Models, arXiv:2407.21783, Table 4: "
-        "8192 H100, TP=8 CP=1 PP=16 DP=64, sequence 8192, 16M tokens per batch, 430 TFLOPs/GPU",
-        "llama3-405b", "h100", 8192, 2048, 8192, 8, 16, 64, LLAMA3, 430, "model", mb=1),
-    Run("Llama 3 405B", "Dubey et al. 2024, arXiv:2407.21783, Table 4: 16384 H100, TP=8 CP=1 PP=16 DP=128, "
-        "sequence 8192, 16M tokens per batch, 400 TFLOPs/GPU", "llama3-405b", "h100", 16384, 2048, 8192,
-        8, 16, 128, LLAMA3, 400, "model", mb=1),
-]
+def load_runs():
+    """Every run of every shipped file, in file order."""
+    out = []
+    for name in catalog.names("runs"):
+        text = (resources.files("hpcpar.plan") / "runs" / f"{name}.toml").read_bytes().decode()
+        out += read_runs(catalog.tomllib.loads(text), name)
+    return out
+
+
+RUNS = load_runs()

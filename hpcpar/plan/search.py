@@ -3,11 +3,12 @@
 1. Enumerate (tp, pp, dp) with tp * pp * dp = GPUs - tp dividing the GPUs of a node (tensor
    parallelism talks inside every layer, so a TP group stays on one node's NVLink: Narayanan et al.
    2021, takeaway #1) - and for each the
-   micro-batch sizes, schedules, chunks v, recomputation, ZeRO-1 and sequence parallelism of the
+   micro-batch sizes, schedules, chunks v, recomputation, ZeRO stage, context parallelism and
+   sequence parallelism of the
    search space; drop what does not divide (Job.check).
 2. Keep what fits in memory, and rank it with the textbook pipeline bubble (fast, analytic).
 3. Re-estimate with the pipeline simulator the best ``refine`` of them and the best of every
-   (tp, pp, dp) grid within 30 % of the best, and rank again: that is the answer.  (The analytic and simulated bubbles differ
+   (tp, cp, pp, dp) grid within 30 % of the best, and rank again: that is the answer.  (The analytic and simulated bubbles differ
    by a few per cent, so a layout that the first ranking puts far down cannot reach the top.)
 
 Sequence parallelism is never slower in this model and always smaller, so where it is allowed it is
@@ -28,7 +29,8 @@ class Space:
     """What the search may choose; ``fixed`` pins fields (e.g. {"tp": 8, "pp": 12})."""
     schedules: tuple = SCHEDULES
     recompute: tuple = ("none", "selective", "full")
-    zero1: tuple = (False, True)
+    zero: tuple = (0, 1, 3)              # ZeRO stages to try (3: FSDP)
+    cp: tuple = (1,)                     # context-parallel sizes to try
     sp: tuple = (False, True)
     micro_batch_sizes: tuple = (1, 2, 4, 8)
     chunks: tuple = (2, 3, 4, 6, 8, 12)
@@ -41,27 +43,28 @@ def divisors(n):
 
 
 def candidates(job, space=Space()):
-    """Every layout of the space whose shapes divide (no memory check yet)."""
+    """Every layout of the space whose shapes divide (no memory check yet); ``space.fixed`` pins
+    any of tp, cp, pp, dp, mb, v, schedule, recompute, zero."""
     fixed = dict(space.fixed)
     max_tp = space.max_tp or job.gpus_per_node
     sp_choices = (True,) if True in space.sp else (False,)
-    for tp in divisors(job.gpus):
-        if tp > max_tp or job.gpus_per_node % tp or fixed.get("tp", tp) != tp:
+
+    def free(name, options):
+        return [fixed[name]] if name in fixed else list(options)
+
+    for tp, cp in product(free("tp", divisors(job.gpus)), free("cp", space.cp)):
+        if tp > max_tp or job.gpus_per_node % tp or job.gpus % (tp * cp):
             continue
-        for pp in divisors(job.gpus // tp):
-            dp = job.gpus // (tp * pp)
-            if fixed.get("pp", pp) != pp or fixed.get("dp", dp) != dp:
+        for pp in free("pp", divisors(job.gpus // (tp * cp))):
+            dp = job.gpus // (tp * cp * pp)
+            if fixed.get("dp", dp) != dp or dp * tp * cp * pp != job.gpus:
                 continue
-            for mb, schedule in product(space.micro_batch_sizes, space.schedules):
-                if fixed.get("mb", mb) != mb or fixed.get("schedule", schedule) != schedule:
-                    continue
+            for mb, schedule in product(free("mb", space.micro_batch_sizes), free("schedule", space.schedules)):
                 if pp == 1 and schedule != "1f1b":     # without a pipeline every schedule is the same
                     continue
-                chunks = space.chunks if schedule == "interleaved" else (1,)
-                for v, rc, z1 in product(chunks, space.recompute, space.zero1):
-                    if fixed.get("v", v) != v:
-                        continue
-                    lay = Layout(tp, pp, dp, mb, v, schedule, rc, z1, sp_choices[0] and tp > 1)
+                chunks = free("v", space.chunks if schedule == "interleaved" else (1,))
+                for v, rc, zero in product(chunks, free("recompute", space.recompute), free("zero", space.zero)):
+                    lay = Layout(tp, pp, dp, mb, v, schedule, rc, zero, sp_choices[0] and tp > 1, cp)
                     if job.check(lay) is None:
                         yield lay
 
@@ -73,9 +76,10 @@ class Ranking:
     fitting: int               # of those, the ones that fit in memory
 
 
-def search(job, space=Space(), refine=40, require_fit=True):
-    """Rank the job's feasible layouts; the first ``refine`` by the analytic model get simulated.
-    ``require_fit=False`` keeps layouts the memory model rejects (to predict a run known to have run)."""
+def search(job, space=Space(), refine=40, require_fit=True, window=GRID_WINDOW):
+    """Rank the job's feasible layouts; the first ``refine`` by the analytic model get simulated, and
+    the best of every grid within ``window`` of the best.  ``require_fit=False`` keeps layouts the
+    memory model rejects (to predict a run known to have run)."""
     considered, quick = 0, []
     for lay in candidates(job, space):
         considered += 1
@@ -85,7 +89,7 @@ def search(job, space=Space(), refine=40, require_fit=True):
     quick.sort(key=lambda e: e.step)
     chosen, grids = list(quick[:refine]), {e.layout.grid() for e in quick[:refine]}
     for e in quick[refine:]:
-        if e.step > GRID_WINDOW * quick[0].step:
+        if e.step > window * quick[0].step:
             break
         if e.layout.grid() not in grids:
             grids.add(e.layout.grid())

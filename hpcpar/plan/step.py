@@ -9,8 +9,15 @@
   starts each bucket's all-reduce as soon as its gradients are final, i.e. during the *last*
   micro-batch's backward (earlier micro-batches only accumulate): that backward hides the traffic
   up to its own length, and the last bucket always shows.  Stage i finishes its pipeline about
-  i * (B + W) before stage 0, which hides more.  With ZeRO-1 the all-gather of the updated
-  parameters follows the optimizer step and is never hidden.
+  i * (B + W) before stage 0, which hides more.  With ZeRO-1/2 the all-gather of the updated
+  parameters follows the optimizer step and is never hidden.  The group is the dp * cp ranks that
+  hold the same weights.
+* ZeRO-3 / FSDP instead gathers every unit's weights before its forward and again before its
+  backward, and reduce-scatters its gradients after it, every micro-batch: 2 all-gathers of the
+  16-bit weights + 1 reduce-scatter of the gradients per micro-batch, prefetched under that
+  micro-batch's F + B + W; what does not fit under it, and always the first unit's gather, shows.
+  An engine that gathers a pipeline stage once per step pays one all-gather (exposed) and one
+  reduce-scatter (hidden like the DP gradients) per step instead.
 * Optimizer: a memory-bound pass reading and writing every state byte this rank holds.
 
 MFU = model FLOPs (no recomputation) / (step * GPUs * peak); HFU counts the recomputed FLOPs too.
@@ -21,8 +28,9 @@ from hpcpar.plan.bubble import PipelineResult, analytic_makespan, simulate_pipel
 from hpcpar.plan.compute import layer_times, stage_times, tp_comm_seconds
 from hpcpar.plan.flops import step_flops
 from hpcpar.plan.layout import stage_layers
-from hpcpar.plan.memory import analytic_inflight, stage_memory, stage_params, state_bytes_per_param
-from hpcpar.plan.network import dp_gradient_seconds, p2p_seconds
+from hpcpar.plan.memory import (ALLOCATOR_CACHE, analytic_inflight, keeps_stage_gathered, stage_memory,
+                                stage_params, state_bytes_per_param)
+from hpcpar.plan.network import dp_gradient_seconds, p2p_seconds, shard_seconds
 
 
 @dataclass
@@ -37,8 +45,9 @@ class Estimate:
     dp_total: float            # DP gradient traffic of the critical stage, seconds
     dp_exposed: float          # the part of it the step waits for
     optimizer: float
-    comm: float                # seconds of the step spent in communication (TP, p2p, DP)
+    comm: float                # seconds of the step spent in communication (TP, CP, p2p, DP, FSDP)
     step: float
+    fsdp: tuple = (0.0, 0.0)   # ZeRO-3 traffic of the step (total, exposed): inside the pipeline's F, B
 
     @property
     def memory_peak(self):
@@ -46,7 +55,9 @@ class Estimate:
 
     @property
     def fits(self):
-        return self.memory_peak <= self.job.hardware.usable_bytes
+        """Whether the allocated peak fits: a caching allocator gives its cache back before failing."""
+        allocated = max(sum(v for k, v in t.items() if k != ALLOCATOR_CACHE) for t in self.memory)
+        return allocated <= self.job.hardware.usable_bytes
 
     @property
     def tokens_per_second(self):
@@ -78,23 +89,37 @@ def inflight_for_memory(layout, m, peak):
 def dp_exposure(job, layout, stages):
     """(total, exposed) seconds of DP gradient traffic, the worst stage."""
     worst = (0.0, 0.0)
-    if layout.dp == 1:
+    once = layout.zero >= 3 and keeps_stage_gathered(job, layout)
+    if layout.shard == 1 or (layout.zero >= 3 and not once):
         return worst
     grad_bytes = state_bytes_per_param(job)[1]
     for i, st in enumerate(stages):
         nbytes = stage_params(job, layout, i) * grad_bytes
         rs, ag = dp_gradient_seconds(job, layout, nbytes)
+        if once:   # the stage's 16-bit weights gathered at the start of the step
+            ag = dp_gradient_seconds(job, layout, stage_params(job, layout, i) * job.elem_bytes)[1]
         total = rs + ag
-        hideable = rs if layout.zero1 else total
+        hideable = rs if layout.zero else total
         if job.engine.overlap_dp:
             window = (st.backward + st.weight) / layout.v + i * (st.backward + st.weight)
             last_bucket = hideable * min(1.0, job.engine.bucket_bytes / nbytes)
             shown = max(hideable - window, last_bucket)
         else:
             shown = hideable
-        exposed = shown + (ag if layout.zero1 else 0.0)
+        exposed = shown + (ag if layout.zero else 0.0)
         worst = max(worst, (total, exposed), key=lambda te: te[1])
     return worst
+
+
+def fsdp_exposure(job, layout, params, compute):
+    """(total, exposed) seconds of one micro-batch's ZeRO-3 traffic on a stage of ``params``
+    parameters whose F + B + W take ``compute`` seconds."""
+    if layout.zero < 3 or keeps_stage_gathered(job, layout):
+        return 0.0, 0.0
+    grads = state_bytes_per_param(job)[1]
+    total = 2 * shard_seconds(job, layout, params * job.elem_bytes) + shard_seconds(job, layout, params * grads)
+    first_unit = total * job.model.layer_params() / layout.tp / params
+    return total, max(total - compute, first_unit)
 
 
 def stage_times_all(job, layout, lt):
@@ -117,8 +142,11 @@ def estimate(job, layout, simulate=True):
     F = max(s.forward for s in stages) / lay.v
     B = max(s.backward for s in stages) / lay.v
     W = max(s.weight for s in stages) / lay.v
+    params = max(stage_params(job, lay, i) for i in range(lay.pp))
+    fsdp_total, fsdp_shown = fsdp_exposure(job, lay, params, (F + B + W) * lay.v)
+    F, B = F + fsdp_shown / (2 * lay.v), B + fsdp_shown / (2 * lay.v)
     split = lay.tp if (lay.sp or job.engine.scatter_gather_p2p) else 1
-    p2p = p2p_seconds(job, lay, job.seq_len * lay.mb * job.model.hidden * job.elem_bytes / split)
+    p2p = p2p_seconds(job, lay, job.seq_len // lay.cp * lay.mb * job.model.hidden * job.elem_bytes / split)
     if not job.engine.overlap_p2p and lay.pp > 1:   # blocking transfers: the stage pays each one
         F, B = F + p2p, B + p2p
     if simulate:
@@ -131,11 +159,10 @@ def estimate(job, layout, simulate=True):
         p2p_delay = 2 * (lay.pp - 1) * p2p
     inflight = inflight_for_memory(lay, m, pipe.peak_inflight)
     memory = [stage_memory(job, lay, i, inflight[i]) for i in range(lay.pp)]
-    dp_total, dp_exposed = dp_exposure(job, lay, stages)
-    w, g, o = state_bytes_per_param(job, lay.zero1, lay.dp)
-    params = max(stage_params(job, lay, i) for i in range(lay.pp))
-    optimizer = job.hardware.memory_seconds(2 * params * (w + g + o))
+    grad_total, grad_exposed = dp_exposure(job, lay, stages)
+    optimizer = job.hardware.memory_seconds(2 * params * sum(state_bytes_per_param(job, lay.zero, lay.shard)))
     tp_comm = max(tp_comm_seconds(s) for s in stages) * m
-    step = pipe.makespan + dp_exposed + optimizer
-    return Estimate(job, lay, stages, (F, B, W), p2p, pipe, memory, dp_total, dp_exposed, optimizer,
-                    comm=tp_comm + max(p2p_delay, 0.0) + dp_exposed, step=step)
+    step = pipe.makespan + grad_exposed + optimizer       # the FSDP part is inside the pipeline's F and B
+    return Estimate(job, lay, stages, (F, B, W), p2p, pipe, memory, grad_total, grad_exposed, optimizer,
+                    comm=tp_comm + max(p2p_delay, 0.0) + grad_exposed + fsdp_shown * m, step=step,
+                    fsdp=(fsdp_total * m, fsdp_shown * m))

@@ -1,0 +1,46 @@
+"""The two framework constants, each fitted to its own named published rows (role "framework-fitting").
+
+Both are properties of a framework's runtime that no formula gives, and neither is fitted to the
+rows it is judged on (docs/planning.md, Validation):
+
+* ``gemm_efficiency`` of eager PyTorch (published.EAGER): its GEMMs and the kernels around them run
+  one operation at a time, with launch gaps, below the fused kernels of Megatron-Core that the
+  hardware's GEMM factor was fitted to.  Fitted like that factor (calibrate.fit_calibration): the
+  step is nearly proportional to 1 / efficiency, so c <- c / (predicted throughput / published)
+  converges in a few rounds.
+* ``allocator_cache`` of PyTorch's caching allocator (published.PYTORCH): the memory it reserves beyond
+  what is allocated, as a share of what is allocated and freed every micro-batch (memory.py's
+  "dynamic" terms: activations, gathered weights, logits, buffers, workspace).  The published figure
+  is the allocator's peak reserved memory; memory is linear in the share, so one division fits it.
+"""
+import math
+from dataclasses import replace
+
+from hpcpar.plan.memory import STATE_TERMS
+
+GiB = 2**30
+
+
+def fit_gemm_efficiency(runs, rounds=4):
+    """The GEMM efficiency that makes ``runs``' predicted step times right on geometric average."""
+    from hpcpar.plan.validate import predict
+    c = 1.0
+    for _ in range(rounds):
+        logs = []
+        for run in runs:
+            est = predict(run, engine=replace(run.features["engine"], gemm_efficiency=c))
+            logs.append(math.log(run.published_step(est.job.model) / est.step))
+        c /= math.exp(sum(logs) / len(logs))
+    return c
+
+
+def fit_allocator_cache(runs):
+    """The allocator's share that makes ``runs``' predicted peak memory right on average."""
+    from hpcpar.plan.validate import predict
+    shares = []
+    for run in runs:
+        est = predict(run, engine=replace(run.features["engine"], allocator_cache=0.0))
+        terms = max(est.memory, key=lambda t: sum(t.values()))
+        dynamic = sum(v for k, v in terms.items() if k not in STATE_TERMS)
+        shares.append((run.memory_gib * GiB - sum(terms.values())) / dynamic)
+    return sum(shares) / len(shares)

@@ -1,0 +1,49 @@
+"""The planner's memory formula against hpcpar's own measured peak per rank (hpcpar/plan/measured.py).
+
+Eight layouts of the tiny and small presets - one rank (plain, full recomputation, micro-batches) and
+two ranks (tensor, pipeline, ZeRO-1 data and sequence parallelism): the tracemalloc peak of real
+Trainer steps and memory.py's state + activations + buffers + workspace for the same rank agree
+within 10 %.  Peaks are allocation sizes, not timings: the same on any machine and under any load.
+"""
+import pytest
+
+from hpcpar.config import TrainConfig
+from hpcpar.plan.measured import measure_peak, predict_peak
+
+TOLERANCE = 0.10
+SERIAL = [dict(model="tiny", batch_size=8), dict(model="small", batch_size=4),
+          dict(model="small", batch_size=4, recompute=True), dict(model="small", batch_size=8, microbatches=4)]
+TWO_RANKS = [dict(model="small", batch_size=4, tp=2), dict(model="small", batch_size=8, pp=2, microbatches=4),
+             dict(model="small", batch_size=4, dp=2, zero1=True),
+             dict(model="tiny", batch_size=8, tp=2, sequence_parallel=True)]
+
+
+def _label(kw):
+    return "-".join(f"{k}{v}" for k, v in kw.items())
+
+
+def _check(comm, kw):
+    from hpcpar.train import Trainer
+    cfg = TrainConfig(**kw, steps=2)
+    measured = measure_peak(cfg, comm)
+    trainer = Trainer(cfg, comm)
+    terms = predict_peak(trainer.cfg, trainer.mcfg, trainer.grid.pp_rank)
+    trainer.grid.free()
+    predicted = sum(terms.values())
+    detail = ", ".join(f"{k} {v / 1e6:.2f}" for k, v in terms.items())
+    assert abs(predicted / measured - 1) <= TOLERANCE, \
+        f"rank {comm.rank}: predicted {predicted / 1e6:.2f} MB ({detail}), measured {measured / 1e6:.2f} MB"
+
+
+@pytest.mark.parametrize("kw", SERIAL, ids=_label)
+def test_one_rank_peak_matches_formula(kw):
+    from mpi4py import MPI
+    _check(MPI.COMM_SELF, kw)
+
+
+@pytest.mark.mpi(min_size=2)
+@pytest.mark.parametrize("kw", TWO_RANKS, ids=_label)
+def test_two_rank_peak_matches_formula(comm, kw):
+    if comm.size != 2:
+        pytest.skip("layouts of exactly 2 ranks")
+    _check(comm, kw)
