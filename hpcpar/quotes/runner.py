@@ -2,7 +2,8 @@
 
 The commands are written for the repository root with the project's virtual environment
 (``.venv/bin/hpcpar``, ``.venv/bin/mpiexec``).  The scratch directory gets a ``.venv`` link to the
-environment that runs this code, so the files a page's commands write (``runs/``, ``ck/``, PNGs)
+environment that runs this code and a ``data`` link to the repository's shipped sample text
+(``data/sample.txt``), so the files a page's commands write (``runs/``, ``ck/``, PNGs)
 land there and never in the repository; commands of one page run in order and see each other's
 files.  ``HPCPAR_MPIEXEC`` (set by the Makefile, e.g. for Open MPI's flags) replaces
 ``.venv/bin/mpiexec``.  The output is what the command wrote to stdout, and to stderr as well when
@@ -15,6 +16,7 @@ import sys
 import tempfile
 from pathlib import Path
 
+REPOSITORY = Path(__file__).resolve().parents[2]
 THREADS = {"OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
 
 
@@ -28,6 +30,9 @@ class Session:
         venv = self.root / ".venv"
         if not venv.exists():
             venv.symlink_to(Path(sys.prefix).resolve())
+        data = self.root / "data"
+        if not data.exists() and (REPOSITORY / "data").is_dir():
+            data.symlink_to(REPOSITORY / "data")
 
     def _shell_text(self, command):
         launcher = os.environ.get("HPCPAR_MPIEXEC")
