@@ -32,12 +32,12 @@ _AXIS = re.compile(r"(tp|pp|dp)(\d*)")
 
 def sizes(layout):
     """{tp, pp, dp} of a point's layout (the sweep sets nothing else of it): what a result records."""
-    return dict(zip(AXES, layout.grid()))
+    return {axis: getattr(layout, axis) for axis in AXES}
 
 
 def label(layout):
     """A layout in the notation of --layouts, every axis sized: tp2pp1dp4."""
-    return "tp{}pp{}dp{}".format(*layout.grid())
+    return "tp{}pp{}dp{}".format(*(getattr(layout, axis) for axis in AXES))
 
 
 @dataclass(frozen=True)
