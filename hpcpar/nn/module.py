@@ -23,6 +23,8 @@ class Context:
     training      False disables dropout
     seq_slice     with sequence parallelism, the positions of the full sequence this rank holds
     seq_len       ... and the length of the full sequence
+    positions     the global positions (T,) of the tokens attention sees, for rotary embeddings;
+                  None: 0 .. T-1
     """
     step: int = 0
     sample_ids: Any = None
@@ -30,6 +32,7 @@ class Context:
     training: bool = True
     seq_slice: Any = None
     seq_len: int = 0
+    positions: Any = None
 
 
 class Module:
