@@ -39,6 +39,8 @@ class TrainConfig:
     layers: int = opt(0, "number of blocks (0: preset)", group="model")
     hidden: int = opt(0, "model width d_model (0: preset)", group="model")
     heads: int = opt(0, "attention heads (0: preset)", group="model")
+    rope_theta: float = opt(0.0, "base of the rotary position frequencies (0: 10000, or that of --init-from; "
+                                 "llama-*)", group="model")
     kv_heads: int = opt(0, "key/value heads of grouped-query attention, dividing --heads (0: the preset's, "
                                      "or --heads when that is given; llama-*)",
                         group="model")
@@ -168,7 +170,8 @@ def check(cfg, world):
         if getattr(cfg, name) < 1:
             raise UsageError(f"--{name.replace('_', '-')} must be at least 1, got {getattr(cfg, name)}")
     for name in ("dp", "microbatches", "chunks", "layers", "hidden", "heads", "kv_heads", "ffn", "seq_len", "positions", "vocab",
-                 "steps", "warmup", "save_every", "log_every", "seed", "trace_steps", "eval_every", "ln_eps"):
+                 "steps", "warmup", "save_every", "log_every", "seed", "trace_steps", "eval_every", "ln_eps",
+                 "rope_theta"):
         if getattr(cfg, name) < 0:
             raise UsageError(f"--{name.replace('_', '-')} must not be negative, got {getattr(cfg, name)}")
     if not cfg.backend:
@@ -218,7 +221,7 @@ def check(cfg, world):
     if cfg.init_from:
         if not Path(cfg.init_from).exists():
             raise UsageError(f"--init-from: {cfg.init_from} not found")
-        from hpcpar.checkpoint.gpt2 import adopt
+        from hpcpar.checkpoint.hf import adopt
         adopt(cfg)                                  # the file's dimensions, or one line on a contradiction
     if cfg.model == "mlp":
         if cfg.sequence_parallel:

@@ -73,7 +73,7 @@ def model_config(cfg):
                       n_head=heads, n_kv_head=cfg.kv_heads or heads, seq_len=cfg.seq_len or None,
                       dropout=cfg.dropout, tied=False if cfg.untied else None,
                       d_ff=cfg.ffn or (4 * cfg.hidden if cfg.hidden else None),
-                      positions=cfg.positions or None, ln_eps=cfg.ln_eps or None)
+                      positions=cfg.positions or None, ln_eps=cfg.ln_eps or None, rope_theta=cfg.rope_theta or None)
         if mcfg.seq_len > mcfg.n_positions:
             raise UsageError(f"--seq-len {mcfg.seq_len} is longer than the model's {mcfg.n_positions} positions")
         if mcfg.d_model % mcfg.n_head:
