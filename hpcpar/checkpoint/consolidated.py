@@ -81,8 +81,8 @@ def gather_full(trainer):
 
 
 def write_weights(weights, path, metadata=None):
-    """One safetensors file, Hugging Face's metadata, written atomically."""
-    data = safetensors_bytes({k: np.ascontiguousarray(v) for k, v in weights.items()},
+    """One safetensors file, Hugging Face's metadata and layouts, written atomically."""
+    data = safetensors_bytes({k: np.ascontiguousarray(file_layout(k, v)) for k, v in weights.items()},
                              metadata={"format": "pt", **(metadata or {})})
     write_atomic(Path(path), data)
 
@@ -92,7 +92,7 @@ def write_pretrained(weights, mcfg, directory, tokenizer=None):
     tokenizer."""
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
-    prefixed = {file_key(k, mcfg.arch): file_layout(k, v) for k, v in weights.items()}
+    prefixed = {file_key(k, mcfg.arch): v for k, v in weights.items()}
     write_weights(prefixed, directory / WEIGHTS)
     write_json(directory / CONFIG, hf_config(mcfg))
     if tokenizer is not None and Path(tokenizer).is_file():
@@ -107,7 +107,7 @@ def export(trainer, path, tokenizer=None):
     if weights is not None:
         try:
             if Path(path).suffix == ".safetensors":
-                write_weights({k: file_layout(k, v) for k, v in weights.items()}, path, file_metadata(trainer.mcfg))
+                write_weights(weights, path, file_metadata(trainer.mcfg))
             else:
                 write_pretrained(weights, trainer.mcfg, path, tokenizer)
         except (CheckpointError, OSError) as err:
