@@ -1,5 +1,7 @@
 """Llama blocks on one rank: whole-model gradients against finite differences, the B/W split and
-recomputation, rotary positions taken from the context, parameter and FLOP counts, refused layouts."""
+recomputation, rotary positions taken from the context, parameter and FLOP counts, refused layouts
+(the refusal on the command line, one line before any rank communicates, is quoted in docs/llama.md
+and checked by test_docs)."""
 import numpy as np
 import pytest
 
@@ -9,7 +11,7 @@ from hpcpar.flops import gpt_block_forward_flops
 from hpcpar.nn import GPT, Context, GPTConfig
 from hpcpar.runtime import UsageError
 from hpcpar.train import model_config
-from mpitools import hpcpar, run_mpi
+from test_docs import quoted_losses
 from test_nn import batch, grads
 from train_helpers import config
 
@@ -86,10 +88,8 @@ def test_layouts_that_cannot_split_are_refused(flags, message):
         model_config(check(config(**kw), kw.get("tp", 1)))
 
 
-def test_refusal_is_one_line_before_any_rank_communicates():
-    proc, _ = run_mpi(2, hpcpar() + ["train", "--model", "llama-tiny", "--tp", "2", "--kv-heads", "1",
-                                     "--steps", "1", "--no-progress"], timeout=60)
-    assert proc.returncode == 2
-    lines = set(proc.stderr.strip().splitlines())          # the same line from each rank
-    assert lines == {"hpcpar: error: --tp 2 must divide the number of key/value heads (1): each rank holds "
-                     "the K/V heads of its own query heads"}
+def test_the_worked_example_quotes_the_same_losses_on_one_rank_and_eight():
+    """docs/llama.md's two runs (each kept current by test_docs) print identical loss lines."""
+    one = quoted_losses("llama.md", "hpcpar train --model llama-tiny --dtype float64 --steps 3")
+    eight = quoted_losses("llama.md", "hpcpar train --model llama-tiny --tp 2 --pp 2 --dp 2 --dtype float64")
+    assert len(one) == 3 and one == eight
