@@ -31,6 +31,8 @@ class TrainConfig:
                                   group="layout")
     recompute: bool = opt(False, "drop each block's activations after forward and recompute them in backward",
                           group="layout")
+    recompute_attention: bool = opt(False, "selective recomputation: keep attention's q, k, v but not its (B, NH, "
+                                           "T, T) probabilities, recompute them in backward", group="layout")
     zero1: bool = opt(False, "ZeRO-1: shard optimizer state over DP (reduce-scatter + all-gather)", group="layout")
     bucket_mb: float = opt(4.0, "data-parallel gradient bucket size in MB", group="layout")
     # --- model ------------------------------------------------------------------------------
@@ -223,7 +225,11 @@ def check(cfg, world):
             raise UsageError(f"--init-from: {cfg.init_from} not found")
         from hpcpar.checkpoint.hf import adopt
         adopt(cfg)                                  # the file's dimensions, or one line on a contradiction
+    if cfg.recompute and cfg.recompute_attention:
+        raise UsageError("--recompute already recomputes the attention: give it or --recompute-attention, not both")
     if cfg.model == "mlp":
+        if cfg.recompute_attention:
+            raise UsageError("--recompute-attention needs a GPT model (the MLP has no attention)")
         if cfg.sequence_parallel:
             raise UsageError("--sequence-parallel needs a GPT model (the MLP has no sequence axis)")
         if cfg.data != "synthetic":

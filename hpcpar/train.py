@@ -162,7 +162,7 @@ class Trainer:
             chunks[-1].head.weight = chunks[0].embed.wte    # pp = 1, interleaved: one rank holds both ends
         for chunk in chunks:
             parallelize(chunk, g.tp_comm, cfg.sequence_parallel)
-            chunk.set_recompute(cfg.recompute)
+            chunk.set_recompute(cfg.recompute, cfg.recompute_attention)
         return chunks
 
     def _act_shape(self, mb):

@@ -45,6 +45,33 @@ def test_split_backward_and_recompute_give_the_same_gradients():
         np.testing.assert_array_equal(again[name], g)
 
 
+def arrays(cache):
+    """Every array a (nested) cache holds."""
+    if isinstance(cache, np.ndarray):
+        return [cache]
+    if isinstance(cache, (tuple, list)):
+        return [a for c in cache for a in arrays(c)]
+    return []
+
+
+@pytest.mark.parametrize("cfg", [CFG, GPTConfig(vocab_size=23, seq_len=8, n_layer=2, n_head=4, d_model=16,
+                                                dropout=0.3)], ids=["llama", "gpt2-dropout"])
+def test_selective_recompute_keeps_no_probabilities_and_gives_the_same_gradients(cfg):
+    model = GPT(cfg, seed=1, dtype="float64")
+    x, y = batch(cfg)
+    ctx = Context(step=2, seed=9)
+    _, plain = grads(model, x, y, ctx)
+    T = cfg.seq_len
+    kept = model.forward(x, ctx, y)[1]
+    assert any(a.shape[-2:] == (T, T) for a in arrays(kept))              # P, and the dropout mask
+    model.set_recompute(False, attention=True)
+    kept = model.forward(x, ctx, y)[1]
+    assert not any(a.shape[-2:] == (T, T) for a in arrays(kept))          # only q, k, v of the core
+    _, again = grads(model, x, y, ctx)
+    for name, g in plain.items():      # bit for bit: the core's forward repeated, the same mask redrawn
+        np.testing.assert_array_equal(again[name], g)
+
+
 def test_rotary_positions_come_from_the_context():
     """The last 4 tokens of a sequence, told their positions 4..7, give the hidden states the whole
     sequence gives them - as long as they see their own past only through the block's attention."""

@@ -12,6 +12,8 @@ of backward can wait (zero-bubble schedules).
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
+
 
 @dataclass
 class Context:
@@ -69,3 +71,23 @@ def run_or_defer(fn, defer):
         fn()
     else:
         defer.append(fn)
+
+
+def cache_bytes(cache):
+    """Bytes of the distinct arrays reachable from a cache (views of one buffer counted once)."""
+    seen, total = set(), 0
+
+    def visit(obj):
+        nonlocal total
+        if isinstance(obj, np.ndarray):
+            base = obj
+            while base.base is not None and isinstance(base.base, np.ndarray):
+                base = base.base
+            if id(base) not in seen:
+                seen.add(id(base))
+                total += base.nbytes
+        elif isinstance(obj, (tuple, list)):
+            for item in obj:
+                visit(item)
+    visit(cache)
+    return total

@@ -3,7 +3,7 @@
     q = x W_q  (B, T, NH*HS),   k = x W_k,  v = x W_v  (B, T, NKV*HS)       no biases
     q, k <- rope(q), rope(k)            each head rotated by its tokens' global positions (ops/rope.py)
     k, v <- repeat_kv(k), repeat_kv(v)  NKV -> NH heads, query head h reads K/V head h // (NH/NKV)
-    o = attention(q, k, v)              the same core as GPT-2's (ops/attention.py), over NH full heads
+    o = attention(q, k, v)              the same core as GPT-2's (nn/attention_core.py), over NH full heads
     y = concat_h(o_h) W_o
 
 The positions come from the micro-batch's context (``ctx.positions``; 0..T-1 when it gives none), so a
@@ -16,7 +16,8 @@ import numpy as np
 from hpcpar.backend import array_module
 from hpcpar.nn.linear import Linear
 from hpcpar.nn.module import Module
-from hpcpar.ops.attention import attention_backward, attention_forward, merge_heads, split_heads
+from hpcpar.nn.attention_core import core_backward, core_forward
+from hpcpar.ops.attention import merge_heads, split_heads
 from hpcpar.ops.gqa import repeat_kv_backward, repeat_kv_forward
 from hpcpar.ops.rope import rope_backward, rope_forward, rope_tables
 
@@ -35,6 +36,7 @@ class RotaryAttention(Module):
         self.k_proj = Linear(f"{prefix}.k_proj", C, cfg.n_kv_head * HS, 0.02, seed, dtype, bias=False)
         self.v_proj = Linear(f"{prefix}.v_proj", C, cfg.n_kv_head * HS, 0.02, seed, dtype, bias=False)
         self.o_proj = Linear(f"{prefix}.o_proj", cfg.n_head * HS, C, 0.02, seed, dtype, bias=False)
+        self.selective = False          # recompute the core's probabilities in backward (attention_core.py)
 
     def forward(self, x, ctx=None):
         q, c_q = self.q_proj.forward(x, ctx)                          # (B, T, nh*HS)
@@ -46,14 +48,15 @@ class RotaryAttention(Module):
         q = rope_forward(split_heads(q, nh), cos, sin)                # (B, nh, T, HS)
         k = rope_forward(split_heads(k, nkv), cos, sin)               # (B, nkv, T, HS)
         rep = nh // nkv
-        o, c_core = attention_forward(q, repeat_kv_forward(k, rep), repeat_kv_forward(split_heads(v, nkv), rep))
+        o, c_core = core_forward(q, repeat_kv_forward(k, rep), repeat_kv_forward(split_heads(v, nkv), rep),
+                                 lambda: None, self.selective)       # no dropout in Llama
         y, c_o = self.o_proj.forward(merge_heads(o), ctx)             # (B, T, C)
         return y, (c_q, c_k, c_v, c_core, c_o, cos, sin, nh, rep)
 
     def backward(self, dy, cache, defer=None):
         c_q, c_k, c_v, c_core, c_o, cos, sin, nh, rep = cache
         do = split_heads(self.o_proj.backward(dy, c_o, defer), nh)   # (B, nh, T, HS)
-        dq, dk, dv = attention_backward(do, c_core)                  # (B, nh, T, HS) each
+        dq, dk, dv = core_backward(do, c_core)                       # (B, nh, T, HS) each
         dq = rope_backward(dq, cos, sin)
         dk = rope_backward(repeat_kv_backward(dk, rep), cos, sin)     # (B, nkv, T, HS)
         dv = repeat_kv_backward(dv, rep)
