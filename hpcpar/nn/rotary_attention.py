@@ -9,12 +9,13 @@
 The positions come from the micro-batch's context (``ctx.positions``; 0..T-1 when it gives none), so a
 rank that holds a slice of the sequence rotates by the slice's own positions.  Head counts are read off
 the projections' widths, so a tensor-parallel rank holding NH/tp query and NKV/tp K/V heads (q, k, v
-column-parallel, o row-parallel) runs this same code: its query heads' K/V heads are its own.
+column-parallel, o row-parallel) runs this same code: its query heads' K/V heads are its own.  The three
+projections are one ``Projections`` of x: their input gradients are summed before any communication.
 """
 import numpy as np
 
 from hpcpar.backend import array_module
-from hpcpar.nn.linear import Linear
+from hpcpar.nn.linear import Linear, Projections
 from hpcpar.nn.module import Module
 from hpcpar.nn.attention_core import core_backward, core_forward
 from hpcpar.ops.attention import merge_heads, split_heads
@@ -32,16 +33,13 @@ class RotaryAttention(Module):
     def __init__(self, prefix, cfg, seed, dtype):
         C, HS = cfg.d_model, cfg.d_model // cfg.n_head
         self.head_size, self.theta = HS, cfg.rope_theta
-        self.q_proj = Linear(f"{prefix}.q_proj", C, cfg.n_head * HS, 0.02, seed, dtype, bias=False)
-        self.k_proj = Linear(f"{prefix}.k_proj", C, cfg.n_kv_head * HS, 0.02, seed, dtype, bias=False)
-        self.v_proj = Linear(f"{prefix}.v_proj", C, cfg.n_kv_head * HS, 0.02, seed, dtype, bias=False)
+        self.qkv = Projections(*(Linear(f"{prefix}.{name}_proj", C, heads * HS, 0.02, seed, dtype, bias=False)
+                                 for name, heads in (("q", cfg.n_head), ("k", cfg.n_kv_head), ("v", cfg.n_kv_head))))
         self.o_proj = Linear(f"{prefix}.o_proj", cfg.n_head * HS, C, 0.02, seed, dtype, bias=False)
         self.selective = False          # recompute the core's probabilities in backward (attention_core.py)
 
     def forward(self, x, ctx=None):
-        q, c_q = self.q_proj.forward(x, ctx)                          # (B, T, nh*HS)
-        k, c_k = self.k_proj.forward(x, ctx)                          # (B, T, nkv*HS)
-        v, c_v = self.v_proj.forward(x, ctx)
+        (q, k, v), c_in = self.qkv.forward(x, ctx)                    # (B, T, nh*HS), (B, T, nkv*HS) twice
         HS, T = self.head_size, q.shape[1]                            # T: the whole sequence under SP
         nh, nkv = q.shape[-1] // HS, k.shape[-1] // HS               # heads on this rank
         cos, sin = rope_tables(token_positions(ctx, T), HS, self.theta, q.dtype, array_module(q))   # (T, HS)
@@ -51,16 +49,13 @@ class RotaryAttention(Module):
         o, c_core = core_forward(q, repeat_kv_forward(k, rep), repeat_kv_forward(split_heads(v, nkv), rep),
                                  lambda: None, self.selective)       # no dropout in Llama
         y, c_o = self.o_proj.forward(merge_heads(o), ctx)             # (B, T, C)
-        return y, (c_q, c_k, c_v, c_core, c_o, cos, sin, nh, rep)
+        return y, (c_in, c_core, c_o, cos, sin, nh, rep)
 
     def backward(self, dy, cache, defer=None):
-        c_q, c_k, c_v, c_core, c_o, cos, sin, nh, rep = cache
+        c_in, c_core, c_o, cos, sin, nh, rep = cache
         do = split_heads(self.o_proj.backward(dy, c_o, defer), nh)   # (B, nh, T, HS)
         dq, dk, dv = core_backward(do, c_core)                       # (B, nh, T, HS) each
         dq = rope_backward(dq, cos, sin)
         dk = rope_backward(repeat_kv_backward(dk, rep), cos, sin)     # (B, nkv, T, HS)
         dv = repeat_kv_backward(dv, rep)
-        dx = self.q_proj.backward(merge_heads(dq), c_q, defer)        # (B, T, C)
-        dx += self.k_proj.backward(merge_heads(dk), c_k, defer)
-        dx += self.v_proj.backward(merge_heads(dv), c_v, defer)
-        return dx
+        return self.qkv.backward([merge_heads(d) for d in (dq, dk, dv)], c_in, defer)     # (B, T, C)

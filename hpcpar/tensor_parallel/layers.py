@@ -2,6 +2,7 @@
 
 ColumnParallelLinear  Y = X [W_1 | ... | W_tp]: rank i computes X W_i, its own columns of Y.
                       Input region: f (or the sequence all-gather).  No communication in forward.
+ColumnParallelProjections  several of them on one input (Llama's q, k, v; gate, up), one region crossing.
 RowParallelLinear     Y = [X_1 ... X_tp] [W_1; ...; W_tp] = sum_i X_i W_i: rank i holds rows W_i and
                       the matching columns X_i (the column-parallel output), computes a partial sum,
                       and g (or the sequence reduce-scatter) adds them up.  Bias after the sum.
@@ -38,21 +39,49 @@ class ColumnParallelLinear(Module):
 
     def forward(self, x, ctx=None):
         full = self.region.forward(self.comm, x)                  # (B, T, in): replicated input
-        y = linear_forward(full, self.weight.data, self.bias and self.bias.data)    # (B, T, out/tp)
         # Sequence parallelism keeps only this rank's slice of the input and gathers it again in the
         # backward (Korthikanti et al.): one more all-gather, tp times less activation memory here.
-        return y, (x if self.sp else full)
+        return self.local_forward(full), (x if self.sp else full)
 
     def backward(self, dy, cached, defer=None):
         full = self.region.forward(self.comm, cached) if self.sp else cached
+        return self.region.backward(self.comm, self.local_backward(dy, full, defer))
 
+    # --- the local GEMMs, between the region crossings ------------------------------------------
+
+    def local_forward(self, full):
+        return linear_forward(full, self.weight.data, self.bias and self.bias.data)    # (B, T, out/tp)
+
+    def local_backward(self, dy, full, defer):
+        """This rank's term of dL/dx (B, T, in), before the group sums it; the weight gradient."""
         def weight_grad():
             dw, db = linear_backward_weight(dy, full)
             self.weight.grad += dw
             if self.bias is not None:
                 self.bias.grad += db
         run_or_defer(weight_grad, defer)
-        return self.region.backward(self.comm, linear_backward_input(dy, self.weight.data))
+        return linear_backward_input(dy, self.weight.data)
+
+
+class ColumnParallelProjections(Module):
+    """Several column-parallel projections of one input (nn/linear.py Projections): the input region
+    is crossed once for all of them - one f (or sequence all-gather) forward, one all-reduce (or
+    reduce-scatter) of the summed input gradient backward - instead of once per projection."""
+
+    def __init__(self, projections, comm, sequence_parallel=False):
+        self.comm, self.region, self.sp = comm, input_region(sequence_parallel), sequence_parallel
+        self.parts = [ColumnParallelLinear(p, comm, sequence_parallel) for p in projections.parts]
+
+    def forward(self, x, ctx=None):
+        full = self.region.forward(self.comm, x)                  # (B, T, in), once
+        return [p.local_forward(full) for p in self.parts], (x if self.sp else full)
+
+    def backward(self, dys, cached, defer=None):
+        full = self.region.forward(self.comm, cached) if self.sp else cached
+        dx = self.parts[0].local_backward(dys[0], full, defer)
+        for part, dy in zip(self.parts[1:], dys[1:]):
+            dx += part.local_backward(dy, full, defer)
+        return self.region.backward(self.comm, dx)                # the sum of every projection's term, once
 
 
 class RowParallelLinear(Module):

@@ -6,8 +6,9 @@ gathering the slices gives back the full tensors.
 
 GPT block:   ln_1 -> [c_attn: column, groups Q|K|V] -> heads -> [c_proj: row] -> ln_2 ->
              [c_fc: column] -> GELU -> [mlp.c_proj: row]           2 all-reduces forward, 2 backward
-Llama block: rmsnorm -> [q_proj, k_proj, v_proj: column, by heads] -> rope, repeat K/V, heads ->
-             [o_proj: row] -> rmsnorm -> [gate_proj, up_proj: column] -> SwiGLU -> [down_proj: row]
+Llama block: rmsnorm -> [q_proj, k_proj, v_proj: column, by heads, one input region] -> rope,
+             repeat K/V, heads -> [o_proj: row] -> rmsnorm -> [gate_proj, up_proj: column, one input
+             region] -> SwiGLU -> [down_proj: row]          2 all-reduces forward, 2 backward, as GPT-2
              K/V heads are cut like query heads: rank r holds query heads r NH/tp .. and exactly the
              K/V heads they read, r NKV/tp .., so tp must divide NKV as well as NH
 GPT ends:    embedding -> vocab-parallel; LM head -> vocab-parallel logits and loss
@@ -15,9 +16,10 @@ Deep MLP:    each block column + row; the input and output layers stay replicate
 """
 from hpcpar.nn.block import LlamaBlock, TransformerBlock
 from hpcpar.nn.gpt import GPT
+from hpcpar.nn.linear import Projections
 from hpcpar.runtime import UsageError
-from hpcpar.tensor_parallel.layers import (ColumnParallelLinear, RowParallelLinear, VocabParallelEmbedding,
-                                           VocabParallelLMHead, replicate)
+from hpcpar.tensor_parallel.layers import (ColumnParallelLinear, ColumnParallelProjections, RowParallelLinear,
+                                           VocabParallelEmbedding, VocabParallelLMHead, replicate)
 
 
 def check_divisible(cfg, tp, sequence_parallel, seq_len=None):
@@ -47,8 +49,8 @@ def parallelize(stage, comm, sequence_parallel=False):
     sp = sequence_parallel
     for block in stage.blocks:
         if isinstance(block, LlamaBlock):
-            cut(block.attn, comm, sp, columns=("q_proj", "k_proj", "v_proj"), rows=("o_proj",))
-            cut(block.mlp, comm, sp, columns=("gate_proj", "up_proj"), rows=("down_proj",))
+            cut(block.attn, comm, sp, columns=("qkv",), rows=("o_proj",))
+            cut(block.mlp, comm, sp, columns=("gate_up",), rows=("down_proj",))
         elif isinstance(block, TransformerBlock):
             cut(block.attn, comm, sp, columns=("c_attn",), rows=("c_proj",), groups=3)
             block.attn.head_offset = comm.rank * block.attn.n_head // comm.size
@@ -70,8 +72,11 @@ def parallelize(stage, comm, sequence_parallel=False):
 
 
 def cut(module, comm, sequence_parallel, columns, rows, groups=1):
-    """Replace the named Linear attributes of ``module`` by their column- and row-parallel versions."""
+    """Replace the named Linear (or Projections) attributes of ``module`` by their column- and
+    row-parallel versions."""
     for name in columns:
-        setattr(module, name, ColumnParallelLinear(getattr(module, name), comm, sequence_parallel, groups))
+        layer = getattr(module, name)
+        setattr(module, name, ColumnParallelProjections(layer, comm, sequence_parallel) if isinstance(layer, Projections)
+                else ColumnParallelLinear(layer, comm, sequence_parallel, groups))
     for name in rows:
         setattr(module, name, RowParallelLinear(getattr(module, name), comm, sequence_parallel))
