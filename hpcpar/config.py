@@ -44,8 +44,7 @@ class TrainConfig:
     rope_theta: float = opt(0.0, "base of the rotary position frequencies (0: 10000, or that of --init-from; "
                                  "llama-*)", group="model")
     kv_heads: int = opt(0, "key/value heads of grouped-query attention, dividing --heads (0: the preset's, "
-                                     "or --heads when that is given; llama-*)",
-                        group="model")
+                           "or --heads when that is given; llama-*)", group="model")
     ffn: int = opt(0, "feed-forward width (0: 4 x hidden)", group="model")
     seq_len: int = opt(0, "training sequence length (0: preset, or the positions of --init-from)", group="model")
     positions: int = opt(0, "rows of the position table, the longest sequence the model reads (0: --seq-len)",
@@ -171,9 +170,9 @@ def check(cfg, world):
                  "eval_batches"):
         if getattr(cfg, name) < 1:
             raise UsageError(f"--{name.replace('_', '-')} must be at least 1, got {getattr(cfg, name)}")
-    for name in ("dp", "microbatches", "chunks", "layers", "hidden", "heads", "kv_heads", "ffn", "seq_len", "positions", "vocab",
-                 "steps", "warmup", "save_every", "log_every", "seed", "trace_steps", "eval_every", "ln_eps",
-                 "rope_theta"):
+    for name in ("dp", "microbatches", "chunks", "layers", "hidden", "heads", "kv_heads", "ffn", "seq_len",
+                 "positions", "vocab", "steps", "warmup", "save_every", "log_every", "seed", "trace_steps",
+                 "eval_every", "ln_eps", "rope_theta"):
         if getattr(cfg, name) < 0:
             raise UsageError(f"--{name.replace('_', '-')} must not be negative, got {getattr(cfg, name)}")
     if not cfg.backend:

@@ -15,9 +15,9 @@ projections are one ``Projections`` of x: their input gradients are summed befor
 import numpy as np
 
 from hpcpar.backend import array_module
+from hpcpar.nn.attention_core import core_backward, core_forward
 from hpcpar.nn.linear import Linear, Projections
 from hpcpar.nn.module import Module
-from hpcpar.nn.attention_core import core_backward, core_forward
 from hpcpar.ops.attention import merge_heads, split_heads
 from hpcpar.ops.gqa import repeat_kv_backward, repeat_kv_forward
 from hpcpar.ops.rope import rope_backward, rope_forward, rope_tables

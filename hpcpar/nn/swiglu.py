@@ -6,7 +6,8 @@
 
 Under tensor parallelism gate_proj and up_proj are both column-parallel (each rank holds the same F/tp
 columns of both, so the product pairs up locally) and down_proj row-parallel: one all-reduce at the end,
-as in GPT-2's MLP.  gate and up are one ``Projections`` of x, so the backward, too, communicates once.  Names and roles as in Hugging Face's LlamaMLP.
+as in GPT-2's MLP.  gate and up are one ``Projections`` of x, so the backward, too, communicates once.
+Names and roles as in Hugging Face's LlamaMLP.
 """
 from hpcpar.nn.linear import Linear, Projections
 from hpcpar.nn.module import Module

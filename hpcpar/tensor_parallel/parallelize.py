@@ -76,7 +76,7 @@ def cut(module, comm, sequence_parallel, columns, rows, groups=1):
     row-parallel versions."""
     for name in columns:
         layer = getattr(module, name)
-        setattr(module, name, ColumnParallelProjections(layer, comm, sequence_parallel) if isinstance(layer, Projections)
-                else ColumnParallelLinear(layer, comm, sequence_parallel, groups))
+        setattr(module, name, ColumnParallelProjections(layer, comm, sequence_parallel)
+                if isinstance(layer, Projections) else ColumnParallelLinear(layer, comm, sequence_parallel, groups))
     for name in rows:
         setattr(module, name, RowParallelLinear(getattr(module, name), comm, sequence_parallel))
