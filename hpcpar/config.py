@@ -31,13 +31,20 @@ class TrainConfig:
                                   group="layout")
     recompute: bool = opt(False, "drop each block's activations after forward and recompute them in backward",
                           group="layout")
+    recompute_attention: bool = opt(False, "selective recomputation: keep attention's q, k, v but not its (B, NH, "
+                                           "T, T) probabilities, recompute them in backward", group="layout")
     zero1: bool = opt(False, "ZeRO-1: shard optimizer state over DP (reduce-scatter + all-gather)", group="layout")
     bucket_mb: float = opt(4.0, "data-parallel gradient bucket size in MB", group="layout")
     # --- model ------------------------------------------------------------------------------
-    model: str = opt("tiny", "model preset", ["tiny", "small", "gpt2", "mlp"], "model")
+    model: str = opt("tiny", "model preset (GPT-2 blocks, or llama-*: RMSNorm, RoPE, SwiGLU, grouped-query "
+                             "attention)", ["tiny", "small", "gpt2", "llama-tiny", "llama-small", "mlp"], "model")
     layers: int = opt(0, "number of blocks (0: preset)", group="model")
     hidden: int = opt(0, "model width d_model (0: preset)", group="model")
     heads: int = opt(0, "attention heads (0: preset)", group="model")
+    rope_theta: float = opt(0.0, "base of the rotary position frequencies (0: 10000, or that of --init-from; "
+                                 "llama-*)", group="model")
+    kv_heads: int = opt(0, "key/value heads of grouped-query attention, dividing --heads (0: the preset's, "
+                           "or --heads when that is given; llama-*)", group="model")
     ffn: int = opt(0, "feed-forward width (0: 4 x hidden)", group="model")
     seq_len: int = opt(0, "training sequence length (0: preset, or the positions of --init-from)", group="model")
     positions: int = opt(0, "rows of the position table, the longest sequence the model reads (0: --seq-len)",
@@ -104,7 +111,7 @@ class TrainConfig:
                                         "longer (seconds; 0 disables)", group="watch")
 
 
-PRESET_LR = {"tiny": 1e-2, "small": 3e-3, "gpt2": 6e-4, "mlp": 1e-2}
+PRESET_LR = {"tiny": 1e-2, "small": 3e-3, "gpt2": 6e-4, "llama-tiny": 1e-2, "llama-small": 3e-3, "mlp": 1e-2}
 
 GROUPS = {"layout": "parallel layout", "model": "model", "data": "data", "optim": "optimisation",
           "run": "numerics and backend", "files": "files and output", "watch": "hangs and shutdown"}
@@ -163,8 +170,9 @@ def check(cfg, world):
                  "eval_batches"):
         if getattr(cfg, name) < 1:
             raise UsageError(f"--{name.replace('_', '-')} must be at least 1, got {getattr(cfg, name)}")
-    for name in ("dp", "microbatches", "chunks", "layers", "hidden", "heads", "ffn", "seq_len", "positions", "vocab",
-                 "steps", "warmup", "save_every", "log_every", "seed", "trace_steps", "eval_every", "ln_eps"):
+    for name in ("dp", "microbatches", "chunks", "layers", "hidden", "heads", "kv_heads", "ffn", "seq_len",
+                 "positions", "vocab", "steps", "warmup", "save_every", "log_every", "seed", "trace_steps",
+                 "eval_every", "ln_eps", "rope_theta"):
         if getattr(cfg, name) < 0:
             raise UsageError(f"--{name.replace('_', '-')} must not be negative, got {getattr(cfg, name)}")
     if not cfg.backend:
@@ -214,9 +222,13 @@ def check(cfg, world):
     if cfg.init_from:
         if not Path(cfg.init_from).exists():
             raise UsageError(f"--init-from: {cfg.init_from} not found")
-        from hpcpar.checkpoint.gpt2 import adopt
+        from hpcpar.checkpoint.hf import adopt
         adopt(cfg)                                  # the file's dimensions, or one line on a contradiction
+    if cfg.recompute and cfg.recompute_attention:
+        raise UsageError("--recompute already recomputes the attention: give it or --recompute-attention, not both")
     if cfg.model == "mlp":
+        if cfg.recompute_attention:
+            raise UsageError("--recompute-attention needs a GPT model (the MLP has no attention)")
         if cfg.sequence_parallel:
             raise UsageError("--sequence-parallel needs a GPT model (the MLP has no sequence axis)")
         if cfg.data != "synthetic":

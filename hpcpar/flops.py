@@ -8,6 +8,8 @@ Model FLOPs of one training step of a GPT (forward + backward, no recomputation;
     training = 3 x forward (backward costs two forwards)
 
 For F = 4C this is 72 B T L C^2 (1 + T/(6C) + V/(12 L C)), the formula in docs/design.md (FLOPs).
+A Llama block differs in two GEMM widths: K and V project to NKV*HS columns, not C (grouped-query
+attention), and its SwiGLU MLP has three C x F projections (gate, up, down), not two.
 
 ``Gemm`` is one matrix multiply: the planner counts a layer's GEMMs (plan/flops.py) and the benchmarks
 time them (bench/gemm.py).
@@ -40,9 +42,12 @@ class Gemm:
 
 
 def gpt_block_forward_flops(cfg):
-    """Forward FLOPs of one block per token: QKV, attention output, MLP up and down; QK^T and PV."""
+    """Forward FLOPs of one block per token: Q, K, V, attention output, the MLP's projections; QK^T and
+    PV over all NH heads (after the K/V repeat)."""
     C, F, T = cfg.d_model, cfg.d_ff, cfg.seq_len
-    return 2 * (4 * C * C + 2 * C * F) + 4 * T * C
+    kv = cfg.n_kv_head * (C // cfg.n_head)              # K and V widths: C without grouped queries
+    mlp_gemms = 3 if cfg.arch == "llama" else 2
+    return 2 * (2 * C * C + 2 * C * kv + mlp_gemms * C * F) + 4 * T * C
 
 
 def gpt_head_forward_flops(cfg):

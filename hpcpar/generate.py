@@ -40,6 +40,9 @@ def _checkpoint_model(path):
     cfg = TrainConfig(**{**{f.name: saved[f.name] for f in fields(TrainConfig) if f.name in saved}, **one_rank})
     if cfg.model == "mlp":
         raise UsageError(f"{path} holds the MLP model, which does not generate text")
+    if cfg.model.startswith("llama"):
+        raise UsageError(f"{path} holds a Llama model: hpcpar generate samples GPT-2 models only (its KV cache "
+                         f"has no rotary positions yet)")
     weights = {n: reader.full(n) for n in reader.names() if not n.startswith("optimizer/")}
     V, C = weights["wte.weight"].shape
     mcfg = replace(model_config(cfg), vocab_size=V, positions=weights["wpe.weight"].shape[0])

@@ -68,14 +68,22 @@ def model_config(cfg):
                          d_ff=cfg.ffn or 2 * (cfg.hidden or base.d_model), n_layer=cfg.layers or base.n_layer,
                          d_out=base.d_out)
     else:
+        heads = cfg.heads or None
         mcfg = preset(cfg.model, n_layer=cfg.layers or None, d_model=cfg.hidden or None,
-                      n_head=cfg.heads or None, seq_len=cfg.seq_len or None, dropout=cfg.dropout,
-                      tied=not cfg.untied, d_ff=cfg.ffn or (4 * cfg.hidden if cfg.hidden else None),
-                      positions=cfg.positions or None, ln_eps=cfg.ln_eps or None)
+                      n_head=heads, n_kv_head=cfg.kv_heads or heads, seq_len=cfg.seq_len or None,
+                      dropout=cfg.dropout, tied=False if cfg.untied else None,
+                      d_ff=cfg.ffn or (4 * cfg.hidden if cfg.hidden else None),
+                      positions=cfg.positions or None, ln_eps=cfg.ln_eps or None, rope_theta=cfg.rope_theta or None)
         if mcfg.seq_len > mcfg.n_positions:
             raise UsageError(f"--seq-len {mcfg.seq_len} is longer than the model's {mcfg.n_positions} positions")
         if mcfg.d_model % mcfg.n_head:
             raise UsageError(f"--heads {mcfg.n_head} must divide --hidden {mcfg.d_model}")
+        if mcfg.arch != "llama" and cfg.kv_heads:
+            raise UsageError(f"--kv-heads needs a Llama model (--model llama-tiny or llama-small), not {cfg.model}")
+        if mcfg.n_head % mcfg.n_kv_head:
+            raise UsageError(f"--kv-heads {mcfg.n_kv_head} must divide the {mcfg.n_head} attention heads")
+        if mcfg.arch == "llama" and cfg.dropout:
+            raise UsageError(f"--model {cfg.model} has no dropout: drop --dropout {cfg.dropout}")
     stages = cfg.pp * cfg.chunks
     if mcfg.n_layer < stages:
         raise UsageError(f"{mcfg.n_layer} layers cannot fill pp x chunks = {cfg.pp} x {cfg.chunks} = {stages} stages")
@@ -154,7 +162,7 @@ class Trainer:
             chunks[-1].head.weight = chunks[0].embed.wte    # pp = 1, interleaved: one rank holds both ends
         for chunk in chunks:
             parallelize(chunk, g.tp_comm, cfg.sequence_parallel)
-            chunk.set_recompute(cfg.recompute)
+            chunk.set_recompute(cfg.recompute, cfg.recompute_attention)
         return chunks
 
     def _act_shape(self, mb):

@@ -1,4 +1,5 @@
-"""Hugging Face's GPT-2 as the independent reference: random weights from a GPT2Config, no download.
+"""Hugging Face's GPT-2 and Llama as the independent references: random weights from a GPT2Config or a
+LlamaConfig, no download.
 
 Tests that use these helpers skip cleanly when transformers (or torch) is not installed.
 """
@@ -21,6 +22,47 @@ def hf_model(seed=0, dtype="float64", **dims):
     return model.to(getattr(torch, dtype))
 
 
+def hf_llama(seed=0, dtype="float64", **dims):
+    """A LlamaForCausalLM with random weights; ``dims`` are LlamaConfig's (hidden_size, ...).  Its norm
+    gains, ones at initialisation, are drawn at random too, so that a misplaced gain cannot hide."""
+    import torch
+    tf = transformers()
+    torch.manual_seed(seed)
+    config = tf.LlamaConfig(bos_token_id=None, eos_token_id=None, pad_token_id=None, **dims)
+    model = tf.LlamaForCausalLM(config).eval().to(getattr(torch, dtype))
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if name.endswith("norm.weight"):
+                p.add_(0.2 * torch.randn_like(p))
+    return in_its_dtype(model)
+
+
+def in_its_dtype(model):
+    """transformers' Llama computes RMSNorm and the rotary angles in float32 whatever the model's dtype
+    (casts written into its code), which in a float64 model costs float32 round-off (1e-7).  For a
+    float64 reference those two run here in the model's dtype, with the same formulas; other models and
+    dtypes are left as they are."""
+    import torch
+    if model.config.model_type != "llama" or model.dtype != torch.float64:
+        return model
+    from transformers.models.llama import modeling_llama
+    for m in model.modules():
+        if isinstance(m, modeling_llama.LlamaRMSNorm):
+            m.forward = lambda h, m=m: m.weight * (h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True)
+                                                                  + m.variance_epsilon))
+        elif isinstance(m, modeling_llama.LlamaRotaryEmbedding):
+            HS = model.config.head_dim
+            inv_freq = 1.0 / model.config.rope_parameters["rope_theta"] ** (
+                torch.arange(0, HS, 2, dtype=torch.float64) / HS)
+
+            def rotary(x, position_ids, inv_freq=inv_freq):
+                angles = position_ids[..., None].double() * inv_freq                  # (B, T, HS/2)
+                angles = torch.cat((angles, angles), dim=-1)
+                return angles.cos().to(x.dtype), angles.sin().to(x.dtype)
+            m.forward = rotary
+    return model
+
+
 def save_hf(model, directory, prefixed=True):
     """save_pretrained: GPT2LMHeadModel's names (``transformer.`` prefix), or its GPT2Model's (none)."""
     (model if prefixed else model.transformer).save_pretrained(str(directory))
@@ -38,5 +80,7 @@ def hf_loss(model, inputs, targets):
 
 
 def load_hf(directory, dtype="float64"):
+    """The model of a save_pretrained directory, GPT-2 or Llama (the class its config.json names)."""
     import torch
-    return transformers().GPT2LMHeadModel.from_pretrained(str(directory), dtype=getattr(torch, dtype)).eval()
+    model = transformers().AutoModelForCausalLM.from_pretrained(str(directory), dtype=getattr(torch, dtype))
+    return in_its_dtype(model.eval())

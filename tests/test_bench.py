@@ -36,6 +36,19 @@ def test_unknown_benchmark_is_refused():
 def test_gemm_list_has_the_flops_of_the_model_formula(hidden, heads, seq, vocab):
     """The GEMMs the benchmarks time are exactly the model FLOPs hpcpar.flops counts (one block + head)."""
     batch = 3
-    cfg = SimpleNamespace(d_model=hidden, d_ff=4 * hidden, n_layer=1, vocab_size=vocab, seq_len=seq)
+    cfg = SimpleNamespace(d_model=hidden, d_ff=4 * hidden, n_layer=1, vocab_size=vocab, seq_len=seq, n_head=heads,
+                          n_kv_head=heads, arch="gpt2")
     gemms = block_gemms(hidden, batch, seq, heads) + (head_gemms(hidden, vocab, batch * seq) if vocab else [])
     assert sum(g.flops for g in gemms) == gpt_step_flops(cfg, batch * seq)
+
+
+@pytest.mark.parametrize("arch", ["gpt2", "llama"])
+def test_recomputation_bench_measures_less_kept_memory_the_more_is_recomputed(arch):
+    """The recompute benchmark's memory figures (not its timings): full < selective < none, both kept
+    after the forward and at the peak of the step."""
+    import numpy as np
+    from hpcpar.bench.recompute import MODES, QUICK_MODEL, memory, stage
+    model = stage(arch, QUICK_MODEL)
+    tokens = np.random.default_rng(0).integers(0, 1024, size=(2, QUICK_MODEL["seq_len"] + 1))
+    kept, peak = zip(*(memory(model, tokens[:, :-1], tokens[:, 1:], mode) for mode in MODES))   # none, sel., full
+    assert kept[2] < kept[1] < kept[0] and peak[2] < peak[1] < peak[0]

@@ -1,11 +1,11 @@
-"""Bringing models in and out on one rank: --init-from reads the architecture, Hugging Face's GPT-2 loads
-with its loss, exports load back into transformers, and the KV-cache sampler matches the full forward
-and transformers' greedy generate."""
+"""Bringing models in and out on one rank: --init-from reads the architecture, Hugging Face's GPT-2 and
+Llama load with their loss, exports load back into transformers, and the KV-cache sampler matches the
+full forward and transformers' greedy generate."""
 import numpy as np
 import pytest
 from safetensors.numpy import save_file
 
-from hf_helpers import hf_loss, hf_model, load_hf, save_hf
+from hf_helpers import hf_llama, hf_loss, hf_model, load_hf, save_hf
 from hpcpar.checkpoint.consolidated import export, init_from, read_weights
 from hpcpar.config import TrainConfig, check
 from hpcpar.generate import forward_cached, generate, load_model, new_cache
@@ -14,6 +14,10 @@ from mpitools import hpcpar, run
 from train_helpers import trainer
 
 HF_DIMS = dict(n_layer=2, n_embd=32, n_head=4, vocab_size=61, n_positions=24)
+# 4 query heads on 2 K/V heads, a rotary base and an epsilon that are not the defaults: read, not assumed
+LLAMA_DIMS = dict(num_hidden_layers=2, hidden_size=32, intermediate_size=40, num_attention_heads=4,
+                  num_key_value_heads=2, vocab_size=61, max_position_embeddings=24, rms_norm_eps=1e-5,
+                  rope_parameters={"rope_type": "default", "rope_theta": 500.0})
 
 
 @pytest.fixture
@@ -121,6 +125,46 @@ def test_export_loads_into_transformers_with_the_same_loss(solo, tmp_path):
     model = load_hf(tmp_path / "out")
     assert model.config.n_positions == 20 and model.config.n_layer == 3
     assert hf_loss(model, x, y) == pytest.approx(ours, rel=1e-10)
+
+
+@pytest.mark.parametrize("dtype, rtol", [("float64", 1e-10), ("float32", 1e-5)])
+def test_hugging_face_llama_gives_transformers_loss(solo, tmp_path, dtype, rtol):
+    model = hf_llama(dtype=dtype, **LLAMA_DIMS)
+    save_hf(model, tmp_path / "hf")
+    want = hf_loss(model, *batch(LLAMA_DIMS["vocab_size"]))
+    got = hpcpar_loss(tmp_path / "hf", dtype, solo, model="llama-tiny", synthetic_vocab=29)
+    assert got == pytest.approx(want, rel=rtol)
+
+
+def test_llama_export_loads_into_transformers_with_the_same_loss(solo, tmp_path):
+    t = trainer(solo, model="llama-tiny", layers=3, hidden=32, heads=4, kv_heads=2, seq_len=12, positions=20,
+                vocab=61, batch_size=3, rope_theta=500.0)
+    for s in range(2):
+        t.step(s)
+    export(t, tmp_path / "out")
+    export(t, tmp_path / "one.safetensors")
+    x, y = batch(61)
+    t.data.batch = lambda step, ids: (x[list(ids)], y[list(ids)])
+    ours = float(t.gradients(5)[0]) / t.loss_terms
+    model = load_hf(tmp_path / "out")
+    assert type(model).__name__ == "LlamaForCausalLM"
+    assert (model.config.num_key_value_heads, model.config.max_position_embeddings) == (2, 20)
+    assert hf_loss(model, x, y) == pytest.approx(ours, rel=1e-10)
+    back = from_file(solo, tmp_path / "one.safetensors", model="llama-tiny", kv_heads=0, vocab=0, seq_len=12)
+    assert back.mcfg == t.mcfg
+    for p, q in zip(back.parameters(), t.parameters()):       # a lone file holds the same numbers
+        np.testing.assert_array_equal(p.data, q.data)
+
+
+def test_a_llama_file_needs_a_llama_model_and_what_it_computes(tmp_path):
+    model = hf_llama(**LLAMA_DIMS)
+    save_hf(model, tmp_path / "hf")
+    with pytest.raises(UsageError, match="holds a Llama: use --model llama-tiny"):
+        adopted(tmp_path / "hf")
+    model.config.tie_word_embeddings = True
+    save_hf(model, tmp_path / "tied")
+    with pytest.raises(UsageError, match="tie_word_embeddings = True in its config is not supported"):
+        adopted(tmp_path / "tied", model="llama-tiny")
 
 
 def test_kv_cache_gives_the_logits_of_the_full_forward(tmp_path, solo):

@@ -1,4 +1,4 @@
-"""Real models and real evaluation on real ranks: Hugging Face's GPT-2 at tp2 x pp2 x dp2 gives
+"""Real models and real evaluation on real ranks: Hugging Face's GPT-2 and Llama at tp2 x pp2 x dp2 give
 transformers' loss, the validation loss is the single-rank one on every layout, and a GPT-2
 124M-shaped model goes in and out of a tensor-parallel run without its vocabulary padding."""
 import json
@@ -6,7 +6,7 @@ import json
 import numpy as np
 import pytest
 
-from hf_helpers import hf_loss, hf_model, load_hf, save_hf, transformers
+from hf_helpers import hf_llama, hf_loss, hf_model, load_hf, save_hf, transformers
 from hpcpar.checkpoint.consolidated import export, init_from, read_weights
 from train_helpers import free, trainer
 
@@ -33,8 +33,14 @@ def step_loss(t):
     return float(g.world_comm.all_reduce(np.array([mine]))[0]) / t.loss_terms
 
 
+# Llama: 4 query heads on 2 K/V heads, so tp 2 cuts both
+LLAMA_DIMS = dict(num_hidden_layers=4, hidden_size=32, intermediate_size=40, num_attention_heads=4,
+                  num_key_value_heads=2, vocab_size=61, max_position_embeddings=24)
+
+
 @pytest.mark.mpi(min_size=8)
-def test_hugging_face_gpt2_on_tp2_pp2_dp2_gives_transformers_loss(comm, shared_dir):
+@pytest.mark.parametrize("family", ["gpt2", "llama"])
+def test_hugging_face_model_on_tp2_pp2_dp2_gives_transformers_loss(comm, shared_dir, family):
     if comm.size != 8:
         pytest.skip("a 2 x 2 x 2 layout")
     transformers()                                   # every rank skips together, or none does
@@ -42,12 +48,12 @@ def test_hugging_face_gpt2_on_tp2_pp2_dp2_gives_transformers_loss(comm, shared_d
     x, y = tokens[:, :-1], tokens[:, 1:]
     want = None
     if comm.rank == 0:
-        model = hf_model(**HF_DIMS)
+        model = hf_model(**HF_DIMS) if family == "gpt2" else hf_llama(**LLAMA_DIMS)
         save_hf(model, f"{shared_dir}/hf")
         want = hf_loss(model, x, y)
     want = comm.bcast(want, root=0)
     t = trainer(comm, tp=2, pp=2, dp=2, microbatches=2, init_from=f"{shared_dir}/hf", layers=0, hidden=0,
-                heads=0, seq_len=12, batch_size=8)
+                heads=0, seq_len=12, batch_size=8, model="tiny" if family == "gpt2" else "llama-tiny")
     init_from(t, f"{shared_dir}/hf")
     fixed_batch(t, x, y)
     # transformers and hpcpar on 8 ranks sum in different orders: float64 round-off, not bit-equal

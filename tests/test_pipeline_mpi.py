@@ -2,29 +2,13 @@
 the loss and every gradient equal the single-rank step within 1e-10."""
 import pytest
 
-from tp_helpers import full_grad
-from train_helpers import GPT_DIMS, MLP_DIMS, free, global_loss, reference, rel_err, trainer
+from train_helpers import GPT_DIMS, MLP_DIMS, check_step
 
 CASES = [("gpipe", {}), ("1f1b", {}), ("zb-h1", {}), ("interleaved", {"chunks": 2})]
 
 
 def layouts(world):
     return [pp for pp in (2, 4) if world.size % pp == 0]
-
-
-def check_step(comm, **kw):
-    ref = reference(comm, **kw)
-    want_loss = global_loss(ref, ref.gradients(0))
-    want = {p.name: p.grad for p in ref.parameters()}
-    t = trainer(comm, **kw)
-    loss = global_loss(t, t.gradients(0))
-    what = ", ".join(f"{k}={v}" for k, v in kw.items() if k != "dims")
-    assert rel_err(loss, want_loss) <= 1e-10, f"loss differs ({what})"
-    for p in t.parameters():
-        err = rel_err(full_grad(p, t.grid.tp_comm), want[p.name])
-        assert err <= 1e-10, f"gradient of {p.name} differs by {err:.1e} ({what})"
-    free(t)
-    free(ref)
 
 
 @pytest.mark.mpi(min_size=2)

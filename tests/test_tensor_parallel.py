@@ -115,11 +115,14 @@ def test_deep_mlp_model(comm):
 
 @pytest.mark.mpi(min_size=2)
 @pytest.mark.parametrize("sp", [False, True])
-def test_two_all_reduces_forward_and_two_backward_per_block(comm, sp):
+@pytest.mark.parametrize("arch", ["gpt2", "llama"])
+def test_two_all_reduces_forward_and_two_backward_per_block(comm, sp, arch):
+    """Llama too: its separate q, k, v (and gate, up) projections cross the input region once."""
     t = 2
     tp = tp_comm(comm, t)
     L = 3
-    cfg = GPTConfig(**{**CFG.__dict__, "n_layer": L})
+    llama = dict(arch="llama", n_kv_head=2, tied=False) if arch == "llama" else {}
+    cfg = GPTConfig(**{**CFG.__dict__, "n_layer": L, **llama})
     stage = parallelize(GPT(cfg, seed=0, dtype="float64", first=False, last=False), tp, sp)
     T = cfg.seq_len // t if sp else cfg.seq_len
     x = np.random.default_rng(0).standard_normal((2, T, cfg.d_model))

@@ -1,7 +1,7 @@
 """Shared by the tensor-parallel tests: build serial and parallel copies of a model and compare."""
 from hpcpar.comm import Communicator
 from hpcpar.nn import Context
-from train_helpers import rel_err
+from train_helpers import full_grad, rel_err  # noqa: F401 (full_grad: for the tensor-parallel tests)
 
 
 def tp_comm(world, tp):
@@ -14,13 +14,6 @@ def seq_context(comm, T, sequence_parallel, **kw):
         return Context(**kw)
     k = T // comm.size
     return Context(seq_slice=slice(comm.rank * k, (comm.rank + 1) * k), seq_len=T, **kw)
-
-
-def full_grad(p, comm):
-    """A parameter's gradient gathered to its full shape (as the single-rank model has it)."""
-    if p.shard is None:
-        return p.grad
-    return p.shard.assemble(comm.mpi.allgather(p.grad.copy()), p.full_shape)
 
 
 def assert_close(got, want, what, rtol=1e-10):

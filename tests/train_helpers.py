@@ -4,6 +4,8 @@ import numpy as np
 from hpcpar.config import TrainConfig
 
 GPT_DIMS = dict(model="tiny", layers=8, hidden=32, heads=8, seq_len=8, synthetic_vocab=29, batch_size=16)
+LLAMA_DIMS = dict(model="llama-tiny", layers=4, hidden=32, heads=4, kv_heads=2, seq_len=8, synthetic_vocab=29,
+                  batch_size=16)
 MLP_DIMS = dict(model="mlp", layers=8, hidden=16, batch_size=16)
 
 
@@ -40,3 +42,26 @@ def global_loss(t, losses):
 
 def free(t):
     t.grid.free()
+
+
+def full_grad(p, comm):
+    """A parameter's gradient gathered to its full shape (as the single-rank model has it)."""
+    if p.shard is None:
+        return p.grad
+    return p.shard.assemble(comm.mpi.allgather(p.grad.copy()), p.full_shape)
+
+
+def check_step(comm, **kw):
+    """One step's loss and every gradient of this layout equal the single-rank step within 1e-10."""
+    ref = reference(comm, **kw)
+    want_loss = global_loss(ref, ref.gradients(0))
+    want = {p.name: p.grad for p in ref.parameters()}
+    t = trainer(comm, **kw)
+    loss = global_loss(t, t.gradients(0))
+    what = ", ".join(f"{k}={v}" for k, v in kw.items() if k != "dims")
+    assert rel_err(loss, want_loss) <= 1e-10, f"loss differs ({what})"
+    for p in t.parameters():
+        err = rel_err(full_grad(p, t.grid.tp_comm), want[p.name])
+        assert err <= 1e-10, f"gradient of {p.name} differs by {err:.1e} ({what})"
+    free(t)
+    free(ref)

@@ -39,5 +39,7 @@ BENCHMARKS = {
     "tp-block": Spec("tp", "tp_block", "A transformer block at tp = 1 and tp = 2: time and bytes moved",
                      ranks=(2,)),
     "bubble": Spec("pp", "bubble", "Pipeline bubble: the engine measured against the simulator", ranks=(2,)),
+    "recompute": Spec("rc", "recompute", "Activation recomputation: memory kept per micro-batch and step time, "
+                      "none / selective / full, GPT-2 and Llama"),
     "watchdog": Spec("wd", "watchdog", "Watchdog and flight recorder: their share of a 2x2x2 step", ranks=(8,)),
 }

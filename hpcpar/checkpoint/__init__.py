@@ -17,6 +17,8 @@ save.py       the collective save protocol
 load.py       finding, verifying and loading the latest complete checkpoint
 consolidated.py  GPT-2-named safetensors weights (export, --init-from)
 gpt2.py       Hugging Face GPT-2 files: the architecture a file holds, config.json
+llama.py      Hugging Face Llama files: the same, and which matrices torch stores transposed
+hf.py         what both families share: which one a file holds, --init-from's dimensions, names and layouts
 convert.py    `hpcpar checkpoint convert` / `inspect` (no MPI needed)
 """
 from hpcpar.checkpoint.load import load_checkpoint, latest_checkpoint

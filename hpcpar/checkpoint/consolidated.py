@@ -1,4 +1,4 @@
-"""Consolidated weights: one safetensors file with the Hugging Face GPT-2 names and shapes.
+"""Consolidated weights: one safetensors file with the Hugging Face names and shapes (GPT-2 or Llama).
 
 Our parameter names already are GPT-2's (``wte.weight``, ``h.0.attn.c_attn.weight`` of shape (in, out),
 ``ln_f.weight``, ...; ``lm_head.weight`` when untied), so exporting is gathering the full tensors, and
@@ -8,7 +8,9 @@ GPT2LMHeadModel files and the attention-mask buffers (``h.N.attn.bias``, ``h.N.a
 ``--export model.safetensors`` writes the one file (with the heads and LayerNorm epsilon in its
 metadata); ``--export DIR`` writes what ``GPT2LMHeadModel.from_pretrained(DIR)`` reads:
 ``model.safetensors`` with the ``transformer.`` prefix, ``config.json``, and the training data's
-tokenizer when it has one.
+tokenizer when it has one.  A Llama goes the same way with its own prefix (``model.``), config.json
+(LlamaForCausalLM's) and its projections transposed to torch's (out, in) (checkpoint/llama.py); what the
+two families share is in checkpoint/hf.py.
 """
 import shutil
 from pathlib import Path
@@ -18,8 +20,8 @@ from safetensors import SafetensorError, safe_open
 from safetensors.numpy import save as safetensors_bytes
 
 from hpcpar.checkpoint.files import CheckpointError, write_atomic, write_json
-from hpcpar.checkpoint.gpt2 import CONFIG, WEIGHTS, check_tensors, expected_shapes, hf_config, parameter_name, \
-    weights_file
+from hpcpar.checkpoint.gpt2 import CONFIG, WEIGHTS, check_tensors, weights_file
+from hpcpar.checkpoint.hf import expected_shapes, file_key, file_layout, file_metadata, hf_config, parameter_name
 from hpcpar.checkpoint.pieces import apply, rank_tensors
 from hpcpar.nn.parameter import Shard
 from hpcpar.runtime import UsageError, agree
@@ -34,7 +36,7 @@ def read_weights(path):
             for key in f.keys():
                 name = parameter_name(key)
                 if name is not None:
-                    out[name] = f.get_tensor(key)
+                    out[name] = file_layout(name, f.get_tensor(key))      # our (in, out) layout
             return out
     except FileNotFoundError:
         raise CheckpointError(f"{path} is missing") from None
@@ -79,17 +81,18 @@ def gather_full(trainer):
 
 
 def write_weights(weights, path, metadata=None):
-    """One safetensors file, Hugging Face's metadata, written atomically."""
-    data = safetensors_bytes({k: np.ascontiguousarray(v) for k, v in weights.items()},
+    """One safetensors file, Hugging Face's metadata and layouts, written atomically."""
+    data = safetensors_bytes({k: np.ascontiguousarray(file_layout(k, v)) for k, v in weights.items()},
                              metadata={"format": "pt", **(metadata or {})})
     write_atomic(Path(path), data)
 
 
 def write_pretrained(weights, mcfg, directory, tokenizer=None):
-    """A directory GPT2LMHeadModel.from_pretrained loads: prefixed weights, config.json, tokenizer."""
+    """A directory GPT2LMHeadModel (LlamaForCausalLM).from_pretrained loads: prefixed weights, config.json,
+    tokenizer."""
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
-    prefixed = {(k if k == "lm_head.weight" else f"transformer.{k}"): v for k, v in weights.items()}
+    prefixed = {file_key(k, mcfg.arch): v for k, v in weights.items()}
     write_weights(prefixed, directory / WEIGHTS)
     write_json(directory / CONFIG, hf_config(mcfg))
     if tokenizer is not None and Path(tokenizer).is_file():
@@ -104,8 +107,7 @@ def export(trainer, path, tokenizer=None):
     if weights is not None:
         try:
             if Path(path).suffix == ".safetensors":
-                mcfg = trainer.mcfg
-                write_weights(weights, path, {"n_head": str(mcfg.n_head), "layer_norm_epsilon": str(mcfg.ln_eps)})
+                write_weights(weights, path, file_metadata(trainer.mcfg))
             else:
                 write_pretrained(weights, trainer.mcfg, path, tokenizer)
         except (CheckpointError, OSError) as err:

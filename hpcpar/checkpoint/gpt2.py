@@ -75,9 +75,12 @@ class Architecture:
     tied: bool
     n_head: int          # 0: the file does not say
     ln_eps: float        # 0: the file does not say
+    arch: str = "gpt2"   # the family (nn/gpt.py ARCHITECTURES); Llama's files: checkpoint/llama.py
+    n_kv_head: int = 0   # Llama: key/value heads
+    rope_theta: float = 0.0    # Llama: the rotary base
 
 
-def _header(path, what):
+def read_header(path, what):
     """({name: shape} of the parameters, metadata) read from the file's header alone."""
     from safetensors import SafetensorError, safe_open
     try:
@@ -90,7 +93,7 @@ def _header(path, what):
         raise UsageError(f"{what}: {path} is not a readable safetensors file: {err}") from None
 
 
-def _hf_config(path, what):
+def read_config_json(path, what):
     """config.json beside the weights, or {} if there is none."""
     cfg_file = (Path(path) if Path(path).is_dir() else Path(path).parent) / CONFIG
     if not cfg_file.is_file():
@@ -105,10 +108,10 @@ def read_architecture(path, what="--init-from"):
     """The Architecture of the GPT-2 at ``path`` (a file or a save_pretrained directory); ``what``
     starts the error messages."""
     source = weights_file(path)
-    shapes, meta = _header(source, what)
+    shapes, meta = read_header(source, what)
     if "wte.weight" not in shapes or "wpe.weight" not in shapes or "h.0.mlp.c_fc.weight" not in shapes:
         raise UsageError(f"{what}: {source} is not a GPT-2 (no wte.weight, wpe.weight or h.0.mlp.c_fc.weight)")
-    hf = _hf_config(path, what)
+    hf = read_config_json(path, what)
     unsupported = {"activation_function": ("gelu_new", "gelu_pytorch_tanh"), "scale_attn_weights": (True,),
                    "scale_attn_by_inverse_layer_idx": (False,), "add_cross_attention": (False,)}
     for key, allowed in unsupported.items():
@@ -134,30 +137,6 @@ def read_architecture(path, what="--init-from"):
     return arch
 
 
-def adopt(cfg):
-    """Take the run's model dimensions from ``--init-from``; refuse flags that contradict the file."""
-    arch = read_architecture(cfg.init_from)
-    where = f"--init-from {cfg.init_from}"
-    for flag, attr, theirs in (("layers", "layers", arch.n_layer), ("hidden", "hidden", arch.d_model),
-                               ("ffn", "ffn", arch.d_ff), ("vocab", "vocab", arch.vocab_size),
-                               ("heads", "heads", arch.n_head), ("positions", "positions", arch.n_positions),
-                               ("ln-eps", "ln_eps", arch.ln_eps)):
-        mine = getattr(cfg, attr)
-        if mine and theirs and mine != theirs:
-            raise UsageError(f"--{flag} {mine} contradicts {where}, which has {theirs}")
-        setattr(cfg, attr, mine or theirs)
-    if cfg.untied and arch.tied:
-        raise UsageError(f"--untied contradicts {where}, whose output head is the tied token embedding")
-    cfg.untied = not arch.tied
-    if not cfg.heads:
-        raise UsageError(f"{where} does not say its number of attention heads: give --heads, or put its "
-                         f"config.json beside it")
-    if cfg.seq_len > arch.n_positions:
-        raise UsageError(f"--seq-len {cfg.seq_len} is longer than the {arch.n_positions} positions of {where}")
-    cfg.seq_len = cfg.seq_len or arch.n_positions
-    return cfg
-
-
 def hf_config(mcfg):
     """The config.json of Hugging Face's GPT2LMHeadModel for our GPT of config ``mcfg``."""
     return {"architectures": ["GPT2LMHeadModel"], "model_type": "gpt2", "activation_function": "gelu_new",
@@ -165,3 +144,8 @@ def hf_config(mcfg):
             "n_layer": mcfg.n_layer, "n_head": mcfg.n_head, "n_inner": mcfg.d_ff,
             "layer_norm_epsilon": mcfg.ln_eps, "tie_word_embeddings": mcfg.tied,
             "resid_pdrop": mcfg.dropout, "embd_pdrop": mcfg.dropout, "attn_pdrop": mcfg.dropout}
+
+
+def file_metadata(mcfg):
+    """The architecture a lone file must record beyond its tensors' shapes."""
+    return {"n_head": mcfg.n_head, "layer_norm_epsilon": mcfg.ln_eps}

@@ -19,27 +19,9 @@ import sys
 
 import numpy as np
 
+from hpcpar.nn.module import cache_bytes
+
 BATCH, SEED = 32, 0
-
-
-def cache_bytes(cache):
-    """Bytes of the distinct arrays reachable from a cache (views of one buffer counted once)."""
-    seen, total = set(), 0
-
-    def visit(obj):
-        nonlocal total
-        if isinstance(obj, np.ndarray):
-            base = obj
-            while base.base is not None and isinstance(base.base, np.ndarray):
-                base = base.base
-            if id(base) not in seen:
-                seen.add(id(base))
-                total += base.nbytes
-        elif isinstance(obj, (tuple, list)):
-            for item in obj:
-                visit(item)
-    visit(cache)
-    return total
 
 
 def grads(model):

@@ -84,7 +84,7 @@ def first(args):
 
 def trace_model(tracer, model, expand):
     """Wrap the stage's modules (and the ops that are not modules) for both passes."""
-    from hpcpar.nn import attention, gpt, mlp
+    from hpcpar.nn import attention_core, gpt, mlp
 
     def both(module, label, mute_inside=False):
         tracer.wrap(module, "forward", label, first, mute_inside)
@@ -107,8 +107,8 @@ def trace_model(tracer, model, expand):
     tracer.wrap(model.head, "backward", "head", lambda a: f"dloss {float(a[0]):.3e}")
     both(model.head.ln_f, "ln_f")
     # ops called as plain functions inside the modules: wrap them where those modules look them up
-    tracer.wrap(attention, "attention_forward", "softmax(Q K^T/sqrt(HS) + M) V", first)
-    tracer.wrap(attention, "attention_backward", "dQ, dK, dV", first)
+    tracer.wrap(attention_core, "attention_forward", "softmax(Q K^T/sqrt(HS) + M) V", first)
+    tracer.wrap(attention_core, "attention_backward", "dQ, dK, dV", first)
     tracer.wrap(mlp, "gelu_forward", "gelu", first)
     tracer.wrap(mlp, "gelu_backward", "gelu'", first)
     tracer.wrap(gpt, "linear_forward", "logits = h wte^T", first)

@@ -13,8 +13,8 @@ from hpcpar.backend import array_module
 from hpcpar.nn.dropout import Dropout
 from hpcpar.nn.linear import Linear
 from hpcpar.nn.module import Module
-from hpcpar.ops.attention import (attention_backward, attention_cached_forward, attention_forward, merge_heads,
-                                  split_heads)
+from hpcpar.nn.attention_core import core_backward, core_forward
+from hpcpar.ops.attention import attention_cached_forward, merge_heads, split_heads
 
 
 class Attention(Module):
@@ -26,6 +26,7 @@ class Attention(Module):
         self.c_proj = Linear(f"{prefix}.c_proj", d_model, d_model, 0.02 / math.sqrt(2 * n_layer), seed, dtype)
         self.attn_drop = Dropout(f"{prefix}.attn_dropout", dropout)
         self.resid_drop = Dropout(f"{prefix}.resid_dropout", dropout)
+        self.selective = False          # recompute the core's probabilities in backward (attention_core.py)
 
     def forward(self, x, ctx=None):
         qkv, c_attn = self.c_attn.forward(x, ctx)             # (B, T, 3 * C_local)
@@ -34,8 +35,9 @@ class Attention(Module):
         nh = c // self.head_size                              # heads on this rank
         q, k, v = (split_heads(qkv[..., i * c:(i + 1) * c], nh) for i in range(3))   # (B, nh, T, HS)
         heads = slice(self.head_offset, self.head_offset + nh)
-        drop = self.attn_drop.mask(ctx, B, (self.n_head, T, T), (heads,), x.dtype, array_module(x))
-        o, c_core = attention_forward(q, k, v, drop)          # (B, nh, T, HS)
+        xp = array_module(x)
+        o, c_core = core_forward(q, k, v, lambda: self.attn_drop.mask(ctx, B, (self.n_head, T, T), (heads,), x.dtype,
+                                                                      xp), self.selective)      # (B, nh, T, HS)
         y, c_proj = self.c_proj.forward(merge_heads(o), ctx)  # (B, T, C)
         y, mask = self.resid_drop.forward_tokens(y, ctx)
         return y, (c_attn, c_core, c_proj, mask, nh)
@@ -55,5 +57,5 @@ class Attention(Module):
         do = split_heads(self.c_proj.backward(dy, c_proj, defer), nh)       # (B, nh, T, HS)
         B, _, T, HS = do.shape
         dqkv = array_module(dy).empty((B, T, 3, nh, HS), dtype=dy.dtype)                    # [dQ | dK | dV]
-        attention_backward(do, c_core, out=[dqkv[:, :, i].transpose(0, 2, 1, 3) for i in range(3)])
+        core_backward(do, c_core, out=[dqkv[:, :, i].transpose(0, 2, 1, 3) for i in range(3)])
         return self.c_attn.backward(dqkv.reshape(B, T, 3 * nh * HS), c_attn, defer)

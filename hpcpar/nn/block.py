@@ -1,4 +1,4 @@
-"""GPT-2 transformer block (pre-LayerNorm):
+"""GPT-2 and Llama transformer blocks (pre-norm):
 
     x1 = x  + attn(ln_1(x))
     y  = x1 + mlp(ln_2(x1))
@@ -7,11 +7,17 @@ Backward runs the same lines in reverse; each residual sends the gradient both t
 straight past it (ops/residual.py).  With ``recompute`` the forward keeps only its input, and the
 backward runs the forward again to rebuild the cache: about a third more compute for a block's worth
 of activations less memory per micro-batch in flight.
+
+A Llama block is the same two lines with other parts: RMSNorm for LayerNorm, rotary grouped-query
+attention, a SwiGLU MLP (``LlamaBlock``, which overrides only the constructor).
 """
 from hpcpar.nn.attention import Attention
 from hpcpar.nn.layernorm import LayerNorm
 from hpcpar.nn.mlp import MLP
 from hpcpar.nn.module import Module
+from hpcpar.nn.rmsnorm import RMSNorm
+from hpcpar.nn.rotary_attention import RotaryAttention
+from hpcpar.nn.swiglu import SwiGLU
 from hpcpar.ops.residual import residual_backward, residual_forward
 
 
@@ -52,3 +58,16 @@ class TransformerBlock(Module):
         dx1 = residual_backward(dy, dm, out=dm)
         da = self.ln_1.backward(self.attn.backward(dx1, c_attn, defer), c_ln1, defer)
         return residual_backward(dx1, da, out=da)
+
+
+class LlamaBlock(TransformerBlock):
+    """x1 = x + attn(rmsnorm(x)),  y = x1 + swiglu_mlp(rmsnorm(x1)); Hugging Face's LlamaDecoderLayer names."""
+
+    def __init__(self, cfg, layer, seed, dtype):
+        prefix = f"layers.{layer}"
+        self.layer = layer
+        self.ln_1 = RMSNorm(f"{prefix}.input_layernorm", cfg.d_model, seed, dtype, cfg.ln_eps)
+        self.attn = RotaryAttention(f"{prefix}.self_attn", cfg, seed, dtype)
+        self.ln_2 = RMSNorm(f"{prefix}.post_attention_layernorm", cfg.d_model, seed, dtype, cfg.ln_eps)
+        self.mlp = SwiGLU(f"{prefix}.mlp", cfg.d_model, cfg.d_ff, seed, dtype)
+        self.recompute = False

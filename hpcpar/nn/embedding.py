@@ -2,6 +2,8 @@
 
     x[b, t] = wte[ids[b, t]] + wpe[t]          ids (B, T) -> x (B, T, C)
 
+An architecture with rotary positions (Llama) has no position table (``wpe`` is None): x = wte[ids].
+
 The token lookup is the one part tensor parallelism changes (each rank holds a slice of the
 vocabulary: tensor_parallel/layers.py overrides ``tokens_forward``, ``positions`` and
 ``tokens_weight_grad``); the position embedding and dropout are written here once for both.
@@ -15,14 +17,16 @@ from hpcpar.ops.embedding import embedding_backward_weight, embedding_forward
 class Embedding(Module):
     def __init__(self, cfg, seed, dtype):
         V, T, C = cfg.vocab_size, cfg.n_positions, cfg.d_model
-        self.wte = Parameter("wte.weight", init_full("wte.weight", (V, C), 0.02, seed, dtype))
-        self.wpe = Parameter("wpe.weight", init_full("wpe.weight", (T, C), 0.02, seed, dtype))
+        name = cfg.parts.tokens
+        self.wte = Parameter(name, init_full(name, (V, C), 0.02, seed, dtype))
+        self.wpe = Parameter("wpe.weight", init_full("wpe.weight", (T, C), 0.02, seed, dtype)) \
+            if cfg.parts.position_table else None
         self.drop = Dropout("drop", cfg.dropout)
 
     def forward(self, ids, ctx=None):
         tokens, c_tok = self.tokens_forward(ids, ctx)                   # (B, T, C)
         positions = self.positions(ids, ctx)
-        x = tokens + self.wpe.data[positions]                           # (B, T, C)
+        x = tokens if self.wpe is None else tokens + self.wpe.data[positions]     # (B, T, C)
         x, mask = self.drop.forward_tokens(x, ctx)
         return x, (c_tok, positions, mask)
 
@@ -31,7 +35,8 @@ class Embedding(Module):
         dx = self.drop.backward(dx, mask)
 
         def weight_grad():
-            self.wpe.grad[positions] += dx.sum(axis=0)
+            if self.wpe is not None:
+                self.wpe.grad[positions] += dx.sum(axis=0)
             self.tokens_weight_grad(dx, c_tok)
         run_or_defer(weight_grad, defer)
         return None                                  # token ids have no gradient

@@ -10,14 +10,20 @@ parallel layout run the very same code.
 
 The loss is the *sum* of per-token cross-entropies; the caller's dloss = 1 / (tokens in the global
 batch) turns the sum over micro-batches and data-parallel ranks into exactly the single-rank mean.
+
+The architecture is chosen here, once: ``GPTConfig.arch`` names an entry of ``ARCHITECTURES`` - which
+block, which normalisation, whether a learned position table exists, and the Hugging Face names of
+the token embedding and the final norm.  GPT-2 ("gpt2", the default) and Llama ("llama": RMSNorm,
+rotary grouped-query attention, SwiGLU, untied head, no biases, docs/llama.md) share everything else.
 """
 from dataclasses import dataclass, replace
 
-from hpcpar.nn.block import TransformerBlock
+from hpcpar.nn.block import LlamaBlock, TransformerBlock
 from hpcpar.nn.embedding import Embedding
 from hpcpar.nn.layernorm import LayerNorm
 from hpcpar.nn.module import Module, run_or_defer
 from hpcpar.nn.parameter import Parameter, init_full
+from hpcpar.nn.rmsnorm import RMSNorm
 from hpcpar.nn.stage import Stage
 from hpcpar.ops.cross_entropy import cross_entropy_backward, cross_entropy_forward
 from hpcpar.ops.linear import linear_backward_input, linear_backward_weight, linear_forward
@@ -35,11 +41,20 @@ class GPTConfig:
     dropout: float = 0.0
     tied: bool = True            # output projection shares the token embedding (GPT-2)
     ln_eps: float = 1e-5
-    positions: int = 0           # rows of the position embedding (0: seq_len)
+    positions: int = 0           # rows of the position embedding (0: seq_len); Llama: the longest sequence
+    arch: str = "gpt2"           # an entry of ARCHITECTURES
+    n_kv_head: int = 0           # key/value heads of grouped-query attention (0: n_head); Llama only
+    rope_theta: float = 10000.0  # base of the rotary frequencies; Llama only
 
     def __post_init__(self):
         if not self.d_ff:
             object.__setattr__(self, "d_ff", 4 * self.d_model)
+        if not self.n_kv_head:
+            object.__setattr__(self, "n_kv_head", self.n_head)
+
+    @property
+    def parts(self):
+        return ARCHITECTURES[self.arch]
 
     @property
     def n_positions(self):
@@ -49,17 +64,22 @@ class GPTConfig:
     # --- parameter counts: the model's, and a pipeline stage's parts (pipeline/partition.py) -----
 
     def embedding_params(self):
-        """Token (V, C) and position (n_positions, C) embeddings."""
-        return (self.vocab_size + self.n_positions) * self.d_model
+        """Token (V, C) and position (n_positions, C) embeddings (Llama: no position table)."""
+        return (self.vocab_size + (self.n_positions if self.parts.position_table else 0)) * self.d_model
 
     def block_params(self):
-        """Two LayerNorms, QKV and attention output, MLP up and down, with biases."""
+        """GPT-2: two LayerNorms, QKV and attention output, MLP up and down, with biases.
+        Llama: two RMSNorms, Q and output (C x C), K and V (C x NKV*HS), gate, up and down (C x F)."""
         C, F = self.d_model, self.d_ff
+        if self.arch == "llama":
+            kv = self.n_kv_head * (C // self.n_head)
+            return 2 * C + 2 * C * C + 2 * C * kv + 3 * C * F
         return 2 * 2 * C + (C * 3 * C + 3 * C) + (C * C + C) + (C * F + F) + (F * C + C)
 
     def head_params(self, own_weight):
-        """Final LayerNorm, and the (V, C) output projection when it is not the token embedding's."""
-        return 2 * self.d_model + (self.vocab_size * self.d_model if own_weight else 0)
+        """Final norm, and the (V, C) output projection when it is not the token embedding's."""
+        norm = self.d_model * (1 if self.arch == "llama" else 2)
+        return norm + (self.vocab_size * self.d_model if own_weight else 0)
 
     def n_params(self):
         return self.embedding_params() + self.n_layer * self.block_params() + self.head_params(not self.tied)
@@ -70,6 +90,10 @@ PRESETS = {
     "tiny": GPTConfig(vocab_size=0, seq_len=64, n_layer=2, n_head=4, d_model=64),
     "small": GPTConfig(vocab_size=0, seq_len=128, n_layer=4, n_head=8, d_model=256),
     "gpt2": GPTConfig(vocab_size=50257, seq_len=1024, n_layer=12, n_head=12, d_model=768),
+    "llama-tiny": GPTConfig(vocab_size=0, seq_len=64, n_layer=2, n_head=4, n_kv_head=2, d_model=64, d_ff=176,
+                            arch="llama", tied=False, ln_eps=1e-6),
+    "llama-small": GPTConfig(vocab_size=0, seq_len=128, n_layer=4, n_head=8, n_kv_head=4, d_model=256, d_ff=688,
+                             arch="llama", tied=False, ln_eps=1e-6),
 }
 
 
@@ -85,7 +109,7 @@ class LMHead(Module):
     """
 
     def __init__(self, cfg, weight, seed, dtype):
-        self.ln_f = LayerNorm("ln_f", cfg.d_model, seed, dtype, cfg.ln_eps)
+        self.ln_f = cfg.parts.norm(cfg.parts.final_norm, cfg.d_model, seed, dtype, cfg.ln_eps)
         self.weight = weight
 
     def forward(self, x, targets, ctx=None):
@@ -128,7 +152,7 @@ class GPT(Stage):
         self.cfg = cfg
         layers = range(cfg.n_layer) if layers is None else layers
         self.embed = Embedding(cfg, seed, dtype) if first else None
-        self.blocks = [TransformerBlock(cfg, i, seed, dtype) for i in layers]
+        self.blocks = [cfg.parts.block(cfg, i, seed, dtype) for i in layers]
         self.head = None
         if last:
             if not cfg.tied:
@@ -139,7 +163,23 @@ class GPT(Stage):
             else:
                 # the last stage of a pipeline holds its own copy of the tied embedding; the two
                 # copies start equal and stay equal because their gradients are summed every step
-                weight = Parameter("wte.weight", init_full("wte.weight", (cfg.vocab_size, cfg.d_model),
-                                                           0.02, seed, dtype))
+                name = cfg.parts.tokens
+                weight = Parameter(name, init_full(name, (cfg.vocab_size, cfg.d_model), 0.02, seed, dtype))
                 weight.counted, weight.tied_copy = False, True     # the first stage's copy counts
             self.head = LMHead(cfg, weight, seed, dtype)
+
+
+@dataclass(frozen=True)
+class Parts:
+    """What an architecture is made of; the names are Hugging Face's, so checkpoints map one to one."""
+    block: type             # the transformer block
+    norm: type              # the final normalisation (the blocks choose their own)
+    tokens: str             # the token embedding's parameter name
+    final_norm: str         # the final norm's name
+    position_table: bool    # a learned position embedding added to the tokens (else rotary, in attention)
+
+
+ARCHITECTURES = {
+    "gpt2": Parts(TransformerBlock, LayerNorm, "wte.weight", "ln_f", position_table=True),
+    "llama": Parts(LlamaBlock, RMSNorm, "embed_tokens.weight", "norm", position_table=False),
+}

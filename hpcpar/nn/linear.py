@@ -1,4 +1,4 @@
-"""nn.Linear: y = x W + b with W (in, out) as in GPT-2's Conv1D."""
+"""nn.Linear: y = x W + b with W (in, out) as in GPT-2's Conv1D; Projections: several of one input."""
 from hpcpar.nn.module import Module, run_or_defer
 from hpcpar.nn.parameter import Parameter, init_full
 from hpcpar.ops.linear import linear_backward_input, linear_backward_weight, linear_forward
@@ -24,3 +24,26 @@ class Linear(Module):
         self.weight.grad += dw
         if self.bias is not None:
             self.bias.grad += db
+
+
+class Projections(Module):
+    """Several linear maps of one input, kept as separate weights (Llama's q, k, v; its gate and up):
+
+        y_i = x W_i                 x (..., in) -> [y_i (..., out_i)]
+        dx  = sum_i dy_i W_i^T
+
+    The input gradients are summed here, once, so that the tensor-parallel version
+    (tensor_parallel/layers.py ColumnParallelProjections) crosses its input region once for all of
+    them - as GPT-2's fused c_attn does - whatever their widths."""
+
+    def __init__(self, *linears):
+        self.parts = list(linears)
+
+    def forward(self, x, ctx=None):
+        return [part.forward(x, ctx)[0] for part in self.parts], x
+
+    def backward(self, dys, x, defer=None):
+        dx = self.parts[0].backward(dys[0], x, defer)
+        for part, dy in zip(self.parts[1:], dys[1:]):
+            dx += part.backward(dy, x, defer)
+        return dx

@@ -12,6 +12,8 @@ of backward can wait (zero-bubble schedules).
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
+
 
 @dataclass
 class Context:
@@ -23,6 +25,8 @@ class Context:
     training      False disables dropout
     seq_slice     with sequence parallelism, the positions of the full sequence this rank holds
     seq_len       ... and the length of the full sequence
+    positions     the global positions (T,) of the tokens attention sees, for rotary embeddings;
+                  None: 0 .. T-1
     """
     step: int = 0
     sample_ids: Any = None
@@ -30,6 +34,7 @@ class Context:
     training: bool = True
     seq_slice: Any = None
     seq_len: int = 0
+    positions: Any = None
 
 
 class Module:
@@ -66,3 +71,23 @@ def run_or_defer(fn, defer):
         fn()
     else:
         defer.append(fn)
+
+
+def cache_bytes(cache):
+    """Bytes of the distinct arrays reachable from a cache (views of one buffer counted once)."""
+    seen, total = set(), 0
+
+    def visit(obj):
+        nonlocal total
+        if isinstance(obj, np.ndarray):
+            base = obj
+            while base.base is not None and isinstance(base.base, np.ndarray):
+                base = base.base
+            if id(base) not in seen:
+                seen.add(id(base))
+                total += base.nbytes
+        elif isinstance(obj, (tuple, list)):
+            for item in obj:
+                visit(item)
+    visit(cache)
+    return total

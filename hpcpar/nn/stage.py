@@ -19,9 +19,13 @@ class Stage(Module):
         """The stage's parts in forward order."""
         return ([self.embed] if self.embed else []) + list(self.blocks) + ([self.head] if self.head else [])
 
-    def set_recompute(self, on):
+    def set_recompute(self, on, attention=False):
+        """Full recomputation (each block keeps only its input), or ``attention``: selective, each
+        attention core keeps only q, k, v (nn/attention_core.py)."""
         for b in self.blocks:
             b.recompute = on
+            if hasattr(b, "attn"):
+                b.attn.selective = attention
 
     def forward(self, x, ctx=None, targets=None):
         caches = []

@@ -2,6 +2,7 @@
 
 ColumnParallelLinear  Y = X [W_1 | ... | W_tp]: rank i computes X W_i, its own columns of Y.
                       Input region: f (or the sequence all-gather).  No communication in forward.
+ColumnParallelProjections  several of them on one input (Llama's q, k, v; gate, up), one region crossing.
 RowParallelLinear     Y = [X_1 ... X_tp] [W_1; ...; W_tp] = sum_i X_i W_i: rank i holds rows W_i and
                       the matching columns X_i (the column-parallel output), computes a partial sum,
                       and g (or the sequence reduce-scatter) adds them up.  Bias after the sum.
@@ -34,36 +35,66 @@ class ColumnParallelLinear(Module):
     def __init__(self, linear, comm, sequence_parallel=False, groups=1):
         self.comm, self.region, self.sp = comm, input_region(sequence_parallel), sequence_parallel
         self.weight = linear.weight.shard_(Shard(1, comm.size, comm.rank, groups))     # (in, out/tp)
-        self.bias = linear.bias.shard_(Shard(0, comm.size, comm.rank, groups))         # (out/tp,)
+        self.bias = linear.bias and linear.bias.shard_(Shard(0, comm.size, comm.rank, groups))   # (out/tp,)
 
     def forward(self, x, ctx=None):
         full = self.region.forward(self.comm, x)                  # (B, T, in): replicated input
-        y = linear_forward(full, self.weight.data, self.bias.data)    # (B, T, out/tp)
         # Sequence parallelism keeps only this rank's slice of the input and gathers it again in the
         # backward (Korthikanti et al.): one more all-gather, tp times less activation memory here.
-        return y, (x if self.sp else full)
+        return self.local_forward(full), (x if self.sp else full)
 
     def backward(self, dy, cached, defer=None):
         full = self.region.forward(self.comm, cached) if self.sp else cached
+        return self.region.backward(self.comm, self.local_backward(dy, full, defer))
 
+    # --- the local GEMMs, between the region crossings ------------------------------------------
+
+    def local_forward(self, full):
+        return linear_forward(full, self.weight.data, self.bias and self.bias.data)    # (B, T, out/tp)
+
+    def local_backward(self, dy, full, defer):
+        """This rank's term of dL/dx (B, T, in), before the group sums it; the weight gradient."""
         def weight_grad():
             dw, db = linear_backward_weight(dy, full)
             self.weight.grad += dw
-            self.bias.grad += db
+            if self.bias is not None:
+                self.bias.grad += db
         run_or_defer(weight_grad, defer)
-        return self.region.backward(self.comm, linear_backward_input(dy, self.weight.data))
+        return linear_backward_input(dy, self.weight.data)
+
+
+class ColumnParallelProjections(Module):
+    """Several column-parallel projections of one input (nn/linear.py Projections): the input region
+    is crossed once for all of them - one f (or sequence all-gather) forward, one all-reduce (or
+    reduce-scatter) of the summed input gradient backward - instead of once per projection."""
+
+    def __init__(self, projections, comm, sequence_parallel=False):
+        self.comm, self.region, self.sp = comm, input_region(sequence_parallel), sequence_parallel
+        self.parts = [ColumnParallelLinear(p, comm, sequence_parallel) for p in projections.parts]
+
+    def forward(self, x, ctx=None):
+        full = self.region.forward(self.comm, x)                  # (B, T, in), once
+        return [p.local_forward(full) for p in self.parts], (x if self.sp else full)
+
+    def backward(self, dys, cached, defer=None):
+        full = self.region.forward(self.comm, cached) if self.sp else cached
+        dx = self.parts[0].local_backward(dys[0], full, defer)
+        for part, dy in zip(self.parts[1:], dys[1:]):
+            dx += part.local_backward(dy, full, defer)
+        return self.region.backward(self.comm, dx)                # the sum of every projection's term, once
 
 
 class RowParallelLinear(Module):
     def __init__(self, linear, comm, sequence_parallel=False):
         self.comm, self.region = comm, output_region(sequence_parallel)
         self.weight = linear.weight.shard_(Shard(0, comm.size, comm.rank))             # (in/tp, out)
-        self.bias = linear.bias
-        replicate([self.bias], comm, sequence_parallel)
+        self.bias = linear.bias                                   # (out,) or None
+        replicate([self.bias] if self.bias else [], comm, sequence_parallel)
 
     def forward(self, x, ctx=None):
         y = self.region.forward(self.comm, linear_forward(x, self.weight.data))   # sum of partial products
-        y += self.bias.data                                       # once, after the sum
+        if self.bias is not None:
+            y += self.bias.data                                   # once, after the sum
         return y, x
 
     def backward(self, dy, x, defer=None):
@@ -71,7 +102,8 @@ class RowParallelLinear(Module):
 
         def weight_grad():
             self.weight.grad += linear_backward_weight(dy_local, x)[0]
-            self.bias.grad += dy.reshape(-1, dy.shape[-1]).sum(axis=0)
+            if self.bias is not None:
+                self.bias.grad += dy.reshape(-1, dy.shape[-1]).sum(axis=0)
         run_or_defer(weight_grad, defer)
         return linear_backward_input(dy_local, self.weight.data)   # (B, T, in/tp): stays parallel
 
@@ -86,8 +118,8 @@ class VocabParallelEmbedding(Embedding):
         self.vocab_size = embed.wte.full_shape[0]
         self.wte = embed.wte.shard_(Shard(0, comm.size, comm.rank))                    # (V/tp, C)
         self.lo = comm.rank * self.wte.data.shape[0]
-        self.wpe, self.drop = embed.wpe, embed.drop
-        replicate([self.wpe], comm, sequence_parallel)
+        self.wpe, self.drop = embed.wpe, embed.drop               # wpe: None under rotary positions
+        replicate([self.wpe] if self.wpe else [], comm, sequence_parallel)
 
     def tokens_forward(self, ids, ctx):
         xp = array_module(self.wte.data)

@@ -6,14 +6,20 @@ gathering the slices gives back the full tensors.
 
 GPT block:   ln_1 -> [c_attn: column, groups Q|K|V] -> heads -> [c_proj: row] -> ln_2 ->
              [c_fc: column] -> GELU -> [mlp.c_proj: row]           2 all-reduces forward, 2 backward
+Llama block: rmsnorm -> [q_proj, k_proj, v_proj: column, by heads, one input region] -> rope,
+             repeat K/V, heads -> [o_proj: row] -> rmsnorm -> [gate_proj, up_proj: column, one input
+             region] -> SwiGLU -> [down_proj: row]          2 all-reduces forward, 2 backward, as GPT-2
+             K/V heads are cut like query heads: rank r holds query heads r NH/tp .. and exactly the
+             K/V heads they read, r NKV/tp .., so tp must divide NKV as well as NH
 GPT ends:    embedding -> vocab-parallel; LM head -> vocab-parallel logits and loss
 Deep MLP:    each block column + row; the input and output layers stay replicated.
 """
-from hpcpar.nn.block import TransformerBlock
+from hpcpar.nn.block import LlamaBlock, TransformerBlock
 from hpcpar.nn.gpt import GPT
+from hpcpar.nn.linear import Projections
 from hpcpar.runtime import UsageError
-from hpcpar.tensor_parallel.layers import (ColumnParallelLinear, RowParallelLinear, VocabParallelEmbedding,
-                                           VocabParallelLMHead, replicate)
+from hpcpar.tensor_parallel.layers import (ColumnParallelLinear, ColumnParallelProjections, RowParallelLinear,
+                                           VocabParallelEmbedding, VocabParallelLMHead, replicate)
 
 
 def check_divisible(cfg, tp, sequence_parallel, seq_len=None):
@@ -23,6 +29,10 @@ def check_divisible(cfg, tp, sequence_parallel, seq_len=None):
     n_head = getattr(cfg, "n_head", None)
     if n_head is not None and n_head % tp:
         raise UsageError(f"--tp {tp} must divide the number of attention heads ({n_head})")
+    n_kv_head = getattr(cfg, "n_kv_head", n_head)
+    if n_kv_head is not None and n_kv_head % tp:
+        raise UsageError(f"--tp {tp} must divide the number of key/value heads ({n_kv_head}): each rank "
+                         f"holds the K/V heads of its own query heads")
     if cfg.d_ff % tp:
         raise UsageError(f"--tp {tp} must divide the feed-forward width ({cfg.d_ff})")
     if sequence_parallel:
@@ -38,14 +48,16 @@ def parallelize(stage, comm, sequence_parallel=False):
         return stage
     sp = sequence_parallel
     for block in stage.blocks:
-        mlp = block.mlp if isinstance(block, TransformerBlock) else block
-        mlp.c_fc = ColumnParallelLinear(mlp.c_fc, comm, sp)
-        mlp.c_proj = RowParallelLinear(mlp.c_proj, comm, sp)
+        if isinstance(block, LlamaBlock):
+            cut(block.attn, comm, sp, columns=("qkv",), rows=("o_proj",))
+            cut(block.mlp, comm, sp, columns=("gate_up",), rows=("down_proj",))
+        elif isinstance(block, TransformerBlock):
+            cut(block.attn, comm, sp, columns=("c_attn",), rows=("c_proj",), groups=3)
+            block.attn.head_offset = comm.rank * block.attn.n_head // comm.size
+            cut(block.mlp, comm, sp, columns=("c_fc",), rows=("c_proj",))
+        else:
+            cut(block, comm, sp, columns=("c_fc",), rows=("c_proj",))
         if isinstance(block, TransformerBlock):
-            attn = block.attn
-            attn.c_attn = ColumnParallelLinear(attn.c_attn, comm, sp, groups=3)
-            attn.c_proj = RowParallelLinear(attn.c_proj, comm, sp)
-            attn.head_offset = comm.rank * attn.n_head // comm.size
             replicate(block.ln_1.parameters() + block.ln_2.parameters(), comm, sp)
     if isinstance(stage, GPT):
         if stage.embed is not None:
@@ -57,3 +69,14 @@ def parallelize(stage, comm, sequence_parallel=False):
             if part is not None:
                 replicate(part.parameters(), comm, False)
     return stage
+
+
+def cut(module, comm, sequence_parallel, columns, rows, groups=1):
+    """Replace the named Linear (or Projections) attributes of ``module`` by their column- and
+    row-parallel versions."""
+    for name in columns:
+        layer = getattr(module, name)
+        setattr(module, name, ColumnParallelProjections(layer, comm, sequence_parallel)
+                if isinstance(layer, Projections) else ColumnParallelLinear(layer, comm, sequence_parallel, groups))
+    for name in rows:
+        setattr(module, name, RowParallelLinear(getattr(module, name), comm, sequence_parallel))

@@ -1,0 +1,110 @@
+"""Llama weights as Hugging Face writes them (LlamaForCausalLM): names, layouts and config.json.
+
+    model/
+      model.safetensors   model.embed_tokens.weight (V, C), model.norm.weight (C,), lm_head.weight (V, C),
+                          model.layers.N.{input_layernorm, post_attention_layernorm}.weight (C,),
+                          model.layers.N.self_attn.{q,k,v,o}_proj.weight, model.layers.N.mlp.{gate,up,down}_proj.weight
+      config.json         num_attention_heads, num_key_value_heads, rms_norm_eps, rope_parameters, ...
+
+Our parameters carry the same names without the ``model.`` prefix.  A torch Linear stores its weight
+(out, in) and computes x W^T; ours store (in, out) and compute x W (ops/linear.py), so the seven
+projection matrices of a layer are transposed on the way in and out (``transposed``); the rest is as is.
+Only what hpcpar's Llama computes is accepted: SiLU, no biases, an untied head, plain RoPE.
+"""
+import re
+
+from hpcpar.checkpoint.gpt2 import Architecture, check_tensors, read_config_json, read_header, weights_file
+from hpcpar.runtime import UsageError
+
+PREFIX = "model."
+_LINEAR = re.compile(r"\.(self_attn\.[qkvo]|mlp\.(gate|up|down))_proj\.weight$")
+_LAYER = re.compile(r"^layers\.(\d+)\.")
+
+
+def transposed(name):
+    """Is parameter ``name`` stored transposed in the file (a torch Linear weight)?"""
+    return bool(_LINEAR.search(name))
+
+
+def holds_llama(path, what="--init-from"):
+    """Does ``path`` (a file or a save_pretrained directory) hold a Llama rather than a GPT-2?"""
+    hf = read_config_json(path, what)
+    if hf:
+        return hf.get("model_type") == "llama"
+    names = read_header(weights_file(path), what)[0]
+    return "embed_tokens.weight" in {k.removeprefix(PREFIX) for k in names}
+
+
+def expected_shapes(mcfg):
+    """{parameter name: full shape} of the whole Llama of config ``mcfg``, in our (in, out) layout."""
+    C, F, V = mcfg.d_model, mcfg.d_ff, mcfg.vocab_size
+    q, kv = C, mcfg.n_kv_head * (C // mcfg.n_head)
+    shapes = {"embed_tokens.weight": (V, C), "norm.weight": (C,), "lm_head.weight": (V, C)}
+    for i in range(mcfg.n_layer):
+        for name, shape in (("input_layernorm.weight", (C,)), ("post_attention_layernorm.weight", (C,)),
+                            ("self_attn.q_proj.weight", (C, q)), ("self_attn.k_proj.weight", (C, kv)),
+                            ("self_attn.v_proj.weight", (C, kv)), ("self_attn.o_proj.weight", (q, C)),
+                            ("mlp.gate_proj.weight", (C, F)), ("mlp.up_proj.weight", (C, F)),
+                            ("mlp.down_proj.weight", (F, C))):
+            shapes[f"layers.{i}.{name}"] = shape
+    return shapes
+
+
+# config.json entries hpcpar's Llama does not compute otherwise: (key, the values it accepts)
+_SUPPORTED = (("hidden_act", ("silu",)), ("attention_bias", (False,)), ("mlp_bias", (False,)),
+              ("tie_word_embeddings", (False,)), ("pretraining_tp", (1,)), ("rope_scaling", (None,)))
+
+
+def read_architecture(path, what="--init-from"):
+    """The Architecture of the Llama at ``path``; ``what`` starts the error messages."""
+    source = weights_file(path)
+    found, meta = read_header(source, what)
+    shapes = {k.removeprefix(PREFIX): (tuple(reversed(v)) if transposed(k) else v) for k, v in found.items()}
+    hf = read_config_json(path, what) or meta
+    for key, allowed in _SUPPORTED:
+        if key in hf and hf[key] not in allowed:
+            raise UsageError(f"{what}: {key} = {hf[key]!r} in its config is not supported (hpcpar's Llama "
+                             f"has {allowed[0]!r})")
+    rope = hf.get("rope_parameters") or {}
+    if rope.get("rope_type", "default") != "default":
+        raise UsageError(f"{what}: rope_type {rope['rope_type']!r} is not supported (hpcpar's Llama has plain RoPE)")
+    if "embed_tokens.weight" not in shapes or "layers.0.self_attn.k_proj.weight" not in shapes:
+        raise UsageError(f"{what}: {source} is not a Llama (no embed_tokens.weight or layers.0.self_attn.k_proj)")
+    n_head = int(hf.get("num_attention_heads", 0))
+    if not n_head:
+        raise UsageError(f"{what}: {source} does not say its number of attention heads (put its config.json "
+                         f"beside it)")
+    V, C = shapes["embed_tokens.weight"]
+    if int(hf.get("head_dim") or C // n_head) * n_head != C:
+        raise UsageError(f"{what}: head_dim {hf['head_dim']} x {n_head} heads is not hidden_size {C}: "
+                         f"hpcpar's Llama needs head_dim = hidden_size / num_attention_heads")
+    arch = Architecture(
+        n_layer=max(int(m.group(1)) for m in map(_LAYER.match, shapes) if m) + 1, d_model=C,
+        d_ff=shapes["layers.0.mlp.gate_proj.weight"][1], vocab_size=V,
+        n_positions=int(hf.get("max_position_embeddings", 0)), tied=False, n_head=n_head,
+        ln_eps=float(hf.get("rms_norm_eps", 0)), arch="llama",
+        n_kv_head=shapes["layers.0.self_attn.k_proj.weight"][1] // (C // n_head),
+        rope_theta=float(rope.get("rope_theta", hf.get("rope_theta", 0))))
+    from hpcpar.nn.gpt import GPTConfig
+    check_tensors(source, shapes, expected_shapes(GPTConfig(
+        vocab_size=V, seq_len=1, n_layer=arch.n_layer, n_head=n_head, n_kv_head=arch.n_kv_head, d_model=C,
+        d_ff=arch.d_ff, arch="llama", tied=False)))
+    return arch
+
+
+def hf_config(mcfg):
+    """The config.json of Hugging Face's LlamaForCausalLM for our Llama of config ``mcfg``."""
+    return {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_act": "silu",
+            "vocab_size": mcfg.vocab_size, "hidden_size": mcfg.d_model, "intermediate_size": mcfg.d_ff,
+            "num_hidden_layers": mcfg.n_layer, "num_attention_heads": mcfg.n_head,
+            "num_key_value_heads": mcfg.n_kv_head, "head_dim": mcfg.d_model // mcfg.n_head,
+            "max_position_embeddings": mcfg.n_positions, "rms_norm_eps": mcfg.ln_eps,
+            "rope_parameters": {"rope_type": "default", "rope_theta": mcfg.rope_theta},
+            "attention_bias": False, "mlp_bias": False, "tie_word_embeddings": False,
+            "bos_token_id": None, "eos_token_id": None, "pad_token_id": None}
+
+
+def file_metadata(mcfg):
+    """The architecture a lone file must record beyond its tensors' shapes (config.json's names)."""
+    return {"model_type": "llama", "num_attention_heads": mcfg.n_head, "rms_norm_eps": mcfg.ln_eps,
+            "rope_theta": mcfg.rope_theta, "max_position_embeddings": mcfg.n_positions}

@@ -1,0 +1,41 @@
+"""The attention core as both attention modules call it (GPT-2's and Llama's), keeping its
+probabilities for the backward or not.
+
+Selective activation recomputation (Korthikanti et al. 2022; Megatron-LM's selective granularity):
+of a block's activations, the attention probabilities P (B, NH, T, T) and the dropout mask beside
+them grow with T^2 while all the others grow with T - and they are the cheapest to rebuild: no
+weights, one batched GEMM (Q K^T) and a softmax.  So the core can keep only its inputs and run its
+forward again in the backward; the dropout mask is drawn again, identically (its key is (seed, step,
+site, sample): nn/dropout.py), so the gradients are bit for bit those of keeping everything.
+
+    kept after the forward     everything               selective
+    this core                  q/sqrt(HS), k, v, P, D   q, k, v (which the block holds anyway)
+    memory per layer           ~3 B T C + B NH T^2 (x2 with dropout)     ~3 B T C
+    extra compute              none                     Q K^T, softmax, P V once more
+
+Full recomputation (nn/block.py ``recompute``) goes further: a block keeps only its input.
+"""
+from typing import Any, Callable, NamedTuple
+
+from hpcpar.ops.attention import attention_backward, attention_forward
+
+
+class CoreInputs(NamedTuple):
+    """What the core keeps under selective recomputation."""
+    q: Any                  # (B, NH, T, HS), unscaled
+    k: Any
+    v: Any
+    mask: Callable          # () -> the dropout mask (B, NH, T, T), or None
+
+
+def core_forward(q, k, v, mask, selective=False):
+    """q, k, v (B, NH, T, HS), mask () -> dropout mask or None -> o (B, NH, T, HS), cache"""
+    o, cache = attention_forward(q, k, v, mask())
+    return o, (CoreInputs(q, k, v, mask) if selective else cache)
+
+
+def core_backward(do, cache, out=None):
+    """do (B, NH, T, HS) -> dq, dk, dv; a selective cache runs the forward again first."""
+    if isinstance(cache, CoreInputs):
+        cache = attention_forward(cache.q, cache.k, cache.v, cache.mask())[1]
+    return attention_backward(do, cache, out=out)
