@@ -43,15 +43,17 @@ class StageTimes:
     terms: dict = field(default_factory=dict)   # the parts, for --explain
 
 
-def gemm_seconds(job, gemm):
-    hw = job.hardware
-    dtype = "fp8" if job.engine.fp8 and gemm.weight else job.dtype
+def gemm_rate(job, gemm):
+    """FLOP/s of one GEMM on this engine: fp8 for the linear layers' GEMMs where the engine runs them so."""
+    fp8 = job.engine.fp8 and gemm.weight
     # the size class of a batched GEMM is its whole size, as in Calculon (one kernel launch)
-    rate = hw.gemm_rate(gemm.flops, dtype) * job.engine.gemm_efficiency
-    if dtype == "fp8":
-        rate *= job.engine.fp8_efficiency
-    compute = gemm.flops / rate if gemm.flops else 0.0
-    return max(compute, hw.memory_seconds(gemm.elements * job.elem_bytes))
+    rate = job.hardware.gemm_rate(gemm.flops, "fp8" if fp8 else job.dtype) * job.engine.gemm_efficiency
+    return rate * job.engine.fp8_efficiency if fp8 else rate
+
+
+def gemm_seconds(job, gemm):
+    compute = gemm.flops / gemm_rate(job, gemm) if gemm.flops else 0.0
+    return max(compute, job.hardware.memory_seconds(gemm.elements * job.elem_bytes))
 
 
 def exposed(comm, under):
