@@ -18,7 +18,9 @@ Three kinds of work, each from its own rate:
 * context parallelism (ring attention): each of the cp ranks sends its K and V chunk around the ring,
   cp - 1 hops of 2*kv*d*(s/cp)*b elements per layer forward, twice that backward (K, V and their
   gradients), overlapped with the attention core: only the part longer than the core shows.
-* fp8 (``engine.fp8``): the linear layers' GEMMs at the fp8 peak rate; the attention core stays 16-bit.
+* fp8 (``engine.fp8``): the linear layers' GEMMs at the fp8 peak rate x ``engine.fp8_efficiency`` (the
+  engine's dynamic-scaling casts around each fp8 GEMM and its kernels' sustained share); the attention
+  core stays 16-bit.
 * an engine whose kernels are slower than the fused ones the hardware's factor was fitted to (eager
   PyTorch: one kernel per operation, launch gaps) runs every GEMM at ``engine.gemm_efficiency`` of the rate.
 
@@ -41,13 +43,17 @@ class StageTimes:
     terms: dict = field(default_factory=dict)   # the parts, for --explain
 
 
-def gemm_seconds(job, gemm):
-    hw = job.hardware
-    dtype = "fp8" if job.engine.fp8 and gemm.weight else job.dtype
+def gemm_rate(job, gemm):
+    """FLOP/s of one GEMM on this engine: fp8 for the linear layers' GEMMs where the engine runs them so."""
+    fp8 = job.engine.fp8 and gemm.weight
     # the size class of a batched GEMM is its whole size, as in Calculon (one kernel launch)
-    rate = hw.gemm_rate(gemm.flops, dtype) * job.engine.gemm_efficiency
-    compute = gemm.flops / rate if gemm.flops else 0.0
-    return max(compute, hw.memory_seconds(gemm.elements * job.elem_bytes))
+    rate = job.hardware.gemm_rate(gemm.flops, "fp8" if fp8 else job.dtype) * job.engine.gemm_efficiency
+    return rate * job.engine.fp8_efficiency if fp8 else rate
+
+
+def gemm_seconds(job, gemm):
+    compute = gemm.flops / gemm_rate(job, gemm) if gemm.flops else 0.0
+    return max(compute, job.hardware.memory_seconds(gemm.elements * job.elem_bytes))
 
 
 def exposed(comm, under):

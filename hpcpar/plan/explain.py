@@ -6,7 +6,7 @@ slowest stage (GEMMs, element-wise passes, tensor-parallel all-reduces, recomput
 (simulated makespan and bubble next to the textbook formula), the data-parallel gradient traffic and
 how much of it shows, the optimizer, and the totals.
 """
-from hpcpar.plan.compute import elementwise_bytes, gemm_seconds
+from hpcpar.plan.compute import elementwise_bytes, gemm_rate, gemm_seconds
 from hpcpar.plan.flops import layer_gemms, narayanan_flops, step_flops
 from hpcpar.plan.layout import stage_layers
 from hpcpar.plan.memory import layer_activation_terms, stage_params, state_bytes_per_param
@@ -76,9 +76,11 @@ def compute_section(est):
     gemms = layer_gemms(job.model, lay.mb, job.seq_len, lay.tp, lay.cp)
     lines = [f"COMPUTE one layer, one micro-batch of {lay.mb} x {job.seq_len} tokens, on 1 of tp={lay.tp} ranks",
              f"  GEMM t = max(2mnk / (peak * efficiency(GFLOP) * calibration), bytes / HBM);  peak "
-             f"{hw.peak(job.dtype) / 1e12:g} TFLOP/s {job.dtype}, calibration {hw.calibration:g}"]
+             f"{hw.peak(job.dtype) / 1e12:g} TFLOP/s {job.dtype}, calibration {hw.calibration:g}"
+             + (f"; linear layers fp8 at {hw.peak('fp8') / 1e12:g} x {job.engine.fp8_efficiency:g}" if job.engine.fp8
+                else "")]
     for g in gemms:
-        rate = hw.gemm_rate(g.flops, job.dtype) * job.engine.gemm_efficiency
+        rate = gemm_rate(job, g)
         lines.append(f"    {g.name:9s} {g.count:>5d} x ({g.m} x {g.k}) @ ({g.k} x {g.n})  {g.flops / 1e9:9.1f} GFLOP "
                      f"at {rate / 1e12:6.1f} TFLOP/s = {_ms(gemm_seconds(job, g))}")
     elem = elementwise_bytes(job, lay)

@@ -1,4 +1,4 @@
-"""The two framework constants, each fitted to its own named published rows (role "framework-fitting").
+"""The three framework constants, each fitted to its own named published rows (role "framework-fitting").
 
 Both are properties of a framework's runtime that no formula gives, and neither is fitted to the
 rows it is judged on (docs/planning.md, Validation):
@@ -8,6 +8,10 @@ rows it is judged on (docs/planning.md, Validation):
   hardware's GEMM factor was fitted to.  Fitted like that factor (calibrate.fit_calibration): the
   step is nearly proportional to 1 / efficiency, so c <- c / (predicted throughput / published)
   converges in a few rounds.
+* ``fp8_efficiency`` of torchao's Float8 training (published.FLOAT8): its fp8 GEMMs with the dynamic
+  scaling around each (an amax reduction and a cast of every input, weight and output gradient, in
+  kernels of their own) against the fp8 peak times the hardware's factor.  Fitted the same way, on a
+  row whose only difference from a calibration row of the same hardware is Float8.
 * ``allocator_cache`` of PyTorch's caching allocator (published.PYTORCH): the memory it reserves beyond
   what is allocated, as a share of what is allocated and freed every micro-batch (memory.py's
   "dynamic" terms: activations, gathered weights, logits, buffers, workspace).  The published figure
@@ -21,14 +25,15 @@ from hpcpar.plan.memory import STATE_TERMS
 GiB = 2**30
 
 
-def fit_gemm_efficiency(runs, rounds=4):
-    """The GEMM efficiency that makes ``runs``' predicted step times right on geometric average."""
+def fit_gemm_efficiency(runs, rounds=4, name="gemm_efficiency"):
+    """The GEMM efficiency (the Engine field ``name``) that makes ``runs``' predicted step times right
+    on geometric average."""
     from hpcpar.plan.validate import predict
     c = 1.0
     for _ in range(rounds):
         logs = []
         for run in runs:
-            est = predict(run, engine=replace(run.features["engine"], gemm_efficiency=c))
+            est = predict(run, engine=replace(run.features["engine"], **{name: c}))
             logs.append(math.log(run.published_step(est.job.model) / est.step))
         c /= math.exp(sum(logs) / len(logs))
     return c

@@ -10,8 +10,8 @@ Throughput is compared as step time: a published TFLOP/s per GPU is turned back 
 step with the FLOP count that source used (``convention``), tokens/s per GPU with the batch.
 
 ``role = "fitting"`` rows fix the GEMM factor of each hardware profile (calibrate.fit_calibration);
-``role = "framework-fitting"`` rows the two framework constants of fit.py (eager PyTorch's GEMM
-efficiency, the caching allocator's cache).  Every other row is held out ("validation"):
+``role = "framework-fitting"`` rows the three framework constants of fit.py (eager PyTorch's GEMM
+efficiency, torchao Float8's fp8 GEMM efficiency, the caching allocator's cache).  Every other row is held out ("validation"):
 nothing was fitted to it.
 """
 from dataclasses import dataclass, field
@@ -32,6 +32,9 @@ PYTORCH = dict(numpy_caches=False, adam_buffers=2, shard_grad_buffer=False, allo
 # Eager PyTorch (no torch.compile): fit.fit_gemm_efficiency on the "framework-fitting" row of
 # llm-foundry-h100.toml (MPT-30B on 16 GPUs); a run sets eager = true where its source ran eager.
 EAGER = dict(gemm_efficiency=0.796)
+# torchao's Float8 training (torchtitan's fp8 rows): fit.fit_gemm_efficiency(name="fp8_efficiency") on
+# the "framework-fitting" Float8 row of torchtitan-h100.toml (Llama 3.1 8B FSDP + compile + Float8).
+FLOAT8 = dict(fp8_efficiency=0.791)
 # torchtitan and llm-foundry compute the loss as cross_entropy(logits.float()): 16-bit logits, their
 # fp32 copy and the fp32 log-softmax saved for the backward (memory.py).
 EAGER_LOSS = dict(loss_bytes_per_logit=2 + 4 + 4)
@@ -54,7 +57,7 @@ FRAMEWORKS = {
     # bf16 compute, fp32 gradient reduction; TP with sequence parallelism, PP schedules, CP.
     # With PP it does not reshard after forward: each stage's weights stay gathered all step.  Its
     # selective recomputation is the op-level policy (every second matmul output kept).
-    "torchtitan": dict(engine=dict(EAGER_LOSS, flash_attention=True, mixed_state_bytes=(4, 4, 8),
+    "torchtitan": dict(engine=dict(EAGER_LOSS, **FLOAT8, flash_attention=True, mixed_state_bytes=(4, 4, 8),
                                    fsdp_gather_once_with_pp=True, selective_ops=True),
                        recompute=("none", "selective", "full"), schedules=("1f1b", "interleaved"), zero=(3,),
                        sp=(True,), dtype="bf16"),
@@ -94,6 +97,8 @@ class Run:
     hardware_changes: dict = field(default_factory=dict)    # inter_GBps, memory_GiB, hbm_GBps
     eager: bool = False             # PyTorch without torch.compile (EAGER)
     role: str = "validation"        # or "fitting" (the hardware's GEMM factor), "framework-fitting" (fit.py)
+    fits: str = ""                  # framework-fitting: the constant it fixes (gemm_efficiency, fp8_efficiency,
+                                    # allocator_cache)
 
     @property
     def features(self):
