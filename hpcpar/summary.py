@@ -43,7 +43,8 @@ def summarize(loop, peak):
     lines = [
         f"hpcpar train: {len(loop.history)} steps"
         + (f" (steps {loop.history[0][0] + 1}-{loop.history[-1][0] + 1})" if loop.history[0][0] else "")
-        + f", {cfg.model} model, tp {cfg.tp} x pp {cfg.pp} x dp {cfg.dp} "
+        + f", {cfg.model} model, tp {cfg.tp} x " + (f"cp {cfg.cp} x " if cfg.cp > 1 else "")
+        + f"pp {cfg.pp} x dp {cfg.dp} "
         f"= {g.world} ranks, {cfg.schedule} with {cfg.microbatches} micro-batch"
         + ("es" if cfg.microbatches > 1 else "")
         + (f" x {cfg.chunks} chunks" if cfg.chunks > 1 else "") + f", {cfg.dtype}"
@@ -71,7 +72,7 @@ def summarize(loop, peak):
                "bubble_measured": measured, "bubble_simulated": simulated,
                "costs_s": costs, "bytes_per_step": groups, "comm_seconds_per_step": blocked,
                "steps": steps,
-               "layout": {"tp": cfg.tp, "pp": cfg.pp, "dp": cfg.dp, "world": g.world, "chunks": cfg.chunks,
+               "layout": {"tp": cfg.tp, "cp": cfg.cp, "pp": cfg.pp, "dp": cfg.dp, "world": g.world, "chunks": cfg.chunks,
                           "schedule": cfg.schedule, "microbatches": cfg.microbatches},
                "tokens_per_step": t.tokens_per_step, "step_times_s": times}
     if cfg.summary_json:

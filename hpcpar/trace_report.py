@@ -48,8 +48,10 @@ def windows(spans, names):
     """(tp, dp, step, start, end, busy) of every rank's traced steps, for pipeline_bubble."""
     out = []
     for pid, evs in spans.items():
-        coords = re.search(r"tp(\d+)\.pp\d+\.dp(\d+)", names.get(pid, ""))
-        tp, dp = (int(coords[1]), int(coords[2])) if coords else (0, pid)
+        coords = re.search(r"tp(\d+)\.(?:cp(\d+)\.)?pp\d+\.dp(\d+)", names.get(pid, ""))
+        # one pipeline per (tp, cp, dp): the (dp, cp) pair keys it when there is a cp axis
+        tp, dp = (int(coords[1]), int(coords[3]) if coords[2] is None else (int(coords[3]), int(coords[2]))) \
+            if coords else (0, pid)
         steps = defaultdict(list)
         for e in evs:
             if e.get("args", {}).get("step") is not None:

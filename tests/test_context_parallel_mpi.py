@@ -4,6 +4,8 @@ import numpy as np
 import pytest
 
 from hpcpar.backend import to_numpy
+from hpcpar.checkpoint import load_checkpoint, save_checkpoint
+from test_checkpoint_mpi import shared_dir  # noqa: F401 (a fixture: one directory every rank sees)
 from train_helpers import GPT_DIMS, free, reference, rel_err, trainer
 
 DIMS = dict(GPT_DIMS, seq_len=16, layers=4)   # 2 x cp chunks for cp up to 8
@@ -75,3 +77,50 @@ def test_ring_moves_the_formula_bytes(comm):
     per_layer = (cp - 1) * block + (cp - 1) * block + cp * block     # forward K/V; backward K/V and dK/dV
     assert t.grid.cp_comm.stats.bytes["send"] == cfg.n_layer * t.cfg.microbatches * per_layer
     free(t)
+
+
+@pytest.mark.mpi(min_size=2)
+@pytest.mark.parametrize("source, target", [(dict(cp=2, zero1=True), dict(dp=2)), (dict(dp=2), dict(cp=2))],
+                         ids=["cp2-to-dp2", "dp2-to-cp2"])
+def test_checkpoints_move_between_cp_and_other_layouts(comm, shared_dir, source, target):
+    """cp shards no parameter: a checkpoint written at cp 2 loads at cp 1 and back, and training goes on
+    with the numbers of a run that never stopped."""
+    if comm.size != 2:
+        pytest.skip("2 ranks")
+    straight = trainer(comm, dims=DIMS, **source)
+    want = [straight.step(s).loss for s in range(4)]
+    free(straight)
+    first = trainer(comm, dims=DIMS, **source)
+    [first.step(s) for s in range(2)]
+    save_checkpoint(first, shared_dir, 2)
+    free(first)
+    second = trainer(comm, dims=DIMS, **target)
+    assert load_checkpoint(second, shared_dir) == 2
+    got = [second.step(s).loss for s in range(2, 4)]
+    free(second)
+    assert rel_err(got, want[2:]) <= 1e-10, (got, want[2:])       # float64, another layout: not bit for bit
+
+
+@pytest.mark.mpi(min_size=2)
+def test_trace_shows_each_hop_over_the_block_it_overlaps(comm):
+    """Every K/V hop of the ring is a span on the "cp" track that starts before an attention block on
+    the compute track and ends after it (posted before the block, waited for after it); so is every
+    dK/dV hop but the last of each backward, which carries the finished gradient home."""
+    if comm.size != 2:
+        pytest.skip("2 ranks")
+    from hpcpar import trace
+    t = trainer(comm, dims=DIMS, cp=2, microbatches=1)
+    tracer = trace.start("cp", comm)
+    try:
+        t.gradients(0)
+    finally:
+        trace.stop()
+        free(t)
+    hops = [(name.split()[0], s, e) for name, cat, track, s, e, _ in tracer.events if track == "cp"]
+    blocks = [(s, e) for name, cat, track, s, e, _ in tracer.events if cat == "ring-attention"]
+    layers = DIMS["layers"]
+    assert len(blocks) == layers * 2 * 2                # two blocks forward, two backward, per layer
+    over_a_block = [kind for kind, hs, he in hops if any(hs <= bs and be <= he for bs, be in blocks)]
+    assert [kind for kind, _, _ in hops].count("kv") == over_a_block.count("kv") == 2 * layers
+    assert [kind for kind, _, _ in hops].count("dkv") == 2 * layers
+    assert over_a_block.count("dkv") == layers
