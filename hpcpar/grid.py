@@ -9,8 +9,8 @@ that happens inside every layer), a context-parallel ring comes next (key/value 
 attention layer), pipeline neighbours are TP*CP*DP ranks apart (across servers: one activation per
 micro-batch), and data-parallel replicas fill the rest (one gradient all-reduce per step).  The
 context-parallel size defaults to 1: the grid is then the 3D tp x pp x dp one, rank for rank, and
-an order may leave cp out (it then sits right after tp).  ``GridLayout`` is the pure arithmetic (usable without MPI, for teaching and planning);
-``ParallelGrid`` adds the communicators.
+an order may leave cp out (it then sits right after tp).  ``GridLayout`` is the pure arithmetic
+(usable without MPI, for teaching and planning); ``ParallelGrid`` adds the communicators.
 """
 from dataclasses import dataclass
 from itertools import product

@@ -74,8 +74,8 @@ def summarize(loop, peak):
                "bubble_measured": measured, "bubble_simulated": simulated,
                "costs_s": costs, "bytes_per_step": groups, "comm_seconds_per_step": blocked,
                "steps": steps,
-               "layout": {"tp": cfg.tp, "cp": cfg.cp, "pp": cfg.pp, "dp": cfg.dp, "world": g.world, "chunks": cfg.chunks,
-                          "schedule": cfg.schedule, "microbatches": cfg.microbatches},
+               "layout": {"tp": cfg.tp, "cp": cfg.cp, "pp": cfg.pp, "dp": cfg.dp, "world": g.world,
+                          "chunks": cfg.chunks, "schedule": cfg.schedule, "microbatches": cfg.microbatches},
                "tokens_per_step": t.tokens_per_step, "step_times_s": times}
     if cfg.summary_json:
         with open(cfg.summary_json, "w") as f:

@@ -56,11 +56,14 @@ def test_context_parallel_layout_matches_single_rank(comm, single_rank, layout):
 
 
 @pytest.mark.mpi(min_size=4)
-def test_context_parallel_with_sequence_parallelism_and_zero1(comm, single_rank):
+def test_context_parallel_with_the_other_options(comm, single_rank):
+    """Sequence parallelism, ZeRO-1, and recomputation under the interleaved schedule (which redoes the
+    ring in the backward, on every cp rank in the same order)."""
     if comm.size != 4:
-        pytest.skip("a layout of 4 ranks")
+        pytest.skip("layouts of 4 ranks")
     check_layout(comm, single_rank, (2, 2, 1, 1), sequence_parallel=True)
     check_layout(comm, single_rank, (1, 2, 1, 2), zero1=True)
+    check_layout(comm, single_rank, (1, 2, 2, 1), schedule="interleaved", chunks=2, recompute=True)
 
 
 @pytest.mark.mpi(min_size=2)
