@@ -180,7 +180,7 @@ class Loop:
         if not cfg.trace:
             return None
         meta = {"schedule": s.name, "stages": s.stages, "microbatches": s.microbatches, "chunks": s.chunks,
-                "split_backward": s.split_backward, "tp": cfg.tp, "pp": cfg.pp, "dp": cfg.dp,
+                "split_backward": s.split_backward, "tp": cfg.tp, "cp": cfg.cp, "pp": cfg.pp, "dp": cfg.dp,
                 "model": cfg.model, "dtype": cfg.dtype}
         label = f"rank {g.rank_id} {g.coords}"
         return trace.start(label, g.world_comm.mpi, meta)

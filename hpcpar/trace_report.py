@@ -85,6 +85,12 @@ def per_rank(spans, names):
     return out
 
 
+def grid_name(meta):
+    """'tp 2 x pp 2 x dp 2', with 'cp N x' after tp when the run had a context-parallel axis."""
+    cp = f"cp {meta['cp']} x " if meta.get("cp", 1) > 1 else ""
+    return f"tp {meta.get('tp')} x {cp}pp {meta.get('pp')} x dp {meta.get('dp')}"
+
+
 def simulated(meta, figures):
     from hpcpar.pipeline.schedules import build
     if not meta.get("schedule") or meta.get("stages", 1) == 1:
@@ -98,8 +104,8 @@ def simulated(meta, figures):
 def summary(path):
     meta, names, spans = load(path)
     figures = per_rank(spans, names)
-    lines = [f"{path}: {len(figures)} ranks, {meta.get('schedule', '?')} schedule, tp {meta.get('tp')} x "
-             f"pp {meta.get('pp')} x dp {meta.get('dp')}, {max(f['steps'] for f in figures.values())} steps traced",
+    lines = [f"{path}: {len(figures)} ranks, {meta.get('schedule', '?')} schedule, {grid_name(meta)}, "
+             f"{max(f['steps'] for f in figures.values())} steps traced",
              f"{'rank':<26} {'busy ms':>9} {'idle':>6} {'comm':>6} {'overlap':>8}"]
     for pid in sorted(figures):
         f = figures[pid]
@@ -169,8 +175,7 @@ def plot(path, out, step=None, annotate=False):
         lanes, arrows, notes = _annotations(spans, names, pids, zero, end, flows(path))
         x, y = _largest_gap(rows, end)
         extra = dict(lanes=lanes, arrows=arrows, notes=notes + [(x, y, "idle: part of the bubble")])
-    plot_timeline(rows, out, title=f"measured step {step}: {meta.get('schedule')} tp {meta.get('tp')} x "
-                  f"pp {meta.get('pp')} x dp {meta.get('dp')}", unit_label="ms",
+    plot_timeline(rows, out, title=f"measured step {step}: {meta.get('schedule')} {grid_name(meta)}", unit_label="ms",
                   labels=[names.get(pid, str(pid)) for pid in pids], **extra)
     return out
 

@@ -148,6 +148,8 @@ class Trainer:
         self.engine = PipelineEngine(self.schedule, self.chunks, g.pp_comm, self._act_shape, self.compute)
         self.eval_engine = None                                          # built on the first evaluation
         is_gpt = cfg.model != "mlp"
+        # every token of the global batch: a DP rank sums over its sequences, a CP rank over its T/cp tokens
+        # of each, so dividing the world's sum by this is the single-rank mean
         self.loss_terms = cfg.batch_size * (mcfg.seq_len if is_gpt else mcfg.d_out)
         self.tokens_per_step = cfg.batch_size * (mcfg.seq_len if is_gpt else 1)
 
