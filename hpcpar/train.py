@@ -26,12 +26,12 @@ from hpcpar import backend, faults, precision, trace
 from hpcpar.comm.device import select_device
 from hpcpar.config import check
 from hpcpar.context_parallel import check_context_parallel, parallelize_context
-from hpcpar.ops.ring_attention import balanced_positions
 from hpcpar.data import MarkovLanguage, Regression, TokenFile, validation_file
 from hpcpar.data_parallel import DataParallel
 from hpcpar.grid import ParallelGrid
 from hpcpar.nn import GPT, Context, MLPConfig, MLPModel
 from hpcpar.nn.gpt import preset
+from hpcpar.ops.ring_attention import balanced_positions
 from hpcpar.optim import clip_coefficient, learning_rate, make_optimizer
 from hpcpar.pipeline.engine import PipelineEngine
 from hpcpar.pipeline.partition import partition
