@@ -5,7 +5,6 @@ Rank r of a cp group holds chunks r and 2cp-1-r of every sequence (ops/ring_atte
 the sum over the sequence, and the usual 1 / (tokens in the batch) normalisation stays exact.
 """
 from hpcpar.context_parallel.ring import RingAttention
-from hpcpar.nn.block import TransformerBlock
 from hpcpar.runtime import UsageError
 
 
@@ -25,6 +24,6 @@ def parallelize_context(stage, comm):
     """Give every attention layer of ``stage`` the ring core over ``comm``. Returns ``stage``."""
     if comm.size > 1:
         for block in stage.blocks:
-            if isinstance(block, TransformerBlock):
+            if hasattr(block, "attn"):                   # a transformer block
                 block.attn.core = RingAttention(comm)
     return stage

@@ -94,8 +94,8 @@ class RingAttention:
                 kv = hop.wait()
         return o, (qs, k, v, o, lse, pos)
 
-    def backward(self, do, cache, out):
-        """do (B, NH, T/cp, HS) -> dq, dk, dv written into ``out`` (three arrays of that shape)."""
+    def backward(self, do, cache, out=None):
+        """do (B, NH, T/cp, HS) -> dq, dk, dv (written into ``out``, three arrays of that shape, if given)."""
         qs, k, v, o, lse, pos = cache
         n, r = self.comm.size, self.comm.rank
         xp = array_module(do)
@@ -115,7 +115,7 @@ class RingAttention:
             if kv_hop is not None:
                 kv = kv_hop.wait()
         dkv = dkv_hop.wait()                                                 # my block, from every rank
-        dq, dk, dv = out
+        dq, dk, dv = out if out is not None else (xp.empty(qs.shape, dtype=qs.dtype) for _ in range(3))
         dq[...] = scale(dqs)                                                 # dQ = dQs / sqrt(HS)
         dk[...], dv[...] = dkv[0], dkv[1]
         return dq, dk, dv

@@ -56,7 +56,7 @@ class Embedding(Module):
         ctx.positions as an index array on the parameters' device)."""
         if ctx is None or ctx.positions is None:
             return slice(0, ids.shape[1])
-        return array_module(self.wpe.data).asarray(ctx.positions)
+        return array_module(self.wte.data).asarray(ctx.positions)
 
     def tokens_weight_grad(self, dx, ids):
         self.wte.grad += embedding_backward_weight(dx, ids, self.wte.data.shape[0])
