@@ -1,11 +1,14 @@
-"""Context parallelism's refusals: a bad cp size is one clear line, before any rank communicates."""
+"""Context parallelism from the command line: a bad cp size is one clear line, before any rank
+communicates; a Llama at tp 2 x cp 2 x pp 2 prints one rank's losses."""
+import re
+
 import pytest
 
 from hpcpar.config import check
 from hpcpar.runtime import UsageError
 from hpcpar.train import model_config
 from mpitools import hpcpar, run_mpi
-from train_helpers import config
+from train_helpers import config, rel_err
 
 
 @pytest.mark.parametrize("kw, world, msg", [
@@ -30,3 +33,15 @@ def test_refusal_is_one_line_before_any_rank_communicates():
         "hpcpar: error: --cp 2: the sequence length 10 must divide into 2 x cp = 4 equal chunks (each rank holds "
         "one early and one late chunk)"]
     assert seconds < 30         # no rank waits for another (a hang bound with room for a busy machine)
+
+
+def test_llama_at_tp2_cp2_pp2_prints_the_single_rank_losses():
+    """The command line itself, on 8 ranks against one: Llama blocks, rotary positions by global
+    position, the ring under tensor and pipeline parallelism (float64; 12 printed digits)."""
+    flags = ["train", "--model", "llama-tiny", "--steps", "3", "--dtype", "float64", "--no-progress",
+             "--log-every", "1"]
+    one, _ = run_mpi(1, hpcpar() + flags, timeout=120)
+    eight, _ = run_mpi(8, hpcpar() + flags + ["--tp", "2", "--cp", "2", "--pp", "2"], timeout=300)
+    assert one.returncode == 0 and eight.returncode == 0, one.stderr + eight.stderr
+    want, got = (re.findall(r"^step +\d+/\d+  loss (\S+)", p.stdout, re.M) for p in (one, eight))
+    assert len(want) == 3 and rel_err([float(x) for x in got], [float(x) for x in want]) <= 1e-10, (got, want)

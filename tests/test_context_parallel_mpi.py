@@ -6,7 +6,7 @@ import pytest
 from hpcpar.backend import to_numpy
 from hpcpar.checkpoint import load_checkpoint, save_checkpoint
 from test_checkpoint_mpi import shared_dir  # noqa: F401 (a fixture: one directory every rank sees)
-from train_helpers import GPT_DIMS, free, reference, rel_err, trainer
+from train_helpers import GPT_DIMS, LLAMA_DIMS, check_step, free, reference, rel_err, trainer
 
 DIMS = dict(GPT_DIMS, seq_len=16, layers=4)   # 2 x cp chunks for cp up to 8
 STEPS = 3
@@ -127,3 +127,25 @@ def test_trace_shows_each_hop_over_the_block_it_overlaps(comm):
     assert [kind for kind, _, _ in hops].count("kv") == over_a_block.count("kv") == 2 * layers
     assert [kind for kind, _, _ in hops].count("dkv") == 2 * layers
     assert over_a_block.count("dkv") == layers
+
+
+LLAMA = dict(LLAMA_DIMS, seq_len=16)
+# (layout, whether to follow the step with optimizer steps) per world size
+LLAMA_LAYOUTS = {2: [dict(cp=2)],
+                 4: [dict(tp=2, cp=2, recompute_attention=True)],
+                 8: [dict(tp=2, cp=2, pp=2, microbatches=4), dict(cp=8), dict(cp=2, dp=4)]}
+
+
+@pytest.mark.mpi(min_size=2)
+def test_llama_with_context_parallelism_matches_one_rank(comm):
+    """Rotary positions by global position, grouped-query K/V repeated before the ring: one step's
+    loss and gradients, then three AdamW steps' losses, equal one rank's."""
+    if comm.size not in LLAMA_LAYOUTS:
+        pytest.skip("layouts of 2, 4 or 8 ranks")
+    for kw in LLAMA_LAYOUTS[comm.size]:
+        check_step(comm, dims=LLAMA, **kw)
+        ref, t = reference(comm, dims=LLAMA, **kw), trainer(comm, dims=LLAMA, **kw)
+        want, got = [ref.step(s).loss for s in range(STEPS)], [t.step(s).loss for s in range(STEPS)]
+        free(t)
+        free(ref)
+        assert rel_err(got, want) <= 1e-10, f"{kw}: losses {got} vs one rank {want}"

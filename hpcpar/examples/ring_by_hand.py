@@ -47,7 +47,7 @@ def main():
     rank_by_rank(world, lines)
 
     ring = RingAttention(cp)
-    o, cache = ring.forward(q[..., mine, :], k[..., mine, :], v[..., mine, :], None, None)
+    o, cache = ring.forward(q[..., mine, :], k[..., mine, :], v[..., mine, :], None, False, None)
     grads = [np.empty_like(o) for _ in range(3)]
     ring.backward(np.ascontiguousarray(do[..., mine, :]), cache, grads)
     o_ref, ref_cache = attention_forward(q, k, v)
