@@ -19,8 +19,9 @@ def opt(default, help, choices=None, group="run"):
 class TrainConfig:
     # --- layout -----------------------------------------------------------------------------
     tp: int = opt(1, "tensor-parallel size: ranks that share every layer's GEMMs", group="layout")
+    cp: int = opt(1, "context-parallel size: ranks that share every sequence (ring attention)", group="layout")
     pp: int = opt(1, "pipeline-parallel size: stages of consecutive layers", group="layout")
-    dp: int = opt(0, "data-parallel size: model replicas (0: world size / (tp x pp))", group="layout")
+    dp: int = opt(0, "data-parallel size: model replicas (0: world size / (tp x cp x pp))", group="layout")
     order: str = opt("tp-dp-pp", "rank order, fastest-varying axis first", group="layout")
     schedule: str = opt("1f1b", "pipeline schedule", list(SCHEDULES), "layout")
     microbatches: int = opt(0, "micro-batches per step and DP rank (0: pp)", group="layout")
@@ -166,7 +167,7 @@ def check(cfg, world):
         if choices and getattr(cfg, f.name) not in choices:
             raise UsageError(f"--{f.name.replace('_', '-')} must be one of {', '.join(choices)}, "
                              f"not {getattr(cfg, f.name)!r}")
-    for name in ("tp", "pp", "batch_size", "synthetic_vocab", "synthetic_order", "synthetic_branching", "keep",
+    for name in ("tp", "cp", "pp", "batch_size", "synthetic_vocab", "synthetic_order", "synthetic_branching", "keep",
                  "eval_batches"):
         if getattr(cfg, name) < 1:
             raise UsageError(f"--{name.replace('_', '-')} must be at least 1, got {getattr(cfg, name)}")
@@ -197,11 +198,13 @@ def check(cfg, world):
         if not 0 <= getattr(cfg, name) < 1:
             raise UsageError(f"--{name.replace('_', '-')} must be in [0, 1), got {getattr(cfg, name)}")
     if cfg.dp == 0:
-        if world % (cfg.tp * cfg.pp):
-            raise UsageError(f"tp x pp = {cfg.tp} x {cfg.pp} = {cfg.tp * cfg.pp} does not divide the world "
-                             f"size {world}")
-        cfg.dp = world // (cfg.tp * cfg.pp)
-    GridLayout(cfg.tp, cfg.pp, cfg.dp, world, cfg.order)        # world mismatch, bad order
+        model_parallel = cfg.tp * cfg.cp * cfg.pp
+        if world % model_parallel:
+            names, sizes = ("tp x pp", f"{cfg.tp} x {cfg.pp}") if cfg.cp == 1 else \
+                ("tp x cp x pp", f"{cfg.tp} x {cfg.cp} x {cfg.pp}")
+            raise UsageError(f"{names} = {sizes} = {model_parallel} does not divide the world size {world}")
+        cfg.dp = world // model_parallel
+    GridLayout(cfg.tp, cfg.pp, cfg.dp, world, cfg.order, cfg.cp)        # world mismatch, bad order
     chunked = KINDS[cfg.schedule].chunked
     if cfg.chunks == 0:
         cfg.chunks = 2 if chunked else 1
@@ -226,6 +229,14 @@ def check(cfg, world):
         adopt(cfg)                                  # the file's dimensions, or one line on a contradiction
     if cfg.recompute and cfg.recompute_attention:
         raise UsageError("--recompute already recomputes the attention: give it or --recompute-attention, not both")
+    if cfg.cp > 1:
+        if cfg.model == "mlp":
+            raise UsageError("--cp needs a GPT model (the MLP has no sequence to share)")
+        if cfg.dropout:
+            raise UsageError(f"--cp {cfg.cp}: ring attention has no dropout on the attention probabilities; "
+                             f"use --dropout 0")
+        if cfg.precision != "fp32":
+            raise UsageError(f"--cp {cfg.cp}: ring attention computes in the parameters' dtype; use --precision fp32")
     if cfg.model == "mlp":
         if cfg.recompute_attention:
             raise UsageError("--recompute-attention needs a GPT model (the MLP has no attention)")

@@ -5,7 +5,9 @@ pre-scaled by 1 / (tokens in the global batch), so *summing* them over the DP gr
 gradient of the single-rank step.  The sum runs bucket by bucket: the parameters live in flat buckets
 filled in backward order (buckets.py), and as soon as the last micro-batch's backward has finished
 every parameter of a bucket, a non-blocking ``Iallreduce`` on that bucket starts - while the backward
-of the earlier layers continues.  ``finish()`` waits for all of them before the optimizer step.
+of the earlier layers continues.  ``finish()`` waits for all of them before the optimizer step.  Under
+context parallelism the group is every rank with the same parameters, dp x cp of them
+(``grid.dp_cp_comm``): a CP rank's gradients are the partial sums over its tokens, summed like a replica's.
 
 ZeRO-1 (Rajbhandari et al. 2020): instead of an all-reduce, each bucket is *reduce-scattered*, so DP
 rank i receives the summed gradient of its 1/dp slice only; it keeps optimizer state for that slice

@@ -1,29 +1,33 @@
-"""The process grid: MPI.COMM_WORLD seen as a 3D array of ranks with axes tp, pp and dp.
+"""The process grid: MPI.COMM_WORLD seen as a 4D array of ranks with axes tp, cp, pp and dp.
 
-With the default order (tensor fastest, then data, then pipeline - Megatron's):
+With the default order (tensor fastest, then context, then data, then pipeline - Megatron's):
 
-    rank = tp_i + TP * (dp_i + DP * pp_i)
+    rank = tp_i + TP * (cp_i + CP * (dp_i + DP * pp_i))
 
 so a tensor-parallel group is TP consecutive ranks (one server: the fastest links, for the traffic
-that happens inside every layer), pipeline neighbours are TP*DP ranks apart (across servers: one
-activation per micro-batch), and data-parallel replicas fill the rest (one gradient all-reduce per
-step).  ``GridLayout`` is the pure arithmetic (usable without MPI, for teaching and planning);
-``ParallelGrid`` adds the communicators.
+that happens inside every layer), a context-parallel ring comes next (key/value blocks in every
+attention layer), pipeline neighbours are TP*CP*DP ranks apart (across servers: one activation per
+micro-batch), and data-parallel replicas fill the rest (one gradient all-reduce per step).  The
+context-parallel size defaults to 1: the grid is then the 3D tp x pp x dp one, rank for rank, and
+an order may leave cp out (it then sits right after tp).  ``GridLayout`` is the pure arithmetic
+(usable without MPI, for teaching and planning); ``ParallelGrid`` adds the communicators.
 """
 from dataclasses import dataclass
 from itertools import product
 
 from hpcpar.runtime import UsageError
 
-AXES = ("tp", "pp", "dp")
-DEFAULT_ORDER = "tp-dp-pp"   # fastest-varying axis first
+AXES = ("tp", "cp", "pp", "dp")
+DEFAULT_ORDER = "tp-dp-pp"   # fastest-varying axis first; cp, left out, goes right after tp
 
 
 def parse_order(order):
     axes = tuple(order.split("-"))
+    if "cp" not in axes and "tp" in axes:
+        axes = axes[:axes.index("tp") + 1] + ("cp",) + axes[axes.index("tp") + 1:]
     if sorted(axes) != sorted(AXES):
-        raise UsageError(f"rank order {order!r} must name tp, pp and dp once each, fastest first "
-                         f"(e.g. {DEFAULT_ORDER})")
+        raise UsageError(f"rank order {order!r} must name tp, pp and dp once each (and cp, optional), "
+                         f"fastest first (e.g. {DEFAULT_ORDER})")
     return axes
 
 
@@ -32,22 +36,25 @@ class Coord:
     tp: int
     pp: int
     dp: int
+    cp: int = None      # None: the grid has no context-parallel axis (cp = 1)
 
     def __str__(self):
-        return f"tp{self.tp}.pp{self.pp}.dp{self.dp}"
+        cp = "" if self.cp is None else f".cp{self.cp}"
+        return f"tp{self.tp}{cp}.pp{self.pp}.dp{self.dp}"
 
 
 class GridLayout:
-    """Which rank sits where in a TP x PP x DP grid. Pure arithmetic, no MPI."""
+    """Which rank sits where in a TP x CP x PP x DP grid. Pure arithmetic, no MPI."""
 
-    def __init__(self, tp, pp, dp, world, order=DEFAULT_ORDER):
-        for axis, n in zip(AXES, (tp, pp, dp)):
+    def __init__(self, tp, pp, dp, world, order=DEFAULT_ORDER, cp=1):
+        for axis, n in (("tp", tp), ("cp", cp), ("pp", pp), ("dp", dp)):
             if not isinstance(n, int) or n < 1:
                 raise UsageError(f"{axis} must be a positive integer, got {n!r}")
-        if tp * pp * dp != world:
-            raise UsageError(f"tp x pp x dp = {tp} x {pp} x {dp} = {tp * pp * dp} does not match "
-                             f"the world size {world}")
-        self.tp, self.pp, self.dp, self.world = tp, pp, dp, world
+        if tp * cp * pp * dp != world:
+            names, sizes = ("tp x pp x dp", f"{tp} x {pp} x {dp}") if cp == 1 else \
+                ("tp x cp x pp x dp", f"{tp} x {cp} x {pp} x {dp}")
+            raise UsageError(f"{names} = {sizes} = {tp * cp * pp * dp} does not match the world size {world}")
+        self.tp, self.cp, self.pp, self.dp, self.world = tp, cp, pp, dp, world
         self.order = parse_order(order)
         # stride of each axis in the rank number: the fastest axis has stride 1
         self.stride, step = {}, 1
@@ -59,17 +66,19 @@ class GridLayout:
         return getattr(self, axis)
 
     def coord(self, rank):
-        return Coord(*((rank // self.stride[a]) % self.size(a) for a in AXES))
+        at = {a: (rank // self.stride[a]) % self.size(a) for a in AXES}
+        return Coord(at["tp"], at["pp"], at["dp"], at["cp"] if self.cp > 1 else None)
 
-    def rank(self, tp, pp, dp):
-        return tp * self.stride["tp"] + pp * self.stride["pp"] + dp * self.stride["dp"]
+    def rank(self, tp, pp, dp, cp=0):
+        return tp * self.stride["tp"] + (cp or 0) * self.stride["cp"] + pp * self.stride["pp"] \
+            + dp * self.stride["dp"]
 
     def group(self, rank, axis):
         """The ranks that share every coordinate with ``rank`` except ``axis`` (ordered along it)."""
         c = self.coord(rank)
         members = []
         for i in range(self.size(axis)):
-            fields = {a: getattr(c, a) for a in AXES}
+            fields = {a: getattr(c, a) or 0 for a in AXES}
             fields[axis] = i
             members.append(self.rank(**fields))
         return members
@@ -87,35 +96,45 @@ class GridLayout:
     def pipeline_neighbours(self, rank):
         """(previous, next) stage ranks in this rank's pipeline; None at the ends."""
         c = self.coord(rank)
-        prev = self.rank(c.tp, c.pp - 1, c.dp) if c.pp > 0 else None
-        nxt = self.rank(c.tp, c.pp + 1, c.dp) if c.pp < self.pp - 1 else None
+        prev = self.rank(c.tp, c.pp - 1, c.dp, c.cp) if c.pp > 0 else None
+        nxt = self.rank(c.tp, c.pp + 1, c.dp, c.cp) if c.pp < self.pp - 1 else None
         return prev, nxt
+
+    def shown_axes(self):
+        """The axes a map names: cp only when the grid has a context-parallel axis."""
+        return tuple(a for a in AXES if a != "cp" or self.cp > 1)
 
     def describe(self):
         """The rank map as a table: one row per rank with its coordinates, groups and neighbours."""
-        head = f"{'rank':>4}  {'tp':>2} {'pp':>2} {'dp':>2}  {'tp group':<14} {'pp group':<14} " \
-               f"{'dp group':<14} {'prev':>4} {'next':>4}"
-        lines = [f"grid tp={self.tp} x pp={self.pp} x dp={self.dp} = {self.world} ranks "
-                 f"(order {'-'.join(self.order)}, fastest first)", head, "-" * len(head)]
+        axes = self.shown_axes()
+        order = "-".join(a for a in self.order if a in axes)
+        head = f"{'rank':>4}  " + " ".join(f"{a:>2}" for a in axes) + "  " \
+            + "".join(f"{a + ' group':<14} " for a in axes) + f"{'prev':>4} {'next':>4}"
+        sizes = " x ".join(f"{a}={self.size(a)}" for a in axes)
+        lines = [f"grid {sizes} = {self.world} ranks (order {order}, fastest first)", head, "-" * len(head)]
         for r in range(self.world):
             c = self.coord(r)
             prev, nxt = self.pipeline_neighbours(r)
             fmt = lambda g: ",".join(map(str, g))  # noqa: E731
-            lines.append(f"{r:>4}  {c.tp:>2} {c.pp:>2} {c.dp:>2}  {fmt(self.group(r, 'tp')):<14} "
-                         f"{fmt(self.group(r, 'pp')):<14} {fmt(self.group(r, 'dp')):<14} "
-                         f"{'-' if prev is None else prev:>4} {'-' if nxt is None else nxt:>4}")
+            lines.append(f"{r:>4}  " + " ".join(f"{getattr(c, a):>2}" for a in axes) + "  "
+                         + "".join(f"{fmt(self.group(r, a)):<14} " for a in axes)
+                         + f"{'-' if prev is None else prev:>4} {'-' if nxt is None else nxt:>4}")
         return "\n".join(lines)
 
     def picture(self):
-        """Pipeline stages as boxes of TP x DP ranks: the 3D grid drawn as a row of 2D slices."""
+        """Pipeline stages as boxes of TP ranks, one row per replica (and context-parallel rank): the
+        grid drawn as a row of 2D slices."""
         rows = []
         for dp_i in range(self.dp):
-            cells = []
-            for pp_i in range(self.pp):
-                ranks = [self.rank(t, pp_i, dp_i) for t in range(self.tp)]
-                cells.append("[" + " ".join(f"{r:>2}" for r in ranks) + "]")
-            rows.append(f"dp {dp_i}: " + " -> ".join(cells))
-        return "stage:  " + "  ".join(f"pp {p}".center(3 * self.tp + 2) for p in range(self.pp)) \
+            for cp_i in range(self.cp):
+                cells = []
+                for pp_i in range(self.pp):
+                    ranks = [self.rank(t, pp_i, dp_i, cp_i) for t in range(self.tp)]
+                    cells.append("[" + " ".join(f"{r:>2}" for r in ranks) + "]")
+                name = f"dp {dp_i}" + (f" cp {cp_i}" if self.cp > 1 else "")
+                rows.append(f"{name}: " + " -> ".join(cells))
+        pad = " " * (len(rows[0].split(":")[0]) - 4)
+        return f"stage: {pad} " + "  ".join(f"pp {p}".center(3 * self.tp + 2) for p in range(self.pp)) \
             + "\n" + "\n".join(rows)
 
 
@@ -126,42 +145,52 @@ def factorisations(world):
 
 
 class ParallelGrid(GridLayout):
-    """The grid of this MPI job: coordinates of this rank and its tp, pp, dp sub-communicators.
+    """The grid of this MPI job: coordinates of this rank and its tp, cp, pp, dp sub-communicators.
 
     Communicators (``hpcpar.comm.Communicator``, with byte counters):
       tp  - ranks that shard the same layers (all-reduces inside every layer)
+      cp  - the ranks that hold the parts of one sequence (ring attention's point-to-point blocks);
+            COMM_SELF when cp = 1
       pp  - the stages of one pipeline (point-to-point activations and gradients)
       dp  - replicas of the same shard (gradient all-reduce once per step)
+      dp_cp - every rank holding the same parameters, dp x cp of them: gradients are summed over it
+            (context-parallel ranks saw other tokens of the same sequences); the dp group when cp = 1
       mp  - the model-parallel group tp x pp of one replica (global grad norm)
       embed - first and last stage of one pipeline (tied embedding gradients); None elsewhere
     """
 
-    def __init__(self, tp=1, pp=1, dp=1, comm=None, order=DEFAULT_ORDER):
+    def __init__(self, tp=1, pp=1, dp=1, comm=None, order=DEFAULT_ORDER, cp=1):
         from mpi4py import MPI
         from hpcpar.comm import Communicator
         comm = comm if comm is not None else MPI.COMM_WORLD
         # Validation uses only local facts (the world size), so a bad layout is refused identically
         # on every rank before the first collective below.
-        super().__init__(tp, pp, dp, comm.size, order)
+        super().__init__(tp, pp, dp, comm.size, order, cp)
         self.world_comm = Communicator(comm, "world")
         self.rank_id = comm.rank
-        self.coords = self.coord(comm.rank)
-        self.tp_rank, self.pp_rank, self.dp_rank = self.coords.tp, self.coords.pp, self.coords.dp
+        self.coords = c = self.coord(comm.rank)
+        self.tp_rank, self.pp_rank, self.dp_rank, self.cp_rank = c.tp, c.pp, c.dp, c.cp or 0
         self.is_first_stage = self.pp_rank == 0
         self.is_last_stage = self.pp_rank == pp - 1
         self.prev_rank, self.next_rank = self.pipeline_neighbours(comm.rank)
-        c = self.coords
+        k = self.cp_rank
         # Split(color, key): ranks with equal color form a group, ordered by key.
-        self.tp_comm = Communicator(comm.Split(self.rank(0, c.pp, c.dp), c.tp), "tp")
-        self.pp_comm = Communicator(comm.Split(self.rank(c.tp, 0, c.dp), c.pp), "pp")
-        self.dp_comm = Communicator(comm.Split(self.rank(c.tp, c.pp, 0), c.dp), "dp")
-        self.mp_comm = Communicator(comm.Split(c.dp, c.pp * tp + c.tp), "mp")
+        self.tp_comm = Communicator(comm.Split(self.rank(0, c.pp, c.dp, k), c.tp), "tp")
+        self.pp_comm = Communicator(comm.Split(self.rank(c.tp, 0, c.dp, k), c.pp), "pp")
+        self.dp_comm = Communicator(comm.Split(self.rank(c.tp, c.pp, 0, k), c.dp), "dp")
+        if cp > 1:
+            self.cp_comm = Communicator(comm.Split(self.rank(c.tp, c.pp, c.dp, 0), k), "cp")
+            self.dp_cp_comm = Communicator(comm.Split(self.rank(c.tp, c.pp, 0, 0), c.dp * cp + k), "dp_cp")
+        else:
+            self.cp_comm, self.dp_cp_comm = Communicator(MPI.COMM_SELF, "cp"), self.dp_comm
+        self.mp_comm = Communicator(comm.Split(c.dp * cp + k, c.pp * tp + c.tp), "mp")
         in_embed = pp > 1 and (self.is_first_stage or self.is_last_stage)
-        embed = comm.Split(self.rank(c.tp, 0, c.dp) if in_embed else MPI.UNDEFINED, c.pp)
+        embed = comm.Split(self.rank(c.tp, 0, c.dp, k) if in_embed else MPI.UNDEFINED, c.pp)
         self.embed_comm = Communicator(embed, "embed") if in_embed else None
 
     def communicators(self):
         comms = [self.tp_comm, self.pp_comm, self.dp_comm, self.mp_comm, self.world_comm]
+        comms += [self.cp_comm, self.dp_cp_comm] if self.cp > 1 else []
         return comms + ([self.embed_comm] if self.embed_comm else [])
 
     def free(self):

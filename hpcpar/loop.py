@@ -108,13 +108,14 @@ class Loop:
                 self.watch.step_done(step - start_step, seconds)
                 if tracer and tracer.enabled:
                     g = self.grid
-                    trace.add_engine_step(tracer, step, t.engine, f"tp{g.tp_rank}.dp{g.dp_rank}")
+                    trace.add_engine_step(tracer, step, t.engine, f"tp{g.tp_rank}.cp{g.cp_rank}.dp{g.dp_rank}")
                 self.history.append((step, loss, norm, lr, seconds))
                 val_loss = self.evaluate(step)
                 if step > start_step:          # the first step pays for start-up: keep it out of the figures
                     self.timelines.append(t.engine.timeline)
                     g = self.grid
-                    self.windows.append((g.tp_rank, g.dp_rank, step) + engine_window(t.engine))
+                    # one pipeline per (tp, cp, dp): its dp x cp rank tells the (cp, dp) pairs apart
+                    self.windows.append((g.tp_rank, g.dp_cp_comm.rank, step) + engine_window(t.engine))
                 if self.root:
                     record = {"step": step, "loss": loss, "lr": lr, "grad_norm": norm,
                               "tokens_per_s": t.tokens_per_step / seconds, "step_time_s": seconds,
@@ -179,7 +180,7 @@ class Loop:
         if not cfg.trace:
             return None
         meta = {"schedule": s.name, "stages": s.stages, "microbatches": s.microbatches, "chunks": s.chunks,
-                "split_backward": s.split_backward, "tp": cfg.tp, "pp": cfg.pp, "dp": cfg.dp,
+                "split_backward": s.split_backward, "tp": cfg.tp, "cp": cfg.cp, "pp": cfg.pp, "dp": cfg.dp,
                 "model": cfg.model, "dtype": cfg.dtype}
         label = f"rank {g.rank_id} {g.coords}"
         return trace.start(label, g.world_comm.mpi, meta)

@@ -6,10 +6,10 @@ spans nodes goes through the network, one to two orders of magnitude slower per 
 rank order tp-dp-pp (TP fastest), TP groups stay inside a node as long as tp <= ranks per node;
 the pipeline's neighbours are the furthest apart and cross first.
 """
-from hpcpar.grid import AXES
 from hpcpar.runtime import UsageError
 
-WHAT = {"tp": "all-reduces inside every layer", "pp": "activations and gradients between stages",
+WHAT = {"tp": "all-reduces inside every layer", "cp": "key/value blocks round the ring in every attention layer",
+        "pp": "activations and gradients between stages",
         "dp": "the gradient all-reduce, once per step"}
 
 
@@ -39,7 +39,7 @@ def describe(layout, ranks_per_node):
         first, last = n * ranks_per_node, min(layout.world, (n + 1) * ranks_per_node) - 1
         lines.append(f"  node {n}: ranks {first}-{last}")
     lines.append("links:")
-    for axis in AXES:
+    for axis in layout.shown_axes():
         groups = layout.groups(axis)
         if len(groups[0]) == 1:
             lines.append(f"  {axis}: size 1, no communication")

@@ -11,6 +11,8 @@ import statistics
 from hpcpar.flops import gpt_step_flops, mlp_step_flops
 from hpcpar.pipeline.bubble import mean_costs, pipeline_bubble, simulated_bubble
 
+GROUPS = ("tp", "cp", "pp", "dp", "dp_cp", "embed", "world")      # the communicators, in the order shown
+
 
 def summarize(loop, peak):
     """Collective over the world: gather every rank's figures; on rank 0 print them and return them as
@@ -43,7 +45,8 @@ def summarize(loop, peak):
     lines = [
         f"hpcpar train: {len(loop.history)} steps"
         + (f" (steps {loop.history[0][0] + 1}-{loop.history[-1][0] + 1})" if loop.history[0][0] else "")
-        + f", {cfg.model} model, tp {cfg.tp} x pp {cfg.pp} x dp {cfg.dp} "
+        + f", {cfg.model} model, tp {cfg.tp} x " + (f"cp {cfg.cp} x " if cfg.cp > 1 else "")
+        + f"pp {cfg.pp} x dp {cfg.dp} "
         f"= {g.world} ranks, {cfg.schedule} with {cfg.microbatches} micro-batch"
         + ("es" if cfg.microbatches > 1 else "")
         + (f" x {cfg.chunks} chunks" if cfg.chunks > 1 else "") + f", {cfg.dtype}"
@@ -56,8 +59,8 @@ def summarize(loop, peak):
         f"  bubble      measured {100 * measured:.1f}% of pipeline time idle; simulated "
         f"{100 * simulated:.1f}% for the measured F {costs['F'] * 1e3:.2f} ms, "
         f"B {costs['B'] * 1e3:.2f} ms, W {costs['W'] * 1e3:.2f} ms",
-        "  bytes/step  " + (", ".join(f"{name} {_size(groups[name])}" for name in ("tp", "pp", "dp", "embed", "world")
-                                      if groups.get(name)) or "none: a single rank communicates with nobody")
+        "  bytes/step  " + (", ".join(f"{name} {_size(groups[name])}" for name in GROUPS if groups.get(name))
+                            or "none: a single rank communicates with nobody")
         + (" (payload handed to MPI, all ranks)" if g.world > 1 else ""),
         *(["  comm time   " + ", ".join(f"{name} {1e3 * sec:.1f} ms" for name, sec in blocked.items() if sec)
            + f" per step and rank inside MPI calls ({100 * sum(blocked.values()) / step_time:.0f}% of the step)"]
@@ -71,8 +74,8 @@ def summarize(loop, peak):
                "bubble_measured": measured, "bubble_simulated": simulated,
                "costs_s": costs, "bytes_per_step": groups, "comm_seconds_per_step": blocked,
                "steps": steps,
-               "layout": {"tp": cfg.tp, "pp": cfg.pp, "dp": cfg.dp, "world": g.world, "chunks": cfg.chunks,
-                          "schedule": cfg.schedule, "microbatches": cfg.microbatches},
+               "layout": {"tp": cfg.tp, "cp": cfg.cp, "pp": cfg.pp, "dp": cfg.dp, "world": g.world,
+                          "chunks": cfg.chunks, "schedule": cfg.schedule, "microbatches": cfg.microbatches},
                "tokens_per_step": t.tokens_per_step, "step_times_s": times}
     if cfg.summary_json:
         with open(cfg.summary_json, "w") as f:

@@ -3,7 +3,9 @@
 Each rank appends plain tuples to a list while it runs (no I/O, no formatting: about a microsecond per
 event), on two tracks: "compute" (F/B/W of a micro-batch and chunk, the optimizer step, data loading)
 "comm" (every collective through hpcpar.comm, waits for pipeline messages and for the DP buckets)
-and "dp" (each gradient bucket from its launch to the end of the wait: the overlap with backward).
+"dp" (each gradient bucket from its launch to the end of the wait: the overlap with backward) and
+"cp" (each hop of ring attention's key/value blocks and their gradients, from posting to arrival, over
+the attention blocks the compute track shows at the same time).
 Pipeline messages also get flow arrows from the send to the matching receive.  At the end rank 0
 gathers everything and writes {"traceEvents": [...]}: open it in https://ui.perfetto.dev or
 chrome://tracing - one process per rank, named by its tp/pp/dp coordinates.
@@ -16,7 +18,7 @@ import json
 import time
 from contextlib import contextmanager
 
-TRACKS = {"compute": 0, "comm": 1, "dp": 2}   # dp: gradient buckets in flight, overlapping the others
+TRACKS = {"compute": 0, "comm": 1, "dp": 2, "cp": 3}   # dp, cp: messages in flight, overlapping the others
 _active = None
 
 

@@ -48,8 +48,10 @@ def windows(spans, names):
     """(tp, dp, step, start, end, busy) of every rank's traced steps, for pipeline_bubble."""
     out = []
     for pid, evs in spans.items():
-        coords = re.search(r"tp(\d+)\.pp\d+\.dp(\d+)", names.get(pid, ""))
-        tp, dp = (int(coords[1]), int(coords[2])) if coords else (0, pid)
+        coords = re.search(r"tp(\d+)\.(?:cp(\d+)\.)?pp\d+\.dp(\d+)", names.get(pid, ""))
+        # one pipeline per (tp, cp, dp): the (dp, cp) pair keys it when there is a cp axis
+        tp, dp = (int(coords[1]), int(coords[3]) if coords[2] is None else (int(coords[3]), int(coords[2]))) \
+            if coords else (0, pid)
         steps = defaultdict(list)
         for e in evs:
             if e.get("args", {}).get("step") is not None:
@@ -83,6 +85,12 @@ def per_rank(spans, names):
     return out
 
 
+def grid_name(meta):
+    """'tp 2 x pp 2 x dp 2', with 'cp N x' after tp when the run had a context-parallel axis."""
+    cp = f"cp {meta['cp']} x " if meta.get("cp", 1) > 1 else ""
+    return f"tp {meta.get('tp')} x {cp}pp {meta.get('pp')} x dp {meta.get('dp')}"
+
+
 def simulated(meta, figures):
     from hpcpar.pipeline.schedules import build
     if not meta.get("schedule") or meta.get("stages", 1) == 1:
@@ -96,8 +104,8 @@ def simulated(meta, figures):
 def summary(path):
     meta, names, spans = load(path)
     figures = per_rank(spans, names)
-    lines = [f"{path}: {len(figures)} ranks, {meta.get('schedule', '?')} schedule, tp {meta.get('tp')} x "
-             f"pp {meta.get('pp')} x dp {meta.get('dp')}, {max(f['steps'] for f in figures.values())} steps traced",
+    lines = [f"{path}: {len(figures)} ranks, {meta.get('schedule', '?')} schedule, {grid_name(meta)}, "
+             f"{max(f['steps'] for f in figures.values())} steps traced",
              f"{'rank':<26} {'busy ms':>9} {'idle':>6} {'comm':>6} {'overlap':>8}"]
     for pid in sorted(figures):
         f = figures[pid]
@@ -167,8 +175,7 @@ def plot(path, out, step=None, annotate=False):
         lanes, arrows, notes = _annotations(spans, names, pids, zero, end, flows(path))
         x, y = _largest_gap(rows, end)
         extra = dict(lanes=lanes, arrows=arrows, notes=notes + [(x, y, "idle: part of the bubble")])
-    plot_timeline(rows, out, title=f"measured step {step}: {meta.get('schedule')} tp {meta.get('tp')} x "
-                  f"pp {meta.get('pp')} x dp {meta.get('dp')}", unit_label="ms",
+    plot_timeline(rows, out, title=f"measured step {step}: {meta.get('schedule')} {grid_name(meta)}", unit_label="ms",
                   labels=[names.get(pid, str(pid)) for pid in pids], **extra)
     return out
 

@@ -64,7 +64,8 @@ def coords_of(rank, records):
     if layout is None:
         return "coordinates unknown"
     from hpcpar.grid import GridLayout
-    c = GridLayout(layout["tp"], layout["pp"], layout["dp"], layout["world"], layout["order"]).coord(rank)
+    c = GridLayout(layout["tp"], layout["pp"], layout["dp"], layout["world"], layout["order"],
+                   layout.get("cp", 1)).coord(rank)
     return f"tp {c.tp}, pp {c.pp}, dp {c.dp}"
 
 

@@ -1,11 +1,13 @@
-"""The training step of any tp x pp x dp layout (the loop around it: loop.py; its summary: summary.py).
+"""The training step of any tp x cp x pp x dp layout (the loop around it: loop.py; its summary: summary.py).
 
 One step, on every rank (docs/3d.md walks through it):
 
- 1. take this DP rank's share of the global batch (sample ids dp_rank * B/dp ...), cut into micro-batches
+ 1. take this DP rank's share of the global batch (sample ids dp_rank * B/dp ...), cut into micro-batches;
+    (context parallelism) keep this CP rank's two chunks of every sequence, and their global positions
  2. run the pipeline schedule: forwards and backwards of the micro-batches through this rank's chunks,
     activations and gradients flowing to the neighbouring stages; inside every layer the TP group
-    shares the GEMMs; as the last backward finishes each bucket, its DP all-reduce starts
+    shares the GEMMs, and the CP group passes attention's key/value blocks round its ring; as the last
+    backward finishes each bucket, its all-reduce over DP x CP (every rank with the same parameters) starts
  3. sum the tied-embedding gradients of the first and last stage, and (sequence parallelism) the
     partial gradients of the replicated parameters over TP; then wait for every DP bucket
  4. one all-reduce of (loss, squared gradient norm) over the world; clip; optimizer step on this
@@ -23,11 +25,13 @@ import numpy as np
 from hpcpar import backend, faults, precision, trace
 from hpcpar.comm.device import select_device
 from hpcpar.config import check
+from hpcpar.context_parallel import check_context_parallel, parallelize_context
 from hpcpar.data import MarkovLanguage, Regression, TokenFile, validation_file
 from hpcpar.data_parallel import DataParallel
 from hpcpar.grid import ParallelGrid
 from hpcpar.nn import GPT, Context, MLPConfig, MLPModel
 from hpcpar.nn.gpt import preset
+from hpcpar.ops.ring_attention import balanced_positions
 from hpcpar.optim import clip_coefficient, learning_rate, make_optimizer
 from hpcpar.pipeline.engine import PipelineEngine
 from hpcpar.pipeline.partition import partition
@@ -91,6 +95,7 @@ def model_config(cfg):
         raise UsageError(f"{cfg.schedule}: {mcfg.n_layer} layers do not divide into pp x chunks = "
                          f"{cfg.pp} x {cfg.chunks} = {stages} equal chunks")
     check_divisible(mcfg, cfg.tp, cfg.sequence_parallel, getattr(mcfg, "seq_len", None))
+    check_context_parallel(cfg.cp, getattr(mcfg, "seq_len", 0), cfg.tp, cfg.sequence_parallel)
     return mcfg
 
 
@@ -119,7 +124,7 @@ class Trainer:
         self.val_data = make_validation_data(cfg, getattr(mcfg, "seq_len", 0))
         self.mcfg = mcfg = with_vocab(cfg, mcfg, self.data)
         # --- all checks done: from here on, ranks communicate --------------------------------------
-        self.grid = g = ParallelGrid(cfg.tp, cfg.pp, cfg.dp, comm, cfg.order)
+        self.grid = g = ParallelGrid(cfg.tp, cfg.pp, cfg.dp, comm, cfg.order, cfg.cp)
         if cfg.backend == "cupy":
             select_device(comm)
             if cfg.tf32:
@@ -134,7 +139,7 @@ class Trainer:
         for chunk in self.chunks:
             for p in chunk.parameters():
                 uses[id(p)] = uses.get(id(p), 0) + 1
-        self.dp = DataParallel(params, g.dp_comm, cfg.bucket_mb, cfg.zero1, late=self.tied + partial, uses=uses,
+        self.dp = DataParallel(params, g.dp_cp_comm, cfg.bucket_mb, cfg.zero1, late=self.tied + partial, uses=uses,
                                compute_dtype=self.compute)
         self.partial = partial
         self.optimizer = make_optimizer(cfg.optimizer, cfg.lr, cfg.momentum, cfg.beta1, cfg.beta2, cfg.eps,
@@ -143,6 +148,8 @@ class Trainer:
         self.engine = PipelineEngine(self.schedule, self.chunks, g.pp_comm, self._act_shape, self.compute)
         self.eval_engine = None                                          # built on the first evaluation
         is_gpt = cfg.model != "mlp"
+        # every token of the global batch: a DP rank sums over its sequences, a CP rank over its T/cp tokens
+        # of each, so dividing the world's sum by this is the single-rank mean
         self.loss_terms = cfg.batch_size * (mcfg.seq_len if is_gpt else mcfg.d_out)
         self.tokens_per_step = cfg.batch_size * (mcfg.seq_len if is_gpt else 1)
 
@@ -162,13 +169,14 @@ class Trainer:
             chunks[-1].head.weight = chunks[0].embed.wte    # pp = 1, interleaved: one rank holds both ends
         for chunk in chunks:
             parallelize(chunk, g.tp_comm, cfg.sequence_parallel)
+            parallelize_context(chunk, g.cp_comm)
             chunk.set_recompute(cfg.recompute, cfg.recompute_attention)
         return chunks
 
     def _act_shape(self, mb):
         if self.cfg.model == "mlp":
             return (self.micro, self.mcfg.d_model)
-        T = self.mcfg.seq_len // (self.cfg.tp if self.cfg.sequence_parallel else 1)
+        T = self.mcfg.seq_len // self.cfg.cp // (self.cfg.tp if self.cfg.sequence_parallel else 1)
         return (self.micro, T, self.mcfg.d_model)
 
     def _contexts_and_batches(self, step, data=None, training=True):
@@ -178,12 +186,16 @@ class Trainer:
         for j in range(cfg.microbatches):
             ids = range(base + j * self.micro, base + (j + 1) * self.micro)
             x, y = data.batch(step, ids) if (g.is_first_stage or g.is_last_stage) else (None, None)
+            ctx = Context(step=step, sample_ids=list(ids), seed=cfg.seed, training=training)
+            if cfg.cp > 1:                                    # this CP rank's tokens: (B, T) -> (B, T/cp)
+                ctx.positions = balanced_positions(self.mcfg.seq_len, cfg.cp, g.cp_rank)
+                x, y = (None if a is None else a[:, ctx.positions] for a in (x, y))
             inputs.append(self._device(x, self.compute) if g.is_first_stage else None)
             targets.append(self._device(y, self.dtype) if g.is_last_stage else None)
-            ctx = Context(step=step, sample_ids=list(ids), seed=cfg.seed, training=training)
             if cfg.sequence_parallel:
-                k = self.mcfg.seq_len // cfg.tp
-                ctx.seq_slice, ctx.seq_len = slice(g.tp_rank * k, (g.tp_rank + 1) * k), self.mcfg.seq_len
+                T = self.mcfg.seq_len // cfg.cp                # the tokens this rank holds, cut over TP
+                k = T // cfg.tp
+                ctx.seq_slice, ctx.seq_len = slice(g.tp_rank * k, (g.tp_rank + 1) * k), T
             contexts.append(ctx)
         return inputs, targets, contexts
 
@@ -219,7 +231,7 @@ class Trainer:
         with np.errstate(over="ignore", invalid="ignore") if self.scaler.dynamic else contextlib.nullcontext():
             losses = self.gradients(step)
         slices = self.dp.slices()
-        norm_sq = self.dp.norm_sq(slices) if (cfg.zero1 or g.dp_rank == 0) else 0.0
+        norm_sq = self.dp.norm_sq(slices) if (cfg.zero1 or g.dp_cp_comm.rank == 0) else 0.0
         loss, norm, stop = self.world_totals(losses, norm_sq, stop_requested)
         scale = self.scaler.scale
         norm /= scale                                   # the norm of the unscaled gradients

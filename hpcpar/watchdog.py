@@ -193,7 +193,8 @@ def start(cfg, grid, stop_signals):
     """The watchdog of this rank, running (``Off`` when both timeouts are 0)."""
     if not (cfg.hang_timeout or cfg.shutdown_timeout):
         return Off()
-    layout = {"tp": grid.tp, "pp": grid.pp, "dp": grid.dp, "world": grid.world, "order": "-".join(grid.order)}
+    layout = {"tp": grid.tp, "cp": grid.cp, "pp": grid.pp, "dp": grid.dp, "world": grid.world,
+              "order": "-".join(grid.order)}
     dog = Watchdog(grid.rank_id, grid.world, grid.coords, layout, flight_dir(cfg), cfg.hang_timeout,
                    cfg.shutdown_timeout, [int(s) for s in stop_signals])
     return dog.start(grid)

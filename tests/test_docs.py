@@ -141,6 +141,14 @@ def test_tensor_and_data_parallel_print_the_single_rank_losses():
         assert volume in out, flags
 
 
+def test_context_parallel_doc_quotes_the_single_rank_losses():
+    """docs/context_parallel.md quotes one rank and cp 2 in one block (each checked current above):
+    the same losses, to the 12 digits printed."""
+    both = quoted_losses("context_parallel.md", "hpcpar train --steps 3 --dtype float64 --seq-len 16")
+    assert len(both) == 6 and both[:3] == both[3:]
+    assert quoted_losses("context_parallel.md", "hpcpar train --cp 2 --steps 3") == both[3:]
+
+
 def test_schedule_plot_writes_a_png(tmp_path):
     png = tmp_path / "1f1b.png"
     proc, _ = run(hpcpar() + ["schedule", "--stages", "4", "--microbatches", "8", "--schedule", "1f1b",

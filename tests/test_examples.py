@@ -19,14 +19,15 @@ from mpitools import run, run_mpi
 
 EXAMPLES = sorted(m.name for m in pkgutil.iter_modules(hpcpar.examples.__path__) if not m.name.startswith("_"))
 RANKS = {"one_step": 1, "caches": 1, "tp_split": 2, "tp_gpt": 2, "pipeline_by_hand": 2,
-         "data_parallel_by_hand": 2, "collectives": 4}
+         "data_parallel_by_hand": 2, "collectives": 4, "ring_by_hand": 2}
 MPI_EXAMPLES = sorted(name for name, n in RANKS.items() if n > 1)
 
 
 # the chapter that quotes each example's whole output
 QUOTED_IN = {"one_step": "engine.md", "caches": "engine.md", "tp_split": "tensor_parallel.md",
              "tp_gpt": "tensor_parallel.md", "pipeline_by_hand": "pipeline.md",
-             "data_parallel_by_hand": "data_parallel.md", "collectives": "collectives.md"}
+             "data_parallel_by_hand": "data_parallel.md", "collectives": "collectives.md",
+             "ring_by_hand": "context_parallel.md"}
 DOCS = Path(__file__).resolve().parent.parent / "docs"
 
 
@@ -99,6 +100,18 @@ def test_tp_split_refuses_a_wrong_world_size():
     proc, _ = run_mpi(3, [sys.executable, "-m", "hpcpar.examples.tp_split"], timeout=60)
     assert proc.returncode == 2
     assert "mpiexec -n 2" in proc.stderr
+
+
+def test_ring_by_hand_balances_the_work_and_equals_one_rank():
+    out = example("ring_by_hand")
+    r0, r1 = rank_lines(out, 0), rank_lines(out, 1)
+    assert "rank 0: holds positions (0, 1, 6, 7)" in r0 and "rank 1: holds positions (2, 3, 4, 5)" in r1
+    # the other rank's block is half a square on both ranks: early keys for all, or all keys for late queries
+    assert "rank 0: step 1: keys of rank 1 (2, 3, 4, 5): 2 queries x 4 keys" in r0
+    assert "rank 1: step 1: keys of rank 0 (0, 1, 6, 7): 4 queries x 2 keys" in r1
+    assert sum("scores computed: 24, of which causal (key <= query): 18" in line for line in r0 + r1) == 2
+    assert sum("sent 1024 B" in line for line in r0 + r1) == 2
+    assert sum("equal one rank's attention: True" in line for line in r0 + r1) == 2
 
 
 def test_tp_gpt_counts_and_memory():

@@ -48,7 +48,8 @@ def test_collectives_on_device_buffers(comm, cupy, monkeypatch, aware):
 
 @pytest.mark.mpi(min_size=2)
 @pytest.mark.parametrize("layout", [dict(tp=2), dict(pp=2, microbatches=2), dict(dp=2),
-                                    dict(tp=2, sequence_parallel=True)], ids=["tp2", "pp2", "dp2", "tp2sp"])
+                                    dict(tp=2, sequence_parallel=True), dict(cp=2)],
+                         ids=["tp2", "pp2", "dp2", "tp2sp", "cp2"])
 def test_layouts_on_the_device_match_numpy(comm, cupy, layout):
     sub = comm.Split(comm.rank // 2, comm.rank)
     runs = {}

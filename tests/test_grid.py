@@ -87,3 +87,24 @@ def test_ranks_per_node_shows_which_link_each_group_crosses():
     assert link([0, 1, 2, 3], 4) == "intra-node" and link([2, 3, 4, 5], 4) == "inter-node"
     mixed = describe(GridLayout(2, 1, 3, 6), 4)        # dp groups 0,2,4 and 1,3,5 straddle nodes 0-3 | 4-5
     assert "dp: all 2 groups inter-node" in mixed and "tp: 1 of 3 groups" not in mixed
+
+
+@pytest.mark.parametrize("world", [2, 4, 8])
+def test_context_parallel_axis_sits_between_tp_and_dp(world):
+    """rank = tp_i + TP (cp_i + CP (dp_i + DP pp_i)); cp = 1 leaves every rank where the 3D grid has it."""
+    for tp, pp, dp in factorisations(world):
+        assert [GridLayout(tp, pp, dp, world, cp=1).coord(r) for r in range(world)] == \
+            [GridLayout(tp, pp, dp, world).coord(r) for r in range(world)]
+    for cp in (c for c in (2, 4, 8) if world % c == 0):
+        for tp, pp, dp in factorisations(world // cp):
+            g = GridLayout(tp, pp, dp, world, cp=cp)
+            for axis, size in (("tp", tp), ("cp", cp), ("pp", pp), ("dp", dp)):
+                groups = g.groups(axis)
+                assert sorted(r for grp in groups for r in grp) == list(range(world))
+                assert all(len(grp) == size for grp in groups)
+            for r in range(world):
+                c = g.coord(r)
+                assert r == c.tp + tp * (c.cp + cp * (c.dp + dp * c.pp)) == g.rank(c.tp, c.pp, c.dp, c.cp)
+                assert str(c) == f"tp{c.tp}.cp{c.cp}.pp{c.pp}.dp{c.dp}"
+    with pytest.raises(UsageError, match="tp x cp x pp x dp = 1 x 2 x 1 x 1 = 2 does not match the world size 4"):
+        GridLayout(1, 1, 1, 4, cp=2)

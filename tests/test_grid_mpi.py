@@ -32,3 +32,17 @@ def test_every_factorisation_builds_matching_communicators(comm):
             got = grid.pp_comm.recv_(np.empty(1, dtype=int), source=grid.pp_rank - 1, tag=3)
             assert got[0] == grid.prev_rank
         grid.free()
+
+
+@pytest.mark.mpi(min_size=2)
+def test_context_parallel_groups_match_the_layout(comm):
+    """The cp ring and the dp x cp group (every rank with the same parameters) on real ranks."""
+    for cp in (c for c in (2, 4, 8) if comm.size % c == 0):
+        for tp, pp, dp in factorisations(comm.size // cp):
+            grid = ParallelGrid(tp, pp, dp, comm=comm, cp=cp)
+            layout = GridLayout(tp, pp, dp, comm.size, cp=cp)
+            assert grid.cp_comm.mpi.allgather(comm.rank) == layout.group(comm.rank, "cp")
+            assert grid.cp_comm.rank == grid.cp_rank == layout.coord(comm.rank).cp
+            same = sorted(grid.dp_cp_comm.mpi.allgather(comm.rank))
+            assert same == sorted(r for q in layout.group(comm.rank, "dp") for r in layout.group(q, "cp"))
+            grid.free()

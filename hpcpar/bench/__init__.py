@@ -41,5 +41,7 @@ BENCHMARKS = {
     "bubble": Spec("pp", "bubble", "Pipeline bubble: the engine measured against the simulator", ranks=(2,)),
     "recompute": Spec("rc", "recompute", "Activation recomputation: memory kept per micro-batch and step time, "
                       "none / selective / full, GPT-2 and Llama"),
+    "ring": Spec("cp", "ring", "Ring attention (context parallelism): bytes against the formula, communication "
+                 "hidden behind the blocks", ranks=(2, 4), quick_ranks=(2,)),
     "watchdog": Spec("wd", "watchdog", "Watchdog and flight recorder: their share of a 2x2x2 step", ranks=(8,)),
 }

@@ -81,7 +81,8 @@ def inspect(path):
         reader._file(name)                                  # verifies size and SHA-256
     lay = m["layout"]
     total = sum(_count(t["shape"]) for t in m["tensors"].values())
-    lines = [f"{reader.dir}: step {m['step']}, written by tp {lay['tp']} x pp {lay['pp']} x dp {lay['dp']}",
+    cp = f" x cp {lay['cp']}" if lay.get("cp", 1) > 1 else ""
+    lines = [f"{reader.dir}: step {m['step']}, written by tp {lay['tp']}{cp} x pp {lay['pp']} x dp {lay['dp']}",
              f"  optimizer {m['optimizer']['name']} (t = {m['optimizer']['t']}, state: "
              f"{', '.join(m['optimizer']['states']) or 'none'})",
              f"  {len(m['files'])} files, all checksums verified; {len(m['tensors'])} tensors, {total:,} parameters"]

@@ -1,6 +1,7 @@
 """Between a Trainer's flat buffers and per-tensor pieces.
 
-What a rank saves: the parameters it holds, once per model - DP rank 0 only (replicas are identical),
+What a rank saves: the parameters it holds, once per model - rank 0 of the DP x CP group only (replicas
+and context-parallel ranks hold identical parameters),
 TP rank 0 only for a replicated parameter, never the last stage's copy of a tied embedding - and, for
 each, the optimizer state of the same numbers (AdamW's two moments, SGD's momentum).  With ZeRO-1 the
 optimizer state is spread over the DP group, so it is gathered first.
@@ -18,11 +19,11 @@ from hpcpar.checkpoint.files import CheckpointError
 
 def writes(trainer, p):
     g = trainer.grid
-    return g.dp_rank == 0 and not p.tied_copy and (p.shard is not None or g.tp_rank == 0)
+    return g.dp_cp_comm.rank == 0 and not p.tied_copy and (p.shard is not None or g.tp_rank == 0)
 
 
 def _whole_bucket_state(trainer, i):
-    """{state name: array over the whole bucket i} (gathered over DP under ZeRO-1), or None."""
+    """{state name: array over the whole bucket i} (gathered over DP x CP under ZeRO-1), or None."""
     dp, opt = trainer.dp, trainer.optimizer
     state = opt.state.get(i)
     if state is None:

@@ -43,7 +43,7 @@ def manifest(trainer, step, layouts, files, state_names):
     return {
         "format": FORMAT,
         "step": step,
-        "layout": {"tp": cfg.tp, "pp": cfg.pp, "dp": cfg.dp, "schedule": cfg.schedule,
+        "layout": {"tp": cfg.tp, "cp": cfg.cp, "pp": cfg.pp, "dp": cfg.dp, "schedule": cfg.schedule,
                    "microbatches": cfg.microbatches, "chunks": cfg.chunks, "zero1": cfg.zero1,
                    "sequence_parallel": cfg.sequence_parallel},
         "config": {k: v for k, v in vars(cfg).items()},

@@ -5,7 +5,9 @@
     y = dropout(concat_h(O_h) W_proj + b_proj)
 
 The head count is read off the projection's output width, so the same code runs on a tensor-parallel
-rank that holds only NH / tp heads (c_attn column-parallel, c_proj row-parallel).
+rank that holds only NH / tp heads (c_attn column-parallel, c_proj row-parallel).  The core, O from
+(Q, K, V), is an object of its own (``self.core``): context parallelism swaps it for ring attention
+(hpcpar/context_parallel/) and keeps everything around it.
 """
 import math
 
@@ -13,7 +15,7 @@ from hpcpar.backend import array_module
 from hpcpar.nn.dropout import Dropout
 from hpcpar.nn.linear import Linear
 from hpcpar.nn.module import Module
-from hpcpar.nn.attention_core import core_backward, core_forward
+from hpcpar.nn.attention_core import LocalAttention
 from hpcpar.ops.attention import attention_cached_forward, merge_heads, split_heads
 
 
@@ -27,6 +29,7 @@ class Attention(Module):
         self.attn_drop = Dropout(f"{prefix}.attn_dropout", dropout)
         self.resid_drop = Dropout(f"{prefix}.resid_dropout", dropout)
         self.selective = False          # recompute the core's probabilities in backward (attention_core.py)
+        self.core = LocalAttention()    # context parallelism swaps in its ring
 
     def forward(self, x, ctx=None):
         qkv, c_attn = self.c_attn.forward(x, ctx)             # (B, T, 3 * C_local)
@@ -36,8 +39,9 @@ class Attention(Module):
         q, k, v = (split_heads(qkv[..., i * c:(i + 1) * c], nh) for i in range(3))   # (B, nh, T, HS)
         heads = slice(self.head_offset, self.head_offset + nh)
         xp = array_module(x)
-        o, c_core = core_forward(q, k, v, lambda: self.attn_drop.mask(ctx, B, (self.n_head, T, T), (heads,), x.dtype,
-                                                                      xp), self.selective)      # (B, nh, T, HS)
+        o, c_core = self.core.forward(q, k, v, lambda: self.attn_drop.mask(ctx, B, (self.n_head, T, T), (heads,),
+                                                                           x.dtype, xp), self.selective, ctx)
+        # o: (B, nh, T, HS)
         y, c_proj = self.c_proj.forward(merge_heads(o), ctx)  # (B, T, C)
         y, mask = self.resid_drop.forward_tokens(y, ctx)
         return y, (c_attn, c_core, c_proj, mask, nh)
@@ -57,5 +61,5 @@ class Attention(Module):
         do = split_heads(self.c_proj.backward(dy, c_proj, defer), nh)       # (B, nh, T, HS)
         B, _, T, HS = do.shape
         dqkv = array_module(dy).empty((B, T, 3, nh, HS), dtype=dy.dtype)                    # [dQ | dK | dV]
-        core_backward(do, c_core, out=[dqkv[:, :, i].transpose(0, 2, 1, 3) for i in range(3)])
+        self.core.backward(do, c_core, out=[dqkv[:, :, i].transpose(0, 2, 1, 3) for i in range(3)])
         return self.c_attn.backward(dqkv.reshape(B, T, 3 * nh * HS), c_attn, defer)

@@ -14,6 +14,10 @@ site, sample): nn/dropout.py), so the gradients are bit for bit those of keeping
     extra compute              none                     Q K^T, softmax, P V once more
 
 Full recomputation (nn/block.py ``recompute``) goes further: a block keeps only its input.
+
+Each attention module holds its core as an object (``LocalAttention`` below), so that context
+parallelism can swap in ring attention (hpcpar/context_parallel/ring.py, the same two methods) and
+keep everything around it.
 """
 from typing import Any, Callable, NamedTuple
 
@@ -39,3 +43,13 @@ def core_backward(do, cache, out=None):
     if isinstance(cache, CoreInputs):
         cache = attention_forward(cache.q, cache.k, cache.v, cache.mask())[1]
     return attention_backward(do, cache, out=out)
+
+
+class LocalAttention:
+    """The core over the whole sequence held on this rank: ``core_forward`` / ``core_backward``."""
+
+    def forward(self, q, k, v, mask, selective, ctx):
+        return core_forward(q, k, v, mask, selective)
+
+    def backward(self, do, cache, out=None):
+        return core_backward(do, cache, out)

@@ -1,6 +1,9 @@
 """GPT input: token embedding plus learned position embedding, then dropout.
 
-    x[b, t] = wte[ids[b, t]] + wpe[t]          ids (B, T) -> x (B, T, C)
+    x[b, t] = wte[ids[b, t]] + wpe[pos[t]]     ids (B, T) -> x (B, T, C)
+
+pos[t] is token t's global position: t itself, unless the rank holds other parts of the sequence
+(context parallelism: ctx.positions).
 
 An architecture with rotary positions (Llama) has no position table (``wpe`` is None): x = wte[ids].
 
@@ -8,6 +11,7 @@ The token lookup is the one part tensor parallelism changes (each rank holds a s
 vocabulary: tensor_parallel/layers.py overrides ``tokens_forward``, ``positions`` and
 ``tokens_weight_grad``); the position embedding and dropout are written here once for both.
 """
+from hpcpar.backend import array_module
 from hpcpar.nn.dropout import Dropout
 from hpcpar.nn.module import Module, run_or_defer
 from hpcpar.nn.parameter import Parameter, init_full
@@ -48,8 +52,11 @@ class Embedding(Module):
         return embedding_forward(ids, self.wte.data), ids
 
     def positions(self, ids, ctx):
-        """The rows of wpe this rank adds: all T positions of the sequence."""
-        return slice(0, ids.shape[1])
+        """The rows of wpe this rank adds: the global positions of its T tokens (a slice 0 .. T-1, or
+        ctx.positions as an index array on the parameters' device)."""
+        if ctx is None or ctx.positions is None:
+            return slice(0, ids.shape[1])
+        return array_module(self.wte.data).asarray(ctx.positions)
 
     def tokens_weight_grad(self, dx, ids):
         self.wte.grad += embedding_backward_weight(dx, ids, self.wte.data.shape[0])

@@ -25,8 +25,9 @@ class Context:
     training      False disables dropout
     seq_slice     with sequence parallelism, the positions of the full sequence this rank holds
     seq_len       ... and the length of the full sequence
-    positions     the global positions (T,) of the tokens attention sees, for rotary embeddings;
-                  None: 0 .. T-1
+    positions     the global positions (T_local,) of the tokens this rank holds: those attention sees
+                  (rotary embeddings) and the position table adds; None: 0 .. T-1 (context parallelism
+                  gives each rank two chunks of the sequence)
     """
     step: int = 0
     sample_ids: Any = None

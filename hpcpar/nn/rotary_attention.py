@@ -15,7 +15,7 @@ projections are one ``Projections`` of x: their input gradients are summed befor
 import numpy as np
 
 from hpcpar.backend import array_module
-from hpcpar.nn.attention_core import core_backward, core_forward
+from hpcpar.nn.attention_core import LocalAttention
 from hpcpar.nn.linear import Linear, Projections
 from hpcpar.nn.module import Module
 from hpcpar.ops.attention import merge_heads, split_heads
@@ -37,6 +37,7 @@ class RotaryAttention(Module):
                                  for name, heads in (("q", cfg.n_head), ("k", cfg.n_kv_head), ("v", cfg.n_kv_head))))
         self.o_proj = Linear(f"{prefix}.o_proj", cfg.n_head * HS, C, 0.02, seed, dtype, bias=False)
         self.selective = False          # recompute the core's probabilities in backward (attention_core.py)
+        self.core = LocalAttention()    # context parallelism swaps in its ring
 
     def forward(self, x, ctx=None):
         (q, k, v), c_in = self.qkv.forward(x, ctx)                    # (B, T, nh*HS), (B, T, nkv*HS) twice
@@ -46,15 +47,15 @@ class RotaryAttention(Module):
         q = rope_forward(split_heads(q, nh), cos, sin)                # (B, nh, T, HS)
         k = rope_forward(split_heads(k, nkv), cos, sin)               # (B, nkv, T, HS)
         rep = nh // nkv
-        o, c_core = core_forward(q, repeat_kv_forward(k, rep), repeat_kv_forward(split_heads(v, nkv), rep),
-                                 lambda: None, self.selective)       # no dropout in Llama
+        o, c_core = self.core.forward(q, repeat_kv_forward(k, rep), repeat_kv_forward(split_heads(v, nkv), rep),
+                                      lambda: None, self.selective, ctx)      # no dropout in Llama
         y, c_o = self.o_proj.forward(merge_heads(o), ctx)             # (B, T, C)
         return y, (c_in, c_core, c_o, cos, sin, nh, rep)
 
     def backward(self, dy, cache, defer=None):
         c_in, c_core, c_o, cos, sin, nh, rep = cache
         do = split_heads(self.o_proj.backward(dy, c_o, defer), nh)   # (B, nh, T, HS)
-        dq, dk, dv = core_backward(do, c_core)                       # (B, nh, T, HS) each
+        dq, dk, dv = self.core.backward(do, c_core)                  # (B, nh, T, HS) each
         dq = rope_backward(dq, cos, sin)
         dk = rope_backward(repeat_kv_backward(dk, rep), cos, sin)     # (B, nkv, T, HS)
         dv = repeat_kv_backward(dv, rep)

@@ -130,7 +130,11 @@ class VocabParallelEmbedding(Embedding):
         return self.region.forward(self.comm, x), (local, mine)   # (B, T or T/tp, C): g sums the ranks
 
     def positions(self, ids, ctx):
-        return ctx.seq_slice if self.sp else slice(0, ids.shape[1])
+        """Under sequence parallelism, the positions of this rank's slice of the tokens."""
+        positions = super().positions(ids, ctx)
+        if not self.sp:
+            return positions
+        return ctx.seq_slice if isinstance(positions, slice) else positions[ctx.seq_slice]
 
     def tokens_weight_grad(self, dx, cache):
         local, mine = cache

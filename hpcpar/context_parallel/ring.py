@@ -1,0 +1,121 @@
+"""Ring attention over a cp group: the attention core when each rank holds a part of the sequence.
+
+Forward, on rank r of n (blocks and merging: hpcpar/ops/ring_attention.py):
+
+    step 0:      start sending my [K | V] to r+1 and receiving r-1's;  attend to my own block
+    step s:      wait for the block that arrived (it started at rank r-s); pass it on to r+1 while
+                 attending to it; merge the partial result into O and lse (online softmax)
+    n-1 hops in all; the block computes while the next one travels.
+
+Backward: the [K | V] blocks go round again (each rank recomputes its blocks' probabilities from the
+saved lse), and each block's dK/dV accumulator travels with it, one step behind:
+
+    step s:      dQ += my queries' share from block r-s (stays here);
+                 acc(r-s) = (what rank r-1 added to it, received) + my share;  send acc to r+1
+    after step n-1 the accumulator arriving from r-1 is my own block's, complete: dK, dV.
+
+So n hops of dK/dV and n-1 of K/V; every transfer is non-blocking (Isend/Irecv through the counted
+communicator) and is in flight while a block computes.  The trace shows each hop on the "cp" track and
+each block on the compute track (``tracer.span``); waits that were not hidden land on "comm".
+"""
+import time
+
+from hpcpar import trace
+from hpcpar.backend import array_module
+from hpcpar.comm import wait_all
+from hpcpar.ops.ring_attention import balanced_positions, block_backward, block_forward, merge, ring_source, scale
+
+KV_TAG, DKV_TAG = 41, 42
+
+
+class Hop:
+    """One ring hop in flight: ``buf`` goes to the next rank, the previous rank's array of the same
+    shape comes in (``wait`` returns it)."""
+
+    def __init__(self, comm, buf, tag, what):
+        n, r = comm.size, comm.rank
+        self.what, self.started = what, time.perf_counter()
+        self.incoming = array_module(buf).empty(buf.shape, dtype=buf.dtype)
+        self.requests = [comm.irecv_(self.incoming, (r - 1) % n, tag), comm.isend(buf, (r + 1) % n, tag)]
+
+    def wait(self):
+        start = time.perf_counter()
+        wait_all(self.requests)
+        tracer = trace.active()
+        if tracer is not None:
+            end = time.perf_counter()
+            tracer.span(self.what, "ring", self.started, end, "cp")
+            tracer.span(f"cp wait {self.what}", "ring-wait", start, end, "comm")
+        return self.incoming
+
+
+def pair(a, b):
+    """[a | b] as one contiguous (2, *a.shape) array: one message instead of two."""
+    out = array_module(a).empty((2,) + a.shape, dtype=a.dtype)
+    out[0], out[1] = a, b
+    return out
+
+
+def _block(what, fn, *args):
+    """fn(*args), shown on the compute track when tracing."""
+    tracer = trace.active()
+    if tracer is None:
+        return fn(*args)
+    with tracer.region(what, "ring-attention"):
+        return fn(*args)
+
+
+class RingAttention:
+    """The attention core over the ranks of ``comm`` (a cp group); the interface of
+    nn/attention_core.LocalAttention.  It keeps no probabilities whatever ``selective`` says: its backward
+    recomputes them block by block anyway.  No dropout on them (the configuration refuses it)."""
+
+    def __init__(self, comm):
+        self.comm = comm
+
+    def _positions(self, t_local):
+        """The global positions of every cp rank's tokens (the same causal balance the data uses)."""
+        n = self.comm.size
+        return [balanced_positions(t_local * n, n, j) for j in range(n)]
+
+    def forward(self, q, k, v, mask, selective, ctx):
+        """q, k, v (B, NH, T/cp, HS) of this rank's tokens -> O (B, NH, T/cp, HS), cache."""
+        n, r = self.comm.size, self.comm.rank
+        pos = self._positions(q.shape[2])
+        qs = scale(q)                                                        # Qs = Q / sqrt(HS)
+        kv = pair(k, v)                                                      # (2, B, NH, T/cp, HS)
+        o = lse = None
+        for step in range(n):
+            j = ring_source(r, step, n)
+            hop = Hop(self.comm, kv, KV_TAG, f"kv {j}->{(r + 1) % n}") if step < n - 1 else None
+            part = _block(f"attn q{r} kv{j}", block_forward, qs, kv[0], kv[1], pos[r], pos[j])
+            o, lse = part if o is None else merge(o, lse, *part)             # (B, NH, T/cp, HS), (B, NH, T/cp)
+            if hop is not None:
+                kv = hop.wait()
+        return o, (qs, k, v, o, lse, pos)
+
+    def backward(self, do, cache, out=None):
+        """do (B, NH, T/cp, HS) -> dq, dk, dv (written into ``out``, three arrays of that shape, if given)."""
+        qs, k, v, o, lse, pos = cache
+        n, r = self.comm.size, self.comm.rank
+        xp = array_module(do)
+        delta = (do * o).sum(axis=-1)                                        # D = rowsum(dO * O)  (B, NH, T/cp)
+        dqs = xp.zeros(qs.shape, dtype=qs.dtype)
+        kv, dkv_hop = pair(k, v), None
+        for step in range(n):
+            j = ring_source(r, step, n)
+            kv_hop = Hop(self.comm, kv, KV_TAG, f"kv {j}->{(r + 1) % n}") if step < n - 1 else None
+            dq_b, dk_b, dv_b = _block(f"attn grad q{r} kv{j}", block_backward, do, delta, qs, kv[0], kv[1],
+                                      pos[r], pos[j], lse)
+            dqs += dq_b
+            acc = pair(dk_b, dv_b)                                           # (2, B, NH, T/cp, HS): block j's
+            if dkv_hop is not None:
+                acc += dkv_hop.wait()                                        # ... plus ranks j .. r-1's shares
+            dkv_hop = Hop(self.comm, acc, DKV_TAG, f"dkv {j}->{(r + 1) % n}")
+            if kv_hop is not None:
+                kv = kv_hop.wait()
+        dkv = dkv_hop.wait()                                                 # my block, from every rank
+        dq, dk, dv = out if out is not None else (xp.empty(qs.shape, dtype=qs.dtype) for _ in range(3))
+        dq[...] = scale(dqs)                                                 # dQ = dQs / sqrt(HS)
+        dk[...], dv[...] = dkv[0], dkv[1]
+        return dq, dk, dv

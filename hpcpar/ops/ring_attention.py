@@ -1,0 +1,154 @@
+"""Ring attention's math: causal attention over one block of keys at a time, combined exactly.
+
+Context parallelism gives each of cp ranks a part of the sequence.  A query needs every earlier key,
+so the key/value blocks travel round a ring: at step s rank r holds the block of rank (r - s) mod cp
+(``ring_source``), computes attention of its queries against it, and merges the result into what it
+has.  No rank ever holds the (T, T) score matrix, only (T/cp, T/cp) pieces.
+
+Forward of one block (queries at global positions qp, keys at kp; Qs = Q / sqrt(HS), the scaled Q):
+
+    S = Qs K^T + M          M[i, j] = -inf where kp[j] > qp[i] (causal, by global position)
+    m = max_j S             (a row that sees no key of this block: m = -inf, handled as 0)
+    O_b = exp(S - m) V / l  l = sum_j exp(S - m)
+    lse_b = m + log l       the log-sum-exp of the row's scores: -inf for a row that sees nothing
+
+Online softmax: two partial results over disjoint key sets merge into the result over their union
+
+    lse = log(exp(lse_1) + exp(lse_2))
+    O   = exp(lse_1 - lse) O_1 + exp(lse_2 - lse) O_2
+
+because O_b is a softmax-weighted mean and exp(lse_b) its normaliser.  After all cp blocks, lse is
+the log of the full softmax's denominator and O the exact attention output.
+
+Backward (flash-attention style) recomputes each block's probabilities from the saved final lse:
+
+    P = exp(S - lse)        (the full softmax's entries for this block's keys; 0 where masked)
+    D = rowsum(dO * O)      (= sum_j P_ij dP_ij over all keys, the softmax backward's subtraction)
+    dV_b = P^T dO,   dP = dO V^T,   dS = P * (dP - D)
+    dQs += dS K      (accumulates on the query's rank over the cp steps)
+    dK_b = dS^T Qs   (belongs to the block's owner: travels the ring back to it)
+
+Blocks are trimmed to the queries that see some key and the keys some query sees: with the
+causal balance below, every block off the diagonal is exactly half of its (T/cp, T/cp) square.
+"""
+import math
+
+import numpy as np
+
+from hpcpar.backend import array_module
+
+
+def balanced_positions(seq_len, cp, rank):
+    """The global positions rank ``rank`` of ``cp`` holds: the sequence is cut into 2 cp chunks and
+    the rank takes chunks rank and 2cp-1-rank (one early, one late), so causal work is equal on
+    every rank.  -> int64 array (seq_len / cp,), increasing."""
+    c = seq_len // (2 * cp)                                  # chunk length
+    first, second = rank, 2 * cp - 1 - rank
+    return np.concatenate([np.arange(first * c, (first + 1) * c), np.arange(second * c, (second + 1) * c)])
+
+
+def ring_source(rank, step, cp):
+    """Whose key/value block rank ``rank`` holds at ring step ``step`` (its own at step 0)."""
+    return (rank - step) % cp
+
+
+def visible(q_pos, k_pos):
+    """(rows, cols): the queries that see at least one of the keys, the keys seen by at least one query.
+    Slices when they are contiguous runs (increasing positions), index arrays otherwise."""
+    def run(mask):
+        idx = np.flatnonzero(mask)
+        return slice(idx[0], idx[-1] + 1) if idx.size and idx[-1] - idx[0] + 1 == idx.size else idx
+    return run(q_pos >= k_pos.min()), run(k_pos <= q_pos.max())
+
+
+def _scores(qs, k, q_pos, k_pos):
+    """S = Qs K^T with -inf where a key comes after the query.  (B, NH, Tq, Tk)"""
+    xp = array_module(qs)
+    s = qs @ k.transpose(0, 1, 3, 2)
+    s += xp.asarray(np.where(k_pos[None, :] > q_pos[:, None], -np.inf, 0.0), dtype=s.dtype)   # (Tq, Tk)
+    return s
+
+
+def block_forward(qs, k, v, q_pos, k_pos):
+    """qs (B, NH, Tq, HS) scaled queries, k, v (B, NH, Tk, HS) -> (O_b (B, NH, Tq, HS), lse_b (B, NH, Tq)).
+    Rows that see no key of the block get O_b = 0 and lse_b = -inf (they merge as nothing)."""
+    xp = array_module(qs)
+    o = xp.zeros(qs.shape, dtype=qs.dtype)
+    lse = xp.full(qs.shape[:-1], -xp.inf, dtype=qs.dtype)
+    rows, cols = visible(q_pos, k_pos)
+    if isinstance(rows, np.ndarray) and rows.size == 0:
+        return o, lse
+    s = _scores(qs[:, :, rows], k[:, :, cols], q_pos[rows], k_pos[cols])      # (B, NH, tq, tk)
+    m = s.max(axis=-1, keepdims=True)                                        # every visible row has a key
+    p = xp.exp(s - m, out=s)
+    l = p.sum(axis=-1, keepdims=True)                                        # (B, NH, tq, 1)
+    o[:, :, rows] = (p @ v[:, :, cols]) / l
+    lse[:, :, rows] = (m + xp.log(l))[..., 0]
+    return o, lse
+
+
+def merge(o1, lse1, o2, lse2):
+    """Two partial results over disjoint keys -> the result over both (online softmax).  A row with
+    -inf in both stays -inf with O = 0."""
+    xp = array_module(o1)
+    lse = xp.logaddexp(lse1, lse2)                                           # (B, NH, Tq)
+    safe = xp.where(xp.isfinite(lse), lse, 0)
+    w1, w2 = xp.exp(lse1 - safe)[..., None], xp.exp(lse2 - safe)[..., None]
+    return w1 * o1 + w2 * o2, lse
+
+
+def block_backward(do, delta, qs, k, v, q_pos, k_pos, lse):
+    """One block's share of the gradients, from the final lse and D = rowsum(dO * O) (B, NH, Tq).
+    -> dQs (B, NH, Tq, HS) (w.r.t. the scaled queries), dK_b, dV_b (B, NH, Tk, HS)."""
+    xp = array_module(qs)
+    dqs, dk, dv = xp.zeros(qs.shape, dtype=qs.dtype), xp.zeros(k.shape, dtype=k.dtype), xp.zeros(v.shape, dtype=v.dtype)
+    rows, cols = visible(q_pos, k_pos)
+    if isinstance(rows, np.ndarray) and rows.size == 0:
+        return dqs, dk, dv
+    q_b, k_b, v_b, do_b = qs[:, :, rows], k[:, :, cols], v[:, :, cols], do[:, :, rows]
+    s = _scores(q_b, k_b, q_pos[rows], k_pos[cols])                          # (B, NH, tq, tk)
+    p = xp.exp(s - lse[:, :, rows, None], out=s)                             # P = exp(S - lse)
+    dv[:, :, cols] = p.transpose(0, 1, 3, 2) @ do_b                         # dV_b = P^T dO
+    ds = p * (do_b @ v_b.transpose(0, 1, 3, 2) - delta[:, :, rows, None])   # dS = P (dP - D)
+    dqs[:, :, rows] = ds @ k_b                                               # dQs = dS K
+    dk[:, :, cols] = ds.transpose(0, 1, 3, 2) @ q_b                         # dK_b = dS^T Qs
+    return dqs, dk, dv
+
+
+def scale(q):
+    """Qs = Q / sqrt(HS): the scale applied to Q (Tq x HS numbers) rather than S."""
+    return q * (1.0 / math.sqrt(q.shape[-1]))
+
+
+def simulate_ring(q, k, v, positions, do=None):
+    """The whole ring in one process, for tests and teaching: q, k, v lists over the cp ranks of
+    (B, NH, T/cp, HS) arrays, ``positions`` their global positions.  Each rank r merges the blocks in
+    ring order r, r-1, ...; with ``do`` (the output gradients) each rank's backward runs too, its
+    dK/dV shares summed on their owner as the ring would carry them.
+    -> list of O, or (list of O, list of dQ, list of dK, list of dV)."""
+    cp = len(q)
+    outs, lses = [], []
+    for r in range(cp):
+        qs = scale(q[r])
+        o, lse = block_forward(qs, k[r], v[r], positions[r], positions[r])
+        for step in range(1, cp):
+            j = ring_source(r, step, cp)
+            o, lse = merge(o, lse, *block_forward(qs, k[j], v[j], positions[r], positions[j]))
+        outs.append(o)
+        lses.append(lse)
+    if do is None:
+        return outs
+    dq = [None] * cp
+    dk = [np.zeros_like(x) for x in k]
+    dv = [np.zeros_like(x) for x in v]
+    for r in range(cp):
+        qs, delta = scale(q[r]), (do[r] * outs[r]).sum(axis=-1)
+        dqs = np.zeros_like(qs)
+        for step in range(cp):
+            j = ring_source(r, step, cp)
+            a, b, c = block_backward(do[r], delta, qs, k[j], v[j], positions[r], positions[j], lses[r])
+            dqs += a
+            dk[j] += b
+            dv[j] += c
+        dq[r] = scale(dqs)                                   # dQ = dQs / sqrt(HS)
+    return outs, dq, dk, dv
