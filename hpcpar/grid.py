@@ -42,6 +42,14 @@ class Coord:
         cp = "" if self.cp is None else f".cp{self.cp}"
         return f"tp{self.tp}{cp}.pp{self.pp}.dp{self.dp}"
 
+    def as_dict(self):
+        """{tp, pp, dp} and cp when the grid has that axis: what a flight record stores."""
+        return {a: getattr(self, a) for a in ("tp", "cp", "pp", "dp") if getattr(self, a) is not None}
+
+    def words(self):
+        """'tp 0, pp 1, dp 0' (with 'cp 1' after tp when the grid has that axis): the error lines' form."""
+        return ", ".join(f"{axis} {value}" for axis, value in self.as_dict().items())
+
 
 class GridLayout:
     """Which rank sits where in a TP x CP x PP x DP grid. Pure arithmetic, no MPI."""

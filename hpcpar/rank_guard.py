@@ -27,8 +27,8 @@ import sys
 
 from hpcpar import alarm, flight, runtime
 
-# rank, world, tp, pp, dp, step (-1: not yet), micro-batch (-1: none), coordinates known (0/1)
-PAGE = struct.Struct("8q")
+# rank, world, tp, pp, dp, step (-1: not yet), micro-batch (-1: none), coordinates known (0/1), cp (-1: no axis)
+PAGE = struct.Struct("9q")
 FORWARDED = (signal.SIGTERM, signal.SIGUSR1, signal.SIGUSR2, signal.SIGINT, signal.SIGHUP, signal.SIGQUIT)
 _page = None
 
@@ -38,7 +38,7 @@ class Page:
 
     def __init__(self):
         self.mem = mmap.mmap(-1, PAGE.size)
-        self.values = [runtime.launch_rank(), 0, 0, 0, 0, -1, -1, 0]
+        self.values = [runtime.launch_rank(), 0, 0, 0, 0, -1, -1, 0, -1]
         self._write()
 
     def _write(self):
@@ -50,6 +50,7 @@ class Page:
     def set_coords(self, rank, world, coords):
         self.values[:5] = [rank, world, coords.tp, coords.pp, coords.dp]
         self.values[7] = 1
+        self.values[8] = -1 if coords.cp is None else coords.cp
         self._write()
 
     def set_progress(self, step, mb):
@@ -104,12 +105,13 @@ def _guard(child, shared, directory):
 
 def report_death(values, pid, how, directory):
     """The one line, the dead rank's flight record, the alarm and the others' diagnosis."""
-    rank, world, tp, pp, dp, step, mb, known = values
-    coords = {"tp": tp, "pp": pp, "dp": dp} if known else None
-    record = {"rank": rank, "dead": how, "reason": None, "coords": coords, "step": step,
-              "mb": None if mb < 0 else mb, "action": None, "phase": "step", "pid": pid, "ops": []}
+    from hpcpar.grid import Coord
     from hpcpar.trace_why import where
-    place = f"(tp {tp}, pp {pp}, dp {dp})" if known else "(coordinates not yet known)"
+    rank, world, tp, pp, dp, step, mb, known, cp = values
+    coords = Coord(tp, pp, dp, None if cp < 0 else cp) if known else None
+    record = {"rank": rank, "dead": how, "reason": None, "coords": coords and coords.as_dict(), "step": step,
+              "mb": None if mb < 0 else mb, "action": None, "phase": "step", "pid": pid, "ops": []}
+    place = f"({coords.words()})" if known else "(coordinates not yet known)"
     print(f"hpcpar: rank {rank} {place} {how} in {where(record)}", file=sys.stderr, flush=True)
     try:
         flight.write_record(directory, record)

@@ -57,16 +57,15 @@ def describe_op(op):
 
 def coords_of(rank, records):
     """'tp 0, pp 1, dp 0' from the dead rank's own record or from the layout any record carries."""
+    from hpcpar.grid import Coord, GridLayout
     own = records.get(rank, {}).get("coords")
     if own:
-        return f"tp {own['tp']}, pp {own['pp']}, dp {own['dp']}"
+        return Coord(**own).words()
     layout = next((r["layout"] for r in records.values() if r.get("layout")), None)
     if layout is None:
         return "coordinates unknown"
-    from hpcpar.grid import GridLayout
-    c = GridLayout(layout["tp"], layout["pp"], layout["dp"], layout["world"], layout["order"],
-                   layout.get("cp", 1)).coord(rank)
-    return f"tp {c.tp}, pp {c.pp}, dp {c.dp}"
+    return GridLayout(layout["tp"], layout["pp"], layout["dp"], layout["world"], layout["order"],
+                      layout.get("cp", 1)).coord(rank).words()
 
 
 def where(record):

@@ -140,8 +140,7 @@ class Watchdog:
                 self._end()
 
     def _write(self, reason):
-        extra = {"coords": {"tp": self.coords.tp, "pp": self.coords.pp, "dp": self.coords.dp},
-                 "layout": self.layout}
+        extra = {"coords": self.coords.as_dict(), "layout": self.layout}
         try:
             flight.write_record(self.directory, self.recorder.snapshot(reason, extra))
         except OSError as err:
@@ -153,7 +152,7 @@ class Watchdog:
         self._write(reason)
         c = self.coords
         if alarm.claim(self.directory, f"rank {self.rank}"):
-            print(f"hpcpar: rank {self.rank} (tp {c.tp}, pp {c.pp}, dp {c.dp}): {reason}; ending the job",
+            print(f"hpcpar: rank {self.rank} ({c.words()}): {reason}; ending the job",
                   file=sys.stderr, flush=True)
             alarm.announce(self.directory, self.world)
         else:

@@ -1,7 +1,7 @@
 """The pure grid arithmetic (no MPI): rank maps, groups and refusals, for worlds 1, 2, 4, 8."""
 import pytest
 
-from hpcpar.grid import GridLayout, factorisations
+from hpcpar.grid import Coord, GridLayout, factorisations
 from hpcpar.runtime import UsageError
 from mpitools import hpcpar, run
 
@@ -108,3 +108,12 @@ def test_context_parallel_axis_sits_between_tp_and_dp(world):
                 assert str(c) == f"tp{c.tp}.cp{c.cp}.pp{c.pp}.dp{c.dp}"
     with pytest.raises(UsageError, match="tp x cp x pp x dp = 1 x 2 x 1 x 1 = 2 does not match the world size 4"):
         GridLayout(1, 1, 1, 4, cp=2)
+
+
+def test_error_lines_name_cp_only_when_the_grid_has_it():
+    assert Coord(0, 1, 0).words() == "tp 0, pp 1, dp 0"
+    assert Coord(0, 1, 0, 1).words() == "tp 0, cp 1, pp 1, dp 0"
+    assert Coord(1, 0, 1, 0).as_dict() == {"tp": 1, "cp": 0, "pp": 0, "dp": 1}
+    from hpcpar.trace_why import coords_of
+    layout = {"tp": 2, "cp": 2, "pp": 1, "dp": 1, "world": 4, "order": "tp-dp-pp"}
+    assert coords_of(3, {0: {"layout": layout}}) == "tp 1, cp 1, pp 0, dp 0"
