@@ -54,10 +54,11 @@ def op_functions():
 
 
 class Profiler:
-    def __init__(self, clock=time.perf_counter):
+    def __init__(self, clock=time.perf_counter, detail=False):
         """``clock``: wall time by default; a benchmark on a busy machine may pass time.process_time
-        (one rank only: a rank waiting in MPI spins, so its CPU time says nothing about waits)."""
-        self.clock = clock
+        (one rank only: a rank waiting in MPI spins, so its CPU time says nothing about waits).
+        ``detail``: each op its own row ("elementwise: gelu_forward"), to find the one to speed up."""
+        self.clock, self.detail = clock, detail
         self.seconds = {}               # category -> exclusive seconds over the counted steps
         self.step_seconds = 0.0         # wall time of the counted steps
         self.steps = 0
@@ -133,7 +134,8 @@ class Profiler:
         ``communicators``: those whose pending requests are to be named by axis (Grid.communicators())."""
         for c in communicators:
             _names[id(c.stats)] = c.name
-        wrapped = {fn: (self._attention(fn) if cat == "attention" else self._timed(fn, cat))
+        wrapped = {fn: (self._attention(fn) if cat == "attention" else
+                        self._timed(fn, f"{cat}: {fn.__name__}" if self.detail else cat))
                    for fn, cat in op_functions().items()}
         wrapped[precision.gemm] = self._gemm(precision.gemm)
         wait_all = requests.wait_all
@@ -202,11 +204,12 @@ def _axis_of_requests(reqs):
     for r in reqs:
         if r is not None and id(r.stats) in _names:
             return f"comm {_names[id(r.stats)]}"
-    return "comm"
+    return "other"                  # nothing to wait for (a pipeline of one stage sends nothing)
 
 
 def _order(category):
-    return (CATEGORIES.index(category) if category in CATEGORIES else len(CATEGORIES), category)
+    main = category.split(":")[0]
+    return (CATEGORIES.index(main) if main in CATEGORIES else len(CATEGORIES), category)
 
 
 def report(per_rank):
