@@ -30,8 +30,8 @@ BENCHMARKS = {
     "collectives": Spec("c", "collectives", "Collectives: hpcpar.comm against raw mpi4py",
                         ranks=(2, 4), quick_ranks=(2,)),
     "engine": Spec("d", "engine", "The engine against PyTorch eager on one core"),
-    "torch-parallel": Spec("e", "torch_parallel",
-                           "Pipeline and tensor parallelism against torch.distributed on gloo", ranks=(2,)),
+    "torch-parallel": Spec("e", "torch_parallel", "Pipeline, tensor and data parallelism against "
+                           "torch.distributed on gloo", ranks=(2,), timeout=900),
     "layout": Spec("f", "layout", "tp 2 x pp 2 x dp 2 against one rank, same global batch"),
     "gpu": Spec("g", "gpu", "GPU: GEMM rate and the block on the device (cupy)"),
     "gpu-step": Spec("gs", "gpu_step", "GPU: a GPT-2 124M step in fp32, tf32, fp16 and bf16 against PyTorch; "
