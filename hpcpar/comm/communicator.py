@@ -14,14 +14,21 @@ from hpcpar.comm.staging import Staging
 OPS = {"sum": MPI.SUM, "max": MPI.MAX, "min": MPI.MIN}
 
 
+@functools.lru_cache(maxsize=None)
+def _is_bfloat16(dtype):
+    """Remembered per dtype: numpy computes ``dtype.name`` anew each time, in microseconds - as long as
+    a small message takes."""
+    return dtype.name == "bfloat16"
+
+
 def _wire(x):
     """What MPI is handed for x: x itself, or for bfloat16 (no MPI datatype) its bytes as uint16 -
     fine for moving data, never for summing it (see _summable)."""
-    return x.view(np.uint16) if x.dtype.name == "bfloat16" else x
+    return x.view(np.uint16) if _is_bfloat16(x.dtype) else x
 
 
 def _summable(x):
-    if x is not MPI.IN_PLACE and x.dtype.name == "bfloat16":
+    if x is not MPI.IN_PLACE and _is_bfloat16(x.dtype):
         raise TypeError("MPI cannot reduce bfloat16: sum low precision in float32 (hpcpar.precision)")
 
 
@@ -143,18 +150,31 @@ class Communicator:
 
     @_traced("all_gather")
     @recorded("all_gather")
-    def all_gather(self, x, axis=0):
-        """Concatenate every rank's x along ``axis`` (same shape on every rank)."""
+    def all_gather(self, x, axis=0, out=None):
+        """Concatenate every rank's x along ``axis`` (same shape on every rank).  ``out``: a contiguous
+        array of the result's shape to gather into (axis 0 only), reused from call to call - a fresh
+        output's pages cost the kernel about as much as the copy itself at tens of MB."""
+        if out is not None:
+            self._require_contiguous(out, "all_gather output")
+            if axis or out.shape != (self.size * x.shape[0],) + x.shape[1:]:
+                raise ValueError(f"all_gather: out must have shape {(self.size * x.shape[0],) + x.shape[1:]} "
+                                 f"and axis be 0 (got {out.shape}, axis {axis})")
         if self.size == 1:
-            return x
+            if out is None:
+                return x
+            out[...] = x
+            return out
         m = backend.array_module(x)
         x = self._contiguous(x)
         self.stats.add("all_gather", x.nbytes)
-        y = m.empty((self.size,) + x.shape, dtype=x.dtype)         # (size, *x.shape)
+        y = m.empty((self.size,) + x.shape, dtype=x.dtype) if out is None else \
+            out.reshape((self.size,) + x.shape)                    # (size, *x.shape)
         recv, finish = self._out(y, "gather")
         timed(self.stats, "all_gather", self.mpi.Allgather, self._in(x, "send"), recv)
         if finish:
             finish()
+        if out is not None:
+            return out
         # (size, ..., n, ...) -> (..., size * n, ...): bring the rank axis next to `axis` and merge
         # (along axis 0 it already is: skip moveaxis, which costs microseconds in Python)
         if axis:
