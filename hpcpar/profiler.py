@@ -190,7 +190,7 @@ class Profiler:
         """{category: seconds per counted step}, "other" the rest, and "step" the step itself."""
         n = max(1, self.steps)
         out = {c: s / n for c, s in sorted(self.seconds.items(), key=lambda kv: _order(kv[0]))}
-        out["other"] = self.step_seconds / n - sum(out.values())
+        out["other"] = out.get("other", 0.0) + self.step_seconds / n - sum(out.values())
         out["step"] = self.step_seconds / n
         if self.floor_seconds is not None:
             out["gemm_floor"] = self.floor_seconds
@@ -223,12 +223,12 @@ def report(per_rank):
     def mean(key):
         return sum(d.get(key, 0.0) for d in per_rank) / len(per_rank)
     step = mean("step")
-    lines = [f"profile: one step, mean over {len(per_rank)} rank{'s' if len(per_rank) > 1 else ''}",
-             f"  {'category':<16}{'ms':>10}{'share':>8}"]
-    lines += [f"  {k:<16}{mean(k) * 1e3:>10.2f}{mean(k) / step:>8.1%}" for k in keys]
-    lines.append(f"  {'step':<16}{step * 1e3:>10.2f}{1:>8.0%}")
+    width = max(len(k) for k in keys + ["step"]) + 2
+    lines = [f"profile: one step, mean over {len(per_rank)} rank{'s' if len(per_rank) > 1 else ''}"]
+    lines += [f"  {k:<{width}}{mean(k) * 1e3:>10.2f} ms  ({mean(k) / step:.1%} of the step)" for k in keys]
+    lines.append(f"  {'step':<{width}}{step * 1e3:>10.2f} ms")
     if all("gemm_floor" in d for d in per_rank):
         floor = mean("gemm_floor")
         lines.append(f"  GEMM floor (the step's GEMMs timed alone): {floor * 1e3:.2f} ms; "
-                     f"step / floor = {step / floor:.2f}x")
+                     f"the step takes {step / floor:.2f}x its floor")
     return "\n".join(lines)
