@@ -12,37 +12,13 @@ clipping on both sides, so that the step is the model's arithmetic and not an op
 """
 import time
 
-from hpcpar.bench.common import Result, import_torch, interleave, ms, pct, ratio, summary, torch_tensor
+from hpcpar.bench.common import Result, import_torch, interleave, ms, pct, ratio, summary
+from hpcpar.bench.engine import step_cases
 from hpcpar.bench.machine import set_blas_threads
 
 MODEL = dict(hidden=512, ffn=2048, layers=8, heads=8, seq_len=128, vocab=1024, batch_size=16)
 QUICK_MODEL = dict(hidden=32, ffn=128, layers=2, heads=2, seq_len=32, vocab=64, batch_size=4)
 TARGET, FLOOR_TARGET = 0.90, 1.15
-
-
-def step_cases(torch, dims):
-    """(trainer, name -> one step): ours and, if torch is there, PyTorch's on the same batch."""
-    from mpi4py import MPI
-
-    from hpcpar.config import TrainConfig
-    from hpcpar.train import Trainer
-    cfg = TrainConfig(model="small", untied=True, steps=10 ** 6, progress=False, optimizer="sgd", **dims)
-    trainer = Trainer(cfg, MPI.COMM_SELF)
-    counter = iter(range(10 ** 6))
-    cases = {"ours": lambda: trainer.step(next(counter))}
-    if torch is not None:
-        from hpcpar.bench.torch_gpt import Stage, loss_fn
-        model = Stage(trainer.mcfg)
-        opt = torch.optim.SGD(model.parameters(), lr=cfg.lr, momentum=cfg.momentum)
-        ids, targets = (torch_tensor(torch, a).long() for a in trainer.data.batch(0, range(cfg.batch_size)))
-
-        def torch_step():
-            loss_fn(model(ids), targets).backward()
-            torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
-            opt.step()
-            opt.zero_grad()
-        cases["torch"] = torch_step
-    return trainer, cases
 
 
 def threads(torch, n):
@@ -101,7 +77,7 @@ def bench_profile(res, trainer, quick):
 def run(quick):
     torch, why_not = import_torch()
     res = Result(why_not)
-    trainer, cases = step_cases(torch, QUICK_MODEL if quick else MODEL)
+    trainer, cases = step_cases(torch, QUICK_MODEL if quick else MODEL, "sgd")
     bench_against_torch(res, trainer, cases, torch, quick)
     bench_profile(res, trainer, quick)
     return res
