@@ -3,6 +3,7 @@
     GEMM            the projections' and the output layer's matrix products (ops/linear.py, and any
                     other call of precision.gemm outside attention)
     attention       the attention core: its batched Q K^T and P V products, scale, mask, head reshapes
+                    (ring attention's blocks and grouped-query K/V repeats too)
     elementwise     LayerNorm, GELU, softmax, dropout, residual sums - every other op of hpcpar/ops
     embedding/loss  table lookups and their scatter-add, cross-entropy
     optimizer       the update, the gradient norm (clipping), zeroing the gradients
@@ -34,6 +35,7 @@ from hpcpar.comm import communicator, requests
 from hpcpar.data_parallel import DataParallel
 
 OPS_CATEGORY = {"hpcpar.ops.linear": "GEMM", "hpcpar.ops.attention": "attention",
+                "hpcpar.ops.ring_attention": "attention", "hpcpar.ops.gqa": "attention",
                 "hpcpar.ops.embedding": "embedding/loss", "hpcpar.ops.cross_entropy": "embedding/loss"}
 CATEGORIES = ("GEMM", "attention", "elementwise", "embedding/loss", "optimizer", "data")
 COMM_METHODS = ("all_reduce", "all_reduce_", "iall_reduce_", "all_gather", "reduce_scatter", "ireduce_scatter",
