@@ -101,6 +101,9 @@ class TrainConfig:
     metrics: str = opt("", "write one JSON object per step to this file", group="files")
     trace: str = opt("", "write a Chrome/Perfetto trace of every rank to this file", group="files")
     trace_steps: int = opt(10, "steps to trace, from the second step on", group="files")
+    profile: bool = opt(False, "print where the steps' time went, by category (GEMM, attention, element-wise, "
+                               "communication per axis, ...), and the GEMM floor (from the second step on)",
+                        group="files")
     summary_json: str = opt("", "write the end-of-run figures (loss, tokens/s, MFU, bubble, bytes) as JSON",
                             group="files")
     log_every: int = opt(0, "print a loss line every K steps (0: about 10 lines per run)", group="files")

@@ -24,7 +24,7 @@ import time
 
 from hpcpar import backend, trace
 from hpcpar.buckets import Bucket, FlatSlice, make_buckets
-from hpcpar.comm import wait_all
+from hpcpar.comm import test_all, wait_all
 
 
 class DataParallel:
@@ -47,6 +47,9 @@ class DataParallel:
         self._owned_grads = [xp.empty(b.size // dp_comm.size, dtype=b.grad.dtype) for b in self.buckets] \
             if zero1 else None
         self.launch_times = []          # perf_counter() of each bucket launch (overlap is measurable)
+        # MPICH moves a non-blocking all-reduce on only inside MPI calls: test the buckets in flight
+        # whenever the backward reports gradients, so that they progress during the backward too
+        self.poll = True
         self.start_step()
 
     def start_step(self):
@@ -69,6 +72,8 @@ class DataParallel:
             self._waiting[i] -= 1
             if self._waiting[i] == 0:
                 self._launch(i)
+        if self.poll:
+            test_all(self._requests)
 
     def release_late(self):
         if self.late is not None:

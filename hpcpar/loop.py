@@ -1,6 +1,7 @@
 """The training loop around ``Trainer.step``: resume, progress, metrics, logging, checkpoints, the trace,
 and the records the end-of-run summary (summary.py) is made from.
 """
+import contextlib
 import json
 import signal
 import sys
@@ -13,6 +14,7 @@ from hpcpar.checkpoint.consolidated import export, init_from
 from hpcpar.gemm_speed import gemm_throughput
 from hpcpar.pipeline.bubble import engine_window
 from hpcpar.precision import grads_overflowed
+from hpcpar.profiler import Profiler, report as profile_report
 from hpcpar.runtime import EXIT_FAILURE, EXIT_PREEMPTED
 from hpcpar.summary import summarize
 from hpcpar.text import tokenizer_of
@@ -94,6 +96,7 @@ class Loop:
         for c in self.grid.communicators():
             c.stats.reset()
         tracer = self._start_trace()
+        prof = Profiler().install(self.grid.communicators()) if cfg.profile else None     # the first step measures the GEMM floor
         traced = range(start_step + 1, start_step + 1 + cfg.trace_steps)   # the first step pays for start-up
         status = 0
         try:
@@ -103,7 +106,8 @@ class Loop:
                 self.watch.new_step(step)
                 t0 = time.perf_counter()
                 scale = t.scaler.scale                 # the loss scale this step runs with (fp16)
-                loss, norm, lr, skipped, stop = t.step(step, self.stop_requested)
+                with prof.step(floor=step == start_step) if prof else contextlib.nullcontext():
+                    loss, norm, lr, skipped, stop = t.step(step, self.stop_requested)
                 seconds = time.perf_counter() - t0
                 self.watch.step_done(step - start_step, seconds)
                 if tracer and tracer.enabled:
@@ -161,6 +165,11 @@ class Loop:
             if metrics:
                 metrics.close()
         self.watch.enter("summary")
+        if prof:
+            prof.remove()
+            per_rank = self.grid.world_comm.mpi.gather(prof.per_step(), root=0)     # once: pickled is fine
+            if self.root:
+                self._print(profile_report(per_rank))
         if tracer:
             trace.write(trace.stop(), self.grid.world_comm.mpi, cfg.trace)
             self._print(f"trace: {cfg.trace} (open in https://ui.perfetto.dev; hpcpar trace summary {cfg.trace})")

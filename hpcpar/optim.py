@@ -13,7 +13,17 @@ SGD with momentum (PyTorch's convention):  u <- mu u + g;  p <- p (1 - lr wd) - 
 """
 import math
 
-from hpcpar.backend import array_module
+from hpcpar.backend import array_module, is_device_array
+
+BLOCK = 64 * 1024           # numbers per block of an update: 256 KB of float32, in L2 with its partners
+
+
+def blocks(flat):
+    """[a, b) ranges that cut a flat array into cache-sized blocks (ops/blocks.py: why blocking pays);
+    on a GPU one range, the whole array (one kernel per pass is what is fast there)."""
+    n = flat.size
+    step = n if is_device_array(flat) else BLOCK
+    return [(a, min(n, a + step)) for a in range(0, n, max(1, step))]
 
 
 class SGD:
@@ -22,21 +32,35 @@ class SGD:
     def __init__(self, lr, momentum=0.0, weight_decay=0.0):
         self.momentum, self.weight_decay = momentum, weight_decay
         self.state, self.t = {}, 0          # state[slice key] = {"momentum_buffer": array like the slice}
+        self._scratch = {}                  # dtype -> one block's lr * update (not state: never saved)
 
     def step(self, slices, lr):
+        """Block by block (see blocks()): the passes over a bucket of megabytes - momentum, product,
+        update - then cost about one trip to memory, and lr * u goes to a scratch block, not a fresh
+        array of the bucket's size.  The same operations in the same order as the textbook lines."""
         self.t += 1
         for s in slices:
             _decay(s, lr * self.weight_decay)
-            update = s.grad
-            if self.momentum:
-                st = self.state.get(s.key)
-                if st is None:
-                    st = self.state[s.key] = {"momentum_buffer": s.grad.copy()}   # PyTorch: first buffer = g
-                else:
-                    st["momentum_buffer"] *= self.momentum
-                    st["momentum_buffer"] += s.grad
-                update = st["momentum_buffer"]
-            s.data -= lr * update
+            st = self.state.get(s.key)
+            first = self.momentum and st is None
+            if first:
+                st = self.state[s.key] = {"momentum_buffer": s.grad.copy()}   # PyTorch: first buffer = g
+            u = st["momentum_buffer"] if self.momentum else s.grad
+            ranges = blocks(s.data)
+            tmp = self._block(s.data, max((b - a for a, b in ranges), default=0))
+            for a, b in ranges:
+                if self.momentum and not first:
+                    u[a:b] *= self.momentum
+                    u[a:b] += s.grad[a:b]                           # u = mu u + g
+                array_module(u).multiply(u[a:b], lr, out=tmp[:b - a])
+                s.data[a:b] -= tmp[:b - a]                          # p = p - lr u
+
+    def _block(self, like, n):
+        """A scratch array of at least n numbers of like's dtype and device, kept between steps."""
+        tmp = self._scratch.get(like.dtype)
+        if tmp is None or tmp.size < n or array_module(tmp) is not array_module(like):
+            tmp = self._scratch[like.dtype] = array_module(like).empty(n, like.dtype)
+        return tmp
 
 
 class AdamW:

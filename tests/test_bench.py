@@ -27,6 +27,20 @@ def test_quick_bench_writes_json_and_a_markdown_table(tmp_path):
     assert "## (a) GEMM rate" in text and "| GEMM | m x k x n |" in text and "OPENBLAS_CORETYPE" in text
 
 
+def test_quick_overlap_and_async_progress_benchmarks(tmp_path):
+    """Both DP overlap benchmarks run at 2 ranks; the async one under its MPI setting, which the
+    driver sets for that benchmark only and shows in the command it reports."""
+    out = tmp_path / "results.json"
+    proc, _ = run(hpcpar() + ["bench", "--quick", "--only", "overlap,overlap-async", "--out", str(out)], timeout=300)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    report = json.loads(out.read_text())
+    (plain,), (progress,) = (report["benchmarks"][n]["runs"] for n in ("overlap", "overlap-async"))
+    assert "error" not in plain and "error" not in progress
+    assert {"polled", "not polled"} <= set(plain["figures"])
+    assert progress["command"].startswith("MPIR_CVAR_ASYNC_PROGRESS=1 mpiexec -n 2")
+    assert "MPIR_CVAR_ASYNC_PROGRESS=1" in progress["tables"][0]["title"]
+
+
 def test_unknown_benchmark_is_refused():
     proc, _ = run(hpcpar() + ["bench", "--only", "gemm,nonsense"], timeout=60)
     assert proc.returncode == 2 and "nonsense" in proc.stderr

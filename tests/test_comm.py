@@ -47,6 +47,17 @@ def test_all_gather_along_any_axis(world, dtype, axis):
 
 
 @pytest.mark.mpi(min_size=1)
+def test_all_gather_into_a_reused_output(world):
+    parts = [data(r, (3, 5), np.float32) for r in range(world.size)]
+    out = np.full((3 * world.size, 5), np.nan, np.float32)
+    for _ in range(2):                                       # the same buffer, twice
+        assert world.all_gather(parts[world.rank], out=out) is out
+        np.testing.assert_array_equal(out, np.concatenate(parts))
+    with pytest.raises(ValueError, match="out must have shape"):
+        world.all_gather(parts[world.rank], axis=1, out=out)
+
+
+@pytest.mark.mpi(min_size=1)
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("axis", [0, 1])
 def test_reduce_scatter_along_any_axis(world, dtype, axis):

@@ -17,6 +17,7 @@ class Spec:
     ranks: tuple = ()   # world sizes to run at (() = one serial process)
     quick_ranks: tuple = ()
     timeout: int = 300  # seconds per process, so that a hang fails one benchmark, not the suite
+    env: tuple = ()     # (name, value) pairs set for this benchmark's processes (an MPI setting)
 
     def world_sizes(self, quick):
         sizes = self.quick_ranks if quick and self.quick_ranks else self.ranks
@@ -30,8 +31,10 @@ BENCHMARKS = {
     "collectives": Spec("c", "collectives", "Collectives: hpcpar.comm against raw mpi4py",
                         ranks=(2, 4), quick_ranks=(2,)),
     "engine": Spec("d", "engine", "The engine against PyTorch eager on one core"),
-    "torch-parallel": Spec("e", "torch_parallel",
-                           "Pipeline and tensor parallelism against torch.distributed on gloo", ranks=(2,)),
+    "step": Spec("s", "step", "A training step of the 8-layer GPT on one rank against PyTorch eager, at 1 and 2 "
+                 "threads, and where its time goes", timeout=1500),
+    "torch-parallel": Spec("e", "torch_parallel", "Pipeline, tensor and data parallelism against "
+                           "torch.distributed on gloo", ranks=(2,), timeout=900),
     "layout": Spec("f", "layout", "tp 2 x pp 2 x dp 2 against one rank, same global batch"),
     "gpu": Spec("g", "gpu", "GPU: GEMM rate and the block on the device (cupy)"),
     "gpu-step": Spec("gs", "gpu_step", "GPU: a GPT-2 124M step in fp32, tf32, fp16 and bf16 against PyTorch; "
@@ -43,5 +46,9 @@ BENCHMARKS = {
                       "none / selective / full, GPT-2 and Llama"),
     "ring": Spec("cp", "ring", "Ring attention (context parallelism): bytes against the formula, communication "
                  "hidden behind the blocks", ranks=(2, 4), quick_ranks=(2,)),
+    "overlap": Spec("o", "overlap", "Data parallelism: the gradient all-reduce hidden behind the backward",
+                    ranks=(2, 8), quick_ranks=(2,), timeout=600),
+    "overlap-async": Spec("oa", "overlap", "The same with MPICH's progress thread (MPIR_CVAR_ASYNC_PROGRESS=1)",
+                          ranks=(2,), timeout=600, env=(("MPIR_CVAR_ASYNC_PROGRESS", "1"),)),
     "watchdog": Spec("wd", "watchdog", "Watchdog and flight recorder: their share of a 2x2x2 step", ranks=(8,)),
 }

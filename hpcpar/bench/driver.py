@@ -36,13 +36,19 @@ def run_one(name, ranks, quick):
         out, log = Path(tmp) / "result.json", Path(tmp) / "output.log"
         cmd = ([*mpiexec(), "-n", str(ranks)] if ranks else []) + \
             [sys.executable, "-m", "hpcpar.bench", name, "--out", str(out)] + (["--quick"] if quick else [])
-        status, seconds = run_job(cmd, log, spec.timeout)
+        saved = {k: os.environ.get(k) for k, _ in spec.env}
+        os.environ.update(spec.env)
+        try:
+            status, seconds = run_job(cmd, log, spec.timeout)
+        finally:
+            for k, v in saved.items():
+                os.environ.pop(k) if v is None else os.environ.__setitem__(k, v)
         error = None if status == 0 and out.exists() else \
             f"did not finish within {spec.timeout} s" if status is None else \
             f"exit status {status}:\n{_tail(log.read_text(errors='replace'))}"
         result = json.loads(out.read_text()) if error is None else {"tables": [], "figures": {}, "targets": [],
                                                                      "notes": [], "error": error}
-    shown = ["mpiexec", "-n", str(ranks)] if ranks else []
+    shown = [f"{k}={v}" for k, v in spec.env] + (["mpiexec", "-n", str(ranks)] if ranks else [])
     result.update(ranks=ranks or 1, seconds=seconds,
                   command=" ".join(shown + ["python", "-m", "hpcpar.bench", name] + (["--quick"] if quick else [])))
     return result

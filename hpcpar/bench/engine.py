@@ -79,21 +79,21 @@ def bench_blocks(res, shapes, rounds, torch):
                    "The GEMM ratio is the two BLAS libraries' (table (a)); the engine's own code is the rest."])
 
 
-def step_cases(torch, quick):
-    """name -> one training step of the benchmark GPT (ours: Trainer; torch: the same in PyTorch)."""
+def step_cases(torch, dims, optimizer="adamw"):
+    """name -> one training step of a GPT of ``dims`` (ours: Trainer; torch: the same in PyTorch, with
+    the same optimizer and clipping), and our trainer."""
     from mpi4py import MPI
 
     from hpcpar.config import TrainConfig
     from hpcpar.train import Trainer
-    dims = dict(hidden=32, layers=2, heads=2, seq_len=32, vocab=64, batch_size=4) if quick else BENCH_MODEL
-    cfg = TrainConfig(model="small", untied=True, steps=10 ** 6, progress=False, **dims)
+    cfg = TrainConfig(model="small", untied=True, steps=10 ** 6, progress=False, optimizer=optimizer, **dims)
     trainer = Trainer(cfg, MPI.COMM_SELF)
     counter = iter(range(10 ** 6))
     cases = {"ours": lambda: trainer.step(next(counter))}
     if torch is not None:
-        from hpcpar.bench.torch_gpt import Stage, adamw, loss_fn
+        from hpcpar.bench.torch_gpt import Stage, loss_fn, torch_optimizer
         model = Stage(trainer.mcfg)
-        opt = adamw(model, cfg)
+        opt = torch_optimizer(model, cfg)
         ids, targets = (torch_tensor(torch, a).long() for a in trainer.data.batch(0, range(cfg.batch_size)))
 
         def torch_step():
@@ -110,7 +110,8 @@ def bench_step(res, rounds, torch, quick):
 
     from hpcpar.flops import gpt_step_flops
     from hpcpar.gemm_speed import gemm_rate
-    trainer, cases = step_cases(torch, quick)
+    dims = dict(hidden=32, layers=2, heads=2, seq_len=32, vocab=64, batch_size=4) if quick else BENCH_MODEL
+    trainer, cases = step_cases(torch, dims)
     m, B = trainer.mcfg, trainer.cfg.batch_size
     times = interleave(cases, rounds)
     peak = gemm_rate("float32", n=256 if quick else 2048, seconds=0.1 if quick else 0.6, clock=time.process_time)

@@ -26,19 +26,36 @@ def cpu_model():
     return platform.processor() or platform.machine()
 
 
-def openblas_core():
-    """The kernel OpenBLAS chose at run time (e.g. 'SkylakeX', 'Haswell'), or None if not found."""
+def _openblas(name):
+    """numpy's OpenBLAS function ``name`` (under any of its builds' prefixes and suffixes), or None."""
     import numpy as np
     libs = glob.glob(str(Path(np.__file__).parent.parent / "numpy.libs" / "*openblas*"))
     for path in libs:
         lib = ctypes.CDLL(path)
-        for symbol in ("scipy_openblas_get_corename64_", "scipy_openblas_get_corename",
-                       "openblas_get_corename64_", "openblas_get_corename"):
+        for symbol in (f"scipy_openblas_{name}64_", f"scipy_openblas_{name}", f"openblas_{name}64_",
+                       f"openblas_{name}"):
             fn = getattr(lib, symbol, None)
             if fn is not None:
-                fn.restype = ctypes.c_char_p
-                return fn().decode()
+                return fn
     return None
+
+
+def openblas_core():
+    """The kernel OpenBLAS chose at run time (e.g. 'SkylakeX', 'Haswell'), or None if not found."""
+    fn = _openblas("get_corename")
+    if fn is None:
+        return None
+    fn.restype = ctypes.c_char_p
+    return fn().decode()
+
+
+def set_blas_threads(n):
+    """Let numpy's OpenBLAS use ``n`` threads from now on (the benchmarks start with one); False if
+    this numpy's BLAS offers no such switch."""
+    fn = _openblas("set_num_threads")
+    if fn is not None:
+        fn(int(n))
+    return fn is not None
 
 
 def numpy_blas():

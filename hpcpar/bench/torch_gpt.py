@@ -100,3 +100,12 @@ def adamw(module, cfg):
     """torch.optim.AdamW with the hyperparameters of a TrainConfig (hpcpar/config.py)."""
     return torch.optim.AdamW(module.parameters(), lr=cfg.lr, betas=(cfg.beta1, cfg.beta2), eps=cfg.eps,
                              weight_decay=cfg.weight_decay)
+
+
+def torch_optimizer(module, cfg):
+    """The optimizer a TrainConfig names (``cfg.optimizer``), with its hyperparameters - SGD without
+    weight decay: PyTorch's adds it to the gradient (coupled), ours shrinks the weights (decoupled), so
+    the two would not compute the same; ours keeps its extra pass, which only favours PyTorch."""
+    if cfg.optimizer == "adamw":
+        return adamw(module, cfg)
+    return torch.optim.SGD(module.parameters(), lr=cfg.lr, momentum=cfg.momentum)

@@ -1,9 +1,9 @@
-"""(e) Our pipeline (GPipe, 1F1B; pp = 2) and tensor-parallel (tp = 2) steps against PyTorch's own,
-``torch.distributed.pipelining`` and DTensor tensor parallelism on the gloo backend: same model, same
-batch, same two ranks (the PyTorch build has no MPI backend, so its ranks talk over gloo's TCP).
+"""(e) Our pipeline (GPipe, 1F1B, interleaved; pp = 2), tensor-parallel (tp = 2) and data-parallel
+(dp = 2) steps against PyTorch's own, ``torch.distributed.pipelining``, DTensor tensor parallelism and
+DistributedDataParallel on the gloo backend: same model, same batch, same two ranks (the PyTorch build has no MPI backend, so its ranks talk over gloo's TCP).
 
 Both sides live in the same two processes: rank r of our MPI job is rank r of PyTorch's gloo group,
-and the six steps (ours and PyTorch's, for each of the three layouts) take turns round after round,
+and the ten steps (ours and PyTorch's, for each of the five layouts) take turns round after round,
 each after a barrier, each timed on the slowest rank.  The model is the benchmark GPT (common.py) -
 smaller than the 8-layer one of the issue's notes, so that `make bench` stays short; one step is a
 forward, a backward and an AdamW update (no clipping on either side: PyTorch's pipeline has no global
@@ -27,8 +27,11 @@ from hpcpar.bench.common import (BENCH_MODEL, Result, import_torch, interleave, 
 
 LAYOUTS = {"pp 2, GPipe": dict(pp=2, schedule="gpipe", microbatches=8),
            "pp 2, 1F1B": dict(pp=2, schedule="1f1b", microbatches=8),
-           "tp 2": dict(tp=2)}
-QUICK_MODEL = dict(hidden=32, layers=2, heads=2, seq_len=16, vocab=64, batch_size=8)
+           "pp 2, interleaved": dict(pp=2, schedule="interleaved", microbatches=8, chunks=2),
+           "tp 2": dict(tp=2),
+           "dp 2": dict(dp=2)}
+TARGETS = {"pp 2, 1F1B": 0.85, "dp 2": 0.85, "tp 2": 0.75}     # others: faster than PyTorch
+QUICK_MODEL = dict(hidden=32, layers=4, heads=2, seq_len=16, vocab=64, batch_size=8)
 
 
 def our_step(dims, layout, world):
@@ -56,17 +59,22 @@ def init_gloo(torch, world):
 
 
 def torch_pipeline_step(torch, trainer, schedule_name, rank):
-    from torch.distributed.pipelining import PipelineStage, Schedule1F1B, ScheduleGPipe
+    """PyTorch's pipeline over 2 ranks; interleaved: 4 stages, rank r holding stages r and r + 2."""
+    from torch.distributed.pipelining import PipelineStage, Schedule1F1B, ScheduleGPipe, ScheduleInterleaved1F1B
 
     from hpcpar.bench.torch_gpt import Stage, adamw, loss_fn
     m, cfg = trainer.mcfg, trainer.cfg
-    half = m.n_layer // 2
-    layers = range(half) if rank == 0 else range(half, m.n_layer)
-    model = Stage(m, layers, first=rank == 0, last=rank == 1)
-    stage = PipelineStage(model, rank, 2, torch.device("cpu"))
-    Schedule = ScheduleGPipe if schedule_name == "gpipe" else Schedule1F1B
-    schedule = Schedule(stage, n_microbatches=cfg.microbatches, loss_fn=loss_fn)
-    opt = adamw(model, cfg)
+    n = 4 if schedule_name == "interleaved" else 2
+    per = m.n_layer // n
+    ids_of = [rank] + ([rank + 2] if n == 4 else [])
+    models = [Stage(m, range(s * per, (s + 1) * per), first=s == 0, last=s == n - 1) for s in ids_of]
+    stages = [PipelineStage(model, s, n, torch.device("cpu")) for model, s in zip(models, ids_of)]
+    if n == 4:
+        schedule = ScheduleInterleaved1F1B(stages, n_microbatches=cfg.microbatches, loss_fn=loss_fn)
+    else:
+        Schedule = ScheduleGPipe if schedule_name == "gpipe" else Schedule1F1B
+        schedule = Schedule(stages[0], n_microbatches=cfg.microbatches, loss_fn=loss_fn)
+    opt = adamw(torch.nn.ModuleList(models), cfg)
     ids, targets = (torch_tensor(torch, a).long() for a in trainer.data.batch(0, range(cfg.batch_size)))
 
     def step():
@@ -74,6 +82,26 @@ def torch_pipeline_step(torch, trainer, schedule_name, rank):
             schedule.step(ids)
         else:
             schedule.step(target=targets, losses=[])
+        opt.step()
+        opt.zero_grad()
+    return step
+
+
+def torch_data_parallel_step(torch, trainer, rank):
+    """DistributedDataParallel over 2 ranks, each on its half of the batch (its gradient buckets are
+    all-reduced during the backward, as ours are)."""
+    from torch.nn.parallel import DistributedDataParallel
+
+    from hpcpar.bench.torch_gpt import Stage, adamw, loss_fn
+    m, cfg = trainer.mcfg, trainer.cfg
+    model = DistributedDataParallel(Stage(m))
+    opt = adamw(model, cfg)
+    half = cfg.batch_size // 2
+    ids, targets = (torch_tensor(torch, a).long()
+                    for a in trainer.data.batch(0, range(rank * half, (rank + 1) * half)))
+
+    def step():
+        loss_fn(model(ids), targets).backward()
         opt.step()
         opt.zero_grad()
     return step
@@ -116,6 +144,7 @@ def run(quick):
         if torch is None:
             continue
         cases[f"PyTorch {name}"] = torch_tensor_parallel_step(torch, trainer) if "tp" in layout else \
+            torch_data_parallel_step(torch, trainer, world.rank) if "dp" in layout else \
             torch_pipeline_step(torch, trainer, layout["schedule"], world.rank)
     times = slowest_rank(world, interleave(cases, 2 if quick else 6, time.perf_counter, world.Barrier))
     if dist is not None:
@@ -133,14 +162,17 @@ def run(quick):
             theirs = fig["theirs_s"]
             row += [ms(theirs), ratio(mine / theirs), ratio(fig["ratio_median_paired"])]
             res.figures[name] = fig
-            res.target(f"{name} step: ours / PyTorch (gloo)", "< 1.00x", ratio(mine / theirs), mine < theirs)
+            goal = TARGETS.get(name, 1.0)
+            res.target(f"{name} step: ours / PyTorch (gloo)", f"<= {goal:.2f}x", ratio(mine / theirs), mine <= goal * theirs)
         rows.append(row)
     res.table(f"One training step on 2 ranks (wall time of the slowest rank, best of the interleaved rounds); "
               f"GPT hidden {m.d_model}, {m.n_layer} layers, {m.n_head} heads, vocabulary {m.vocab_size}, "
               f"{dims['batch_size']} x {m.seq_len} tokens, fp32",
               ["layout", "ours (MPI)", "PyTorch (gloo)", "ours / PyTorch", "median of the rounds' ratios"]
               if torch else ["layout", "ours (MPI)"],
-              rows, ["pipeline: 8 micro-batches of 2 sequences; tensor parallel: the whole batch at once.",
+              rows, ["pipeline: 8 micro-batches of 2 sequences (interleaved: 2 chunks per rank, PyTorch's "
+                     "ScheduleInterleaved1F1B on 4 stages); tensor parallel: the whole batch at once; data "
+                     "parallel: 8 sequences per rank, PyTorch's DistributedDataParallel.",
                      "The last column pairs each round's two steps: a second opinion when the machine is busy.",
                      "Both ranks share the machine's two cores; gloo waits in blocking socket calls, MPI spins."])
     return res

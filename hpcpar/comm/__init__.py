@@ -26,6 +26,6 @@ recorded.py       the decorator that enters each call in the flight recorder
 device.py         one GPU per rank (select_device) and whether MPI is CUDA-aware
 """
 from hpcpar.comm.communicator import OPS, Communicator
-from hpcpar.comm.requests import Request, Stats, wait_all
+from hpcpar.comm.requests import Request, Stats, test_all, wait_all
 
-__all__ = ["OPS", "Communicator", "Request", "Stats", "wait_all"]
+__all__ = ["OPS", "Communicator", "Request", "Stats", "test_all", "wait_all"]

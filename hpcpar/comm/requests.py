@@ -96,6 +96,14 @@ def wait_all(requests):
             r._complete()
 
 
+def test_all(requests):
+    """Let MPI progress the pending ``requests`` (one MPI_Testall; completes nothing of ours: wait_all
+    still runs their completions).  A non-blocking collective on MPICH advances only inside MPI calls."""
+    pending = [r.mpi_request for r in requests if r is not None]
+    if pending:
+        MPI.Request.Testall(pending)
+
+
 def _waiting(requests):
     """Tell the flight recorder that this rank now blocks on these requests."""
     rec = flight.active()

@@ -1,0 +1,83 @@
+"""(s) A GPT training step on one rank against PyTorch eager, and where its time goes.
+
+The model is the larger one of the performance notes (hidden 512, ffn 2048, 8 layers, 8 heads,
+vocabulary 1024, 16 sequences of 128 tokens, fp32), trained with SGD (momentum 0.9) and gradient
+clipping on both sides, so that the step is the model's arithmetic and not an optimizer's.
+
+1. ours (``Trainer.step``) against the same step in torch.nn, side by side, at one BLAS/intra-op
+   thread (CPU seconds) and at two (wall seconds: two threads' CPU seconds add up, their speed-up does
+   not show in them);
+2. our step by category (hpcpar/profiler.py: GEMM, attention, element-wise, ...; CPU seconds, the
+   first step measures the GEMM floor) - the table that says what is left to gain outside the GEMMs.
+"""
+import time
+
+from hpcpar.bench.common import Result, import_torch, interleave, ms, pct, ratio, summary
+from hpcpar.bench.engine import step_cases
+from hpcpar.bench.machine import set_blas_threads
+
+MODEL = dict(hidden=512, ffn=2048, layers=8, heads=8, seq_len=128, vocab=1024, batch_size=16)
+QUICK_MODEL = dict(hidden=32, ffn=128, layers=2, heads=2, seq_len=32, vocab=64, batch_size=4)
+TARGET, FLOOR_TARGET = 0.90, 1.15
+
+
+def threads(torch, n):
+    set_blas_threads(n)
+    if torch is not None:
+        torch.set_num_threads(n)
+
+
+def bench_against_torch(res, trainer, cases, torch, quick):
+    rows = []
+    for n, clock in ((1, time.process_time), (2, time.perf_counter)):
+        threads(torch, n)
+        times = interleave(cases, 2 if quick else (3 if n == 1 else 2), clock)
+        threads(torch, 1)
+        if torch is None:
+            rows.append([str(n), ms(min(times["ours"])), "-", "-", "-"])
+            continue
+        fig = summary(times, "ours", "torch")
+        res.figures[f"step, {n} thread{'s' * (n > 1)}"] = fig
+        rows.append([str(n), ms(fig["ours_s"]), ms(fig["theirs_s"]), ratio(fig["ratio"]),
+                     ratio(fig["ratio_median_paired"])])
+        if n == 1:
+            res.target("one rank, one thread: ours / PyTorch eager", f"<= {TARGET:.2f}x", ratio(fig["ratio"]),
+                       fig["ratio"] <= TARGET)
+    m = trainer.mcfg
+    res.table(f"One training step on one rank: hidden {m.d_model}, ffn {m.d_ff}, {m.n_layer} layers, {m.n_head} heads, "
+              f"vocabulary {m.vocab_size}, {trainer.cfg.batch_size} x {m.seq_len} tokens, fp32, SGD",
+              ["threads", "ours", "PyTorch eager", "ours / PyTorch", "median of the rounds' ratios"], rows,
+              ["1 thread: CPU seconds of the process; 2 threads: wall seconds (both threads' CPU seconds would "
+               "add up), so the 2-thread row is only as good as the machine was quiet."])
+
+
+def bench_profile(res, trainer, quick):
+    from hpcpar.profiler import Profiler
+    prof = Profiler(time.process_time).install(trainer.grid.communicators())
+    try:
+        for k in range(2 if quick else 3):
+            with prof.step(floor=k == 0):
+                trainer.step(10 ** 5 + k)
+    finally:
+        prof.remove()
+    figures = prof.per_step()
+    res.figures["profile"] = figures
+    step, floor = figures["step"], figures["gemm_floor"]
+    rows = [[k, ms(v), pct(v / step)] for k, v in figures.items() if k not in ("step", "gemm_floor")]
+    rows += [["step", ms(step), "100%"], ["GEMM floor: the step's GEMMs timed alone", ms(floor), pct(floor / step)]]
+    res.table("Where our one-rank step goes (hpcpar train --profile; CPU seconds, mean of the counted steps)",
+              ["category", "time", "share of the step"], rows,
+              ["Exclusive times: a softmax inside attention counts as element-wise, attention's batched "
+               "GEMMs as attention; 'other' is what no category claims (Python between the ops, copies).",
+               f"step / GEMM floor = {step / floor:.2f}x: what a step made of nothing but its GEMMs would save."])
+    res.target("one rank: step / its own GEMM floor", f"<= {FLOOR_TARGET:.2f}x", ratio(step / floor),
+               step / floor <= FLOOR_TARGET)
+
+
+def run(quick):
+    torch, why_not = import_torch()
+    res = Result(why_not)
+    trainer, cases = step_cases(torch, QUICK_MODEL if quick else MODEL, "sgd")
+    bench_against_torch(res, trainer, cases, torch, quick)
+    bench_profile(res, trainer, quick)
+    return res

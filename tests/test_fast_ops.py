@@ -1,0 +1,61 @@
+"""Each faster op against the plain one it sits beside, in float64; the blocked SGD update against
+the textbook lines.
+
+The two compute the same function in another order (a BLAS row sum instead of numpy's, ...), so
+they agree to rounding, not bit for bit: 1e-12 relative.  Where the order does not change the
+arithmetic (a maximum is exact in any order) the test says so and asks for equality.
+"""
+import numpy as np
+import pytest
+
+from hpcpar.buckets import FlatSlice
+from hpcpar.ops.attention import causal_mask
+from hpcpar.ops.softmax import row_max, softmax_forward, softmax_forward_fast
+from hpcpar.optim import BLOCK, SGD
+
+
+@pytest.fixture
+def rng():
+    return np.random.default_rng(21)
+
+
+@pytest.mark.parametrize("n", [1, 7, 96, 128, 160])
+def test_row_max_is_the_maximum_exactly(rng, n):
+    x = rng.standard_normal((37, n))
+    np.testing.assert_array_equal(row_max(x), x.max(axis=-1, keepdims=True))
+
+
+@pytest.mark.parametrize("shape", [(3, 5, 128, 128), (2, 4, 96, 96), (6, 7), (4, 1)])
+def test_fast_softmax_matches_the_plain_one(rng, shape):
+    x = rng.standard_normal(shape) * 6
+    if shape[-1] == shape[-2]:
+        x += causal_mask(shape[-1], x.dtype, np)               # attention's masked scores: -inf above
+    plain = softmax_forward(x)
+    np.testing.assert_allclose(softmax_forward_fast(x), plain, rtol=1e-12, atol=1e-300)
+    inplace = x.copy()
+    assert softmax_forward_fast(inplace, out=inplace) is inplace
+    np.testing.assert_allclose(inplace, plain, rtol=1e-12, atol=1e-300)
+
+
+def test_fast_softmax_is_stable():
+    np.testing.assert_allclose(softmax_forward_fast(np.array([[1000.0, 1000.0], [-1000.0, 0.0]])),
+                               [[0.5, 0.5], [0.0, 1.0]])
+
+
+@pytest.mark.parametrize("momentum", [0.0, 0.9])
+def test_blocked_sgd_is_the_textbook_update(rng, momentum):
+    """SGD.step runs its passes block by block; each number sees the same operations in the same
+    order as the whole-array lines below, and element-wise IEEE arithmetic does not depend on the
+    loop order, so the results are equal bit for bit (the same computation, on the same machine)."""
+    n = 3 * BLOCK + 123                                         # blocks, and a short last one
+    data = rng.standard_normal(n).astype(np.float32)
+    ref, buf = data.copy(), None
+    opt = SGD(0.1, momentum, weight_decay=0.2)
+    for step in range(3):
+        grad = rng.standard_normal(n).astype(np.float32)
+        opt.step([FlatSlice("w", data, grad, [(0, n // 2)])], 0.05)
+        ref[:n // 2] *= 1.0 - 0.05 * 0.2
+        if momentum:
+            buf = grad.copy() if buf is None else buf * np.float32(momentum) + grad
+        ref -= 0.05 * (buf if momentum else grad)
+        np.testing.assert_array_equal(data, ref)
