@@ -45,7 +45,8 @@ MPI_SIZES ?= 2 4 8
 # the serial tests whose numbers depend on the BLAS kernel and thread count
 NUMERICS_TESTS ?= tests/test_ops.py tests/test_nn.py tests/test_optim.py tests/test_torch_reference.py \
   tests/test_data.py tests/test_train.py tests/test_examples.py tests/test_checkpoint.py tests/test_docs.py \
-  tests/test_gpu.py tests/test_reliability.py
+  tests/test_gpu.py tests/test_reliability.py tests/test_ops_llama.py tests/test_llama.py tests/test_ring_attention.py \
+  tests/test_context_parallel.py tests/test_fast_ops.py tests/test_own_models.py
 # tests marked slow repeat a capability make test already covers on a larger sweep (make test-all)
 MARKS ?= not slow
 MPI_TEST_TIMEOUT ?= 900
