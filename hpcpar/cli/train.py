@@ -11,7 +11,7 @@ refused with one line and exit status 2 on every rank, before any rank communica
 import argparse
 from dataclasses import fields
 
-HELP = "train a model on a tp x pp x dp grid"
+HELP = "train a model on a tp x cp x pp x dp grid"
 
 
 def add_arguments(p):
