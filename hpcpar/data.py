@@ -99,15 +99,21 @@ class MarkovLanguage:
         return tokens[:, :-1], tokens[:, 1:]
 
 
-def token_meta(path):
-    """The meta.json beside a .bin token file (written by ``hpcpar data prepare``), or {}."""
-    meta = Path(path).parent / "meta.json"
-    if not meta.is_file():
+def read_optional_json(path, what=""):
+    """The JSON in ``path``, or {} when there is no such file; one line (``what`` first) when it is
+    unreadable."""
+    path = Path(path)
+    if not path.is_file():
         return {}
     try:
-        return json.loads(meta.read_text())
+        return json.loads(path.read_text())
     except (OSError, ValueError) as err:
-        raise UsageError(f"cannot read {meta}: {err}") from None
+        raise UsageError(f"{what}cannot read {path}: {err}") from None
+
+
+def token_meta(path):
+    """The meta.json beside a .bin token file (written by ``hpcpar data prepare``), or {}."""
+    return read_optional_json(Path(path).parent / "meta.json")
 
 
 def validation_file(data):

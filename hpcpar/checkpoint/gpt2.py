@@ -10,11 +10,11 @@ position table; config.json (or, in a file hpcpar wrote, the file's own metadata
 Only the file's header is read here, so every rank can check a run against the file before any rank
 communicates, and a file that does not hold exactly the tensors of its model is refused whole.
 """
-import json
 import re
 from dataclasses import dataclass
 from pathlib import Path
 
+from hpcpar.data import read_optional_json
 from hpcpar.runtime import UsageError
 
 WEIGHTS, CONFIG = "model.safetensors", "config.json"
@@ -95,13 +95,7 @@ def read_header(path, what):
 
 def read_config_json(path, what):
     """config.json beside the weights, or {} if there is none."""
-    cfg_file = (Path(path) if Path(path).is_dir() else Path(path).parent) / CONFIG
-    if not cfg_file.is_file():
-        return {}
-    try:
-        return json.loads(cfg_file.read_text())
-    except (OSError, ValueError) as err:
-        raise UsageError(f"{what}: cannot read {cfg_file}: {err}") from None
+    return read_optional_json((Path(path) if Path(path).is_dir() else Path(path).parent) / CONFIG, f"{what}: ")
 
 
 def read_architecture(path, what="--init-from"):
