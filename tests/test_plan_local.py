@@ -8,6 +8,7 @@ import pytest
 from hpcpar.cli import main
 from hpcpar.plan.cpu import TERMS, CpuCosts, Pass, fit_passes, fit_warm, nnls
 from hpcpar.plan.local import engine_shape, explain_local, predict_local
+from hpcpar.runtime import UsageError
 
 PROFILE = """
 name = "made-up"
@@ -89,6 +90,33 @@ def test_fit_recovers_the_constants_of_made_up_probes():
     m = 4     # first forward fresh, three reuse memory: the mean of the four gives warm back
     mean = sum(costs.pass_terms(p, reused=(m - 1) / m).values())
     assert fit_warm(truth, p, mean, m) == pytest.approx(0.6)
+
+
+def _collectives(alpha, beta, sizes):
+    return [{"calls": calls, "bytes": nbytes, "seconds": alpha * calls + nbytes / beta} for calls, nbytes in sizes]
+
+
+def test_allreduce_fit_recovers_alpha_beta_and_falls_back_on_a_busy_machine():
+    """Timings that follow alpha * calls + bytes / beta give alpha and beta back.  Timings where the
+    bytes explain nothing - here they fall as the bytes grow, as when load slowed the small probes -
+    fit no slope: beta is the ping-pong's (never an infinite bandwidth) and alpha is fitted with it."""
+    from hpcpar.plan.calibrate import allreduce_fit
+    sizes = [(10, 1e5), (40, 1e6), (20, 4e6), (80, 2e6)]
+    alpha, beta, source = allreduce_fit(_collectives(20e-6, 2e9, sizes), pingpong_bandwidth=5e9)
+    assert (alpha, beta, source) == (pytest.approx(20e-6), pytest.approx(2e9), "probes")
+    busy = [{"calls": 10, "bytes": 1e5, "seconds": 4e-3}, {"calls": 10, "bytes": 4e6, "seconds": 1e-3}]
+    alpha, beta, source = allreduce_fit(busy, pingpong_bandwidth=5e9)
+    assert source == "ping-pong" and beta == 5e9 and 0 < alpha < 1e-3
+    with pytest.raises(UsageError, match="too busy"):
+        allreduce_fit(busy, pingpong_bandwidth=float("inf"))
+
+
+def test_engine_text_says_where_the_allreduce_bandwidth_came_from():
+    from hpcpar.plan.calibrate import engine_text
+    mpi = {"dp_latency": 5e-6, "dp_bandwidth": 5e9}
+    fit = {"allreduce": (2e-5, 5e9, "ping-pong"), "cpu": 1.0, "costs": {}, "rms": {}}
+    text = engine_text(mpi, fit)
+    assert "allreduce_GBps = 5.000   # the MPI ping-pong's" in text and "inf" not in text
 
 
 def test_pass_units_follow_tensor_parallelism():

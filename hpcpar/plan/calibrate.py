@@ -129,10 +129,31 @@ def probe_pass(options):
                 o["layers"] // o["pp"], o["tp"], first=True, last=o["pp"] == 1)
 
 
-def fit_engine(peak):
+def allreduce_fit(comm_rows, pingpong_bandwidth):
+    """The TP all-reduce's (alpha, beta, source) from the collectives inside the probe steps:
+    seconds = alpha * calls + bytes / beta, fitted with non-negative coefficients.
+
+    On a busy machine the bytes can explain none of the spread in the timings: the fitted slope
+    1/beta comes out 0 (a negative one is clipped to 0) and beta would be infinite.  Then beta is the
+    ping-pong bandwidth measured between the same two ranks and alpha is fitted alone with it;
+    ``source`` says which ("probes" or "ping-pong")."""
+    from hpcpar.plan.cpu import fit_relative
+    seconds = [c["seconds"] for c in comm_rows]
+    (alpha, inv_beta), _ = fit_relative([[c["calls"], c["bytes"]] for c in comm_rows], seconds)
+    if inv_beta > 0:
+        return alpha, 1 / inv_beta, "probes"
+    if not 0 < pingpong_bandwidth < math.inf:
+        raise UsageError(f"calibrate: no usable all-reduce bandwidth (probe fit slope {inv_beta:g}, ping-pong "
+                         f"{pingpong_bandwidth:g} B/s): the machine was too busy; rerun when it is idle")
+    (alpha,), _ = fit_relative([[c["calls"]] for c in comm_rows], seconds,
+                               known=[c["bytes"] / pingpong_bandwidth for c in comm_rows])
+    return alpha, pingpong_bandwidth, "ping-pong"
+
+
+def fit_engine(peak, pingpong_bandwidth):
     """Run the probes and fit cpu.py's constants -> {"costs": CpuCosts per dtype, "allreduce": TP
-    (alpha, beta), "rms": {dtype: (forward, backward, rest) relative rms of the fits}, "cpu": the lowest
-    CPU share of the probe steps used}."""
+    (alpha, beta, source) (allreduce_fit), "rms": {dtype: (forward, backward, rest) relative rms of
+    the fits}, "cpu": the lowest CPU share of the probe steps used}."""
     from hpcpar.plan.cpu import REST, CpuCosts, fit_passes, fit_relative, fit_warm
     out = {"costs": {}, "rms": {}, "cpu": 1.0}
     comm_rows = []
@@ -148,9 +169,10 @@ def fit_engine(peak):
         out["rms"][dtype] = (rms_f, rms_b, rms_r)
         out["cpu"] = min([out["cpu"], pipe["cpu"]] + [r["cpu"] for _, r in runs])
         comm_rows += [r["comm"] for o, r in runs if o["tp"] > 1]
-    (alpha, inv_beta), _ = fit_relative([[c["calls"], c["bytes"]] for c in comm_rows],
-                                        [c["seconds"] for c in comm_rows])
-    out["allreduce"] = (alpha, 1 / inv_beta if inv_beta else float("inf"))
+    out["allreduce"] = allreduce_fit(comm_rows, pingpong_bandwidth)
+    if out["allreduce"][2] != "probes":
+        print("calibrate: the probes' all-reduce timings gave no bandwidth term (a busy machine?): "
+              "using the MPI ping-pong bandwidth", file=sys.stderr)
     return out
 
 
@@ -167,7 +189,7 @@ def measure(gpus_per_node=2):
                      reverse=True)
     classes[-1] = (0, classes[-1][1])
     mpi = mpi_pingpong()
-    return profile_text(peak, classes, bandwidth, mpi, gpus_per_node) + engine_text(mpi, fit_engine(peak))
+    return profile_text(peak, classes, bandwidth, mpi, gpus_per_node) + engine_text(mpi, fit_engine(peak, mpi["bandwidth"]))
 
 
 def profile_text(peak, classes, bandwidth, mpi, gpus_per_node):
@@ -204,13 +226,14 @@ def profile_text(peak, classes, bandwidth, mpi, gpus_per_node):
 
 def engine_text(mpi, fit):
     """The [engine] tables: hpcpar's own costs on this machine (cpu.py, local.py)."""
-    alpha, beta = fit["allreduce"]
+    alpha, beta, source = fit["allreduce"]
     lines = [
         "",
         "# hpcpar's engine on this machine (hpcpar/plan/cpu.py), fitted to short training steps (probe.py)",
         "[engine]",
         f"allreduce_latency_us = {alpha * 1e6:.2f}   # TP all-reduce inside a step: alpha * calls + bytes / beta",
-        f"allreduce_GBps = {beta / 1e9:.3f}",
+        f"allreduce_GBps = {beta / 1e9:.3f}" + ("" if source == "probes" else
+                                               "   # the MPI ping-pong's: the probes' timings gave no slope"),
         f"dp_latency_us = {mpi['dp_latency'] * 1e6:.2f}      # DP gradient buckets: iall_reduce_ + wait_all",
         f"dp_GBps = {mpi['dp_bandwidth'] / 1e9:.3f}",
         f"probe_cpu_share = {fit['cpu']:.3f}   # lowest CPU / wall time of a probe; below {QUIET}: disturbed",
