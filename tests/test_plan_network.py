@@ -66,3 +66,26 @@ def test_the_cp_ring_hop_that_leaves_the_node_uses_one_port():
     lay = Layout(4, 1, 1, cp=4)
     assert cp_ring_crosses_nodes(across, lay)
     assert cp_ring_seconds(across, lay) == pytest.approx(3 * A100.inter.seconds(cp_chunk_bytes(across, lay)))
+
+
+def test_an_all_gather_cp_engine_waits_for_its_gather():
+    """Context parallelism that all-gathers K and V (engine.cp_allgather) pays one all-gather of the cp
+    chunks forward and two collectives of the same size backward, exposed: the attention core hides
+    none of it, unlike the ring's hops.  The gathered K and V are held whole (cp chunks)."""
+    from dataclasses import replace
+    from hpcpar.plan.compute import layer_times
+    from hpcpar.plan.job import Engine, Job
+    from hpcpar.plan.memory import comm_buffer_bytes
+    from hpcpar.plan.models import load_model
+    from hpcpar.plan.network import cp_allgather_seconds, cp_chunk_bytes
+    ring = Job(load_model("llama3-8b"), A100, 16, 8, 8, 8192, engine=Engine(flash_attention=True))
+    gather = replace(ring, engine=Engine(flash_attention=True, cp_allgather=True))
+    lay = Layout(4, 1, 1, cp=4)                      # cp members 4 apart: two on each node
+    link = group_link(A100, lay, "cp", 8)
+    seconds = cp_allgather_seconds(gather, lay)
+    assert seconds == pytest.approx(reduce_scatter_seconds(link, 4, 4 * cp_chunk_bytes(gather, lay)))
+    t = layer_times(gather, lay)
+    assert t["fwd CP all-gather"] == seconds and t["bwd CP all-gather"] == 2 * seconds
+    assert "fwd CP ring" not in t and layer_times(ring, lay)["fwd CP ring"] == 0.0   # the ring hides under the core
+    extra = comm_buffer_bytes(gather, lay) - comm_buffer_bytes(ring, lay)
+    assert extra == 2 * cp_chunk_bytes(ring, lay)

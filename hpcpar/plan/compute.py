@@ -17,7 +17,10 @@ Three kinds of work, each from its own rate:
   MLP up, MLP down; twice those GEMMs backward): what is longer than its GEMM shows.
 * context parallelism (ring attention): each of the cp ranks sends its K and V chunk around the ring,
   cp - 1 hops of 2*kv*d*(s/cp)*b elements per layer forward, twice that backward (K, V and their
-  gradients), overlapped with the attention core: only the part longer than the core shows.
+  gradients), overlapped with the attention core: only the part longer than the core shows.  An
+  engine that all-gathers K and V instead (``engine.cp_allgather``, Llama 3's) waits for the gather
+  before the core: one all-gather forward, and backward an all-gather of K, V and a reduce-scatter of
+  dK, dV, all exposed.
 * fp8 (``engine.fp8``): the linear layers' GEMMs at the fp8 peak rate x ``engine.fp8_efficiency`` (the
   engine's dynamic-scaling casts around each fp8 GEMM and its kernels' sustained share); the attention
   core stays 16-bit.
@@ -32,7 +35,7 @@ from dataclasses import dataclass, field
 from hpcpar.plan.flops import layer_gemms, logits_gemm
 from hpcpar.plan.layout import stage_layers
 from hpcpar.plan.memory import tokens_per_rank
-from hpcpar.plan.network import cp_ring_seconds, tp_all_reduce
+from hpcpar.plan.network import cp_allgather_seconds, cp_ring_seconds, tp_all_reduce
 
 
 @dataclass
@@ -88,7 +91,6 @@ def layer_times(job, layout):
         quarter = tp_pass / 4
         tp_fwd = sum(exposed(quarter, gemm_seconds(job, g)) for g in gemms if g.weight)
         tp_bwd = sum(exposed(quarter, 2 * gemm_seconds(job, g)) for g in gemms if g.weight)
-    ring = cp_ring_seconds(job, layout)
     t = {
         "fwd GEMM": linear + core,
         "fwd element-wise": hw.memory_seconds(sum(elem.values())),
@@ -99,16 +101,25 @@ def layer_times(job, layout):
         "bwd element-wise": 2 * hw.memory_seconds(sum(elem.values())),
         "bwd TP all-reduce": tp_bwd,
     }
-    if layout.cp > 1:
-        t["fwd CP ring"], t["bwd CP ring"] = exposed(ring, core), exposed(2 * ring, 2 * core)
+    t.update(cp_times(job, layout, core))
     if layout.recompute == "full":
-        t["recompute forward"] = sum(t[k] for k in ("fwd GEMM", "fwd element-wise", "fwd TP all-reduce"))
-        t["recompute forward"] += t.get("fwd CP ring", 0.0)
+        t["recompute forward"] = sum(v for k, v in t.items() if k.startswith("fwd "))
     elif layout.recompute == "selective" and job.engine.selective_ops:   # every second linear GEMM
         t["recompute ops"] = linear / 2 + t["fwd element-wise"]               # and the element-wise passes
     elif layout.recompute == "selective" and not job.engine.flash_attention:
         t["recompute attention"] = core + hw.memory_seconds(elem["softmax, dropout"])
     return t
+
+
+def cp_times(job, layout, core):
+    """Exposed context-parallel communication of one layer, forward and backward ({} without cp)."""
+    if layout.cp == 1:
+        return {}
+    if job.engine.cp_allgather:
+        gather = cp_allgather_seconds(job, layout)
+        return {"fwd CP all-gather": gather, "bwd CP all-gather": 2 * gather}
+    ring = cp_ring_seconds(job, layout)
+    return {"fwd CP ring": exposed(ring, core), "bwd CP ring": exposed(2 * ring, 2 * core)}
 
 
 def end_times(job, layout, first, last):
@@ -137,9 +148,8 @@ def stage_times(job, layout, stage, lt=None):
     n = stage_layers(job.model.layers, layout.pp)[stage]
     lt = lt or layer_times(job, layout)
     recompute = sum(v for k, v in lt.items() if k.startswith("recompute"))
-    f = n * (lt["fwd GEMM"] + lt["fwd element-wise"] + lt["fwd TP all-reduce"] + lt.get("fwd CP ring", 0.0))
-    b = n * (lt["bwd GEMM dX"] + lt["bwd element-wise"] + lt["bwd TP all-reduce"] + lt.get("bwd CP ring", 0.0)
-             + recompute)
+    f = n * sum(v for k, v in lt.items() if k.startswith("fwd "))
+    b = n * (sum(v for k, v in lt.items() if k.startswith("bwd ") and k != "bwd GEMM dW") + recompute)
     w = n * lt["bwd GEMM dW"]
     terms = {k: n * v for k, v in lt.items()}
     for name, (ef, eb, ew) in end_times(job, layout, stage == 0, stage == layout.pp - 1).items():

@@ -10,7 +10,8 @@ from hpcpar.plan.compute import elementwise_bytes, gemm_rate, gemm_seconds
 from hpcpar.plan.flops import layer_gemms, narayanan_flops, step_flops
 from hpcpar.plan.layout import stage_layers
 from hpcpar.plan.memory import layer_activation_terms, stage_params, state_bytes_per_param
-from hpcpar.plan.network import cp_chunk_bytes, cp_ring_crosses_nodes, cp_ring_seconds, group_link
+from hpcpar.plan.network import (cp_allgather_seconds, cp_chunk_bytes, cp_ring_crosses_nodes, cp_ring_seconds,
+                                 group_link)
 
 GiB = 2**30
 
@@ -93,7 +94,11 @@ def compute_section(est):
     lines.append(f"  TP all-reduce of b*s*h = {nbytes / 2**20:.1f} MiB over {lay.tp} ranks: 2(t-1)*alpha + "
                  f"2(t-1)/t * n / beta, beta = {link.bandwidth * link.efficiency / 1e9:.0f} GB/s; 2 forward, 2 backward"
                  + ("; with sp an all-gather + reduce-scatter pair each, same time" if lay.sp else ""))
-    if lay.cp > 1:
+    if lay.cp > 1 and job.engine.cp_allgather:
+        lines.append(f"  CP all-gather of {lay.cp} K and V chunks of {cp_chunk_bytes(job, lay) / 2**20:.1f} MiB over "
+                     f"{lay.cp} ranks: {_ms(cp_allgather_seconds(job, lay)).strip()} forward, twice backward "
+                     "(K, V gathered again, dK, dV reduce-scattered); exposed, before the attention core")
+    elif lay.cp > 1:
         crosses = cp_ring_crosses_nodes(job, lay)
         ring = cp_ring_seconds(job, lay)
         lines.append(f"  CP ring: cp-1 = {lay.cp - 1} hops of one K and V chunk, {cp_chunk_bytes(job, lay) / 2**20:.1f} "

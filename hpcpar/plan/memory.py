@@ -35,8 +35,8 @@ Three terms no formula of the papers has, each explicit:
                            (or fp64) array; eager PyTorch (``cross_entropy(logits.float())``) the 16-bit
                            logits, their fp32 copy and the fp32 log-softmax it saves: 2 + 4 + 4
     communication buffers  p2p send + receive of one activation, the sequence-parallel all-gather of
-                           b*s*h, the ring-attention K/V chunks in flight (2 of them), the engine's
-                           fixed collective buffers (NCCL)
+                           b*s*h, the ring-attention K/V chunks in flight (2 of them; all cp of them
+                           where K and V are all-gathered), the engine's fixed collective buffers (NCCL)
     workspace              the transient arrays of one layer's backward (gradient of the scores or
                            of the MLP's hidden layer) plus the engine's fixed GEMM workspace
     allocator cache        what a caching allocator (PyTorch's) holds reserved beyond what is allocated:
@@ -171,8 +171,8 @@ def comm_buffer_bytes(job, layout):
         total += 2 * sbh / (layout.tp if layout.sp else 1)
     if layout.sp:
         total += sbh
-    if layout.cp > 1:      # two K/V chunks: the one in use and the one arriving
-        total += 2 * cp_chunk_bytes(job, layout)
+    if layout.cp > 1:      # two K/V chunks of a ring (the one in use, the one arriving), or all cp gathered
+        total += (layout.cp if job.engine.cp_allgather else 2) * cp_chunk_bytes(job, layout)
     return total
 
 

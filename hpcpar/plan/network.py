@@ -10,7 +10,8 @@ so time = steps * alpha + bytes / beta.  Which link a group uses follows from th
 ``rank = tp + TP*(cp + CP*(dp + DP*pp))`` (hpcpar/grid.py's tp-dp-pp order, with context parallelism
 next to tensor parallelism as in Megatron-Core): a group whose members share one node talks over
 NVLink; one that spans nodes goes through the network, and when k of its members share a node the k
-rings that leave that node use k network ports at once, so beta = min(NVLink, k * port).  ZeRO and
+rings that leave that node use k network ports at once, so beta = min(NVLink, k * port).  Context
+parallelism passes K and V chunks round a ring (cp_ring_seconds) or all-gathers them (cp_allgather_seconds).  ZeRO and
 the gradient reduction run over the "shard" group: the dp * cp ranks that hold the same weights.
 """
 from hpcpar.plan.flops import kv_heads_per_rank
@@ -99,3 +100,11 @@ def cp_ring_seconds(job, layout):
     hw = job.hardware
     link = hw.inter if cp_ring_crosses_nodes(job, layout) else hw.intra
     return (layout.cp - 1) * link.seconds(cp_chunk_bytes(job, layout))
+
+
+def cp_allgather_seconds(job, layout):
+    """One all-gather of every rank's K and V chunk over the cp group - context parallelism that gathers
+    K and V whole before the attention core instead of passing chunks round a ring (``engine.cp_allgather``):
+    a collective on the cp group's link, like the other collectives (k members on a node, k ports)."""
+    link = group_link(job.hardware, layout, "cp", job.gpus_per_node)
+    return reduce_scatter_seconds(link, layout.cp, layout.cp * cp_chunk_bytes(job, layout))
