@@ -89,3 +89,6 @@ def test_an_all_gather_cp_engine_waits_for_its_gather():
     assert "fwd CP ring" not in t and layer_times(ring, lay)["fwd CP ring"] == 0.0   # the ring hides under the core
     extra = comm_buffer_bytes(gather, lay) - comm_buffer_bytes(ring, lay)
     assert extra == 2 * cp_chunk_bytes(ring, lay)
+    from hpcpar.plan.explain import explain
+    from hpcpar.plan.step import estimate
+    assert "CP all-gather of 4 K and V chunks" in explain(estimate(gather, lay))
