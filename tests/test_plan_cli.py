@@ -94,6 +94,11 @@ def test_validate_prints_predicted_and_published(capsys):
     assert main(["plan", "--validate", "no such run"]) == 2
 
 
+def _step_seconds(explained):
+    """The step time of an --explain printout (its STEP line)."""
+    return float(next(line.split()[1] for line in explained.splitlines() if line.startswith("STEP ")))
+
+
 LLAMA3_CP16 = ["plan", "--model", "llama3-405b", "--gpus", "16384", "--hardware", "h100", "--global-batch", "128",
                "--seq-len", "131072", "--flash-attention", "--tp", "8", "--cp", "16", "--pp", "16", "--top", "3"]
 
@@ -112,3 +117,8 @@ def test_llama3_405b_at_tp8_cp16_pp16_on_16384_gpus(capsys):
     explained = capsys.readouterr().out
     # cp ranks are tp = 8 apart: with 8 GPUs per node every hop of the ring leaves the node
     assert "CP ring: cp-1 = 15 hops" in explained and "over the network" in explained
+    # Meta's own CP all-gathers K and V (the paper's section 3.3.2): exposed, so the same layout is slower
+    assert main(LLAMA3_CP16 + ["--cp-allgather", "--explain", layout]) == 0
+    gathered = capsys.readouterr().out
+    assert "CP all-gather of 16 K and V chunks" in gathered and "exposed" in gathered
+    assert _step_seconds(gathered) > _step_seconds(explained)

@@ -2,7 +2,7 @@
 
 (b) Published large-scale runs (hpcpar/plan/runs/*.toml name the source, table and row of every
     number).  Fitting rows fix the one GEMM factor of each hardware profile (geometric mean of
-    predicted / published throughput = 1 within 3 %), framework-fitting rows the two constants of
+    predicted / published throughput = 1 within 3 %), framework-fitting rows the three constants of
     fit.py.  The held-out rows - nothing fitted to them -
     are checked as a floor under what the model reaches today (docs/planning.md has the table):
     throughput within 15 %, memory within 20 % and the published grid among the top choices.

@@ -3,7 +3,8 @@
   hpcpar plan --model gpt3-175b --gpus 1024 --gpus-per-node 8 --hardware a100 \\
               --global-batch 1536 --seq-len 2048 [--top 10] [--explain top] [--plot plan.png]
               [--tp 8] [--pp N] [--cp 16] [--zero 1|2|3] [--recompute none|selective|full]
-              [--overlap-tp | --no-overlap-tp] [--fp8] [--intra-gbps 450 --inter-gbps 50 --memory-gib 80]
+              [--overlap-tp | --no-overlap-tp] [--fp8] [--cp-allgather]
+              [--intra-gbps 450 --inter-gbps 50 --memory-gib 80]
   hpcpar plan --validate [MATCH]               predicted vs published runs (hpcpar/plan/runs/*.toml)
   hpcpar plan calibrate [--out local.toml]      measure this machine into a hardware profile
   hpcpar plan local --hardware local.toml --model small --dtype fp32 --global-batch 16 [--tp 2]
@@ -41,6 +42,9 @@ def add_arguments(p):
     p.add_argument("--zero", type=int, choices=[0, 1, 2, 3], help="pin the ZeRO stage (3: FSDP)")
     p.add_argument("--recompute", choices=["none", "selective", "full"], help="pin the recomputation")
     p.add_argument("--cp", type=int, default=1, help="context-parallel size (default 1)")
+    p.add_argument("--cp-allgather", action="store_true",
+                   help="context parallelism all-gathers K and V before attention, exposed (Llama 3's), "
+                        "instead of a ring overlapped with it")
     for flag, what in (("intra-gbps", "NVLink bandwidth per GPU, one direction, GB/s"),
                        ("inter-gbps", "network bandwidth per GPU, GB/s"), ("memory-gib", "memory per GPU, GiB"),
                        ("hbm-gbps", "memory bandwidth, GB/s")):
@@ -79,7 +83,7 @@ def _job(args):
     hw.peak(dtype)     # refuses a dtype the profile has no rate for
     return Job(load_model(args.model), hw, args.gpus, min(gpn, args.gpus), args.global_batch, args.seq_len,
                dtype=dtype, engine=Engine(flash_attention=args.flash_attention, overlap_tp=args.overlap_tp,
-                                          fp8=args.fp8))
+                                          fp8=args.fp8, cp_allgather=args.cp_allgather))
 
 
 def with_overrides(hw, args):

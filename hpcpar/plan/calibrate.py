@@ -189,7 +189,8 @@ def measure(gpus_per_node=2):
                      reverse=True)
     classes[-1] = (0, classes[-1][1])
     mpi = mpi_pingpong()
-    return profile_text(peak, classes, bandwidth, mpi, gpus_per_node) + engine_text(mpi, fit_engine(peak, mpi["bandwidth"]))
+    fit = fit_engine(peak, mpi["bandwidth"])
+    return profile_text(peak, classes, bandwidth, mpi, gpus_per_node) + engine_text(mpi, fit)
 
 
 def profile_text(peak, classes, bandwidth, mpi, gpus_per_node):

@@ -10,9 +10,10 @@ so time = steps * alpha + bytes / beta.  Which link a group uses follows from th
 ``rank = tp + TP*(cp + CP*(dp + DP*pp))`` (hpcpar/grid.py's tp-dp-pp order, with context parallelism
 next to tensor parallelism as in Megatron-Core): a group whose members share one node talks over
 NVLink; one that spans nodes goes through the network, and when k of its members share a node the k
-rings that leave that node use k network ports at once, so beta = min(NVLink, k * port).  Context
-parallelism passes K and V chunks round a ring (cp_ring_seconds) or all-gathers them (cp_allgather_seconds).  ZeRO and
+rings that leave that node use k network ports at once, so beta = min(NVLink, k * port).  ZeRO and
 the gradient reduction run over the "shard" group: the dp * cp ranks that hold the same weights.
+Context parallelism passes K and V chunks round a ring (cp_ring_seconds) or all-gathers them
+(cp_allgather_seconds).
 """
 from hpcpar.plan.flops import kv_heads_per_rank
 from hpcpar.plan.hardware import Link
