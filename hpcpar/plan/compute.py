@@ -25,12 +25,14 @@ Three kinds of work, each from its own rate:
   engine's dynamic-scaling casts around each fp8 GEMM and its kernels' sustained share); the attention
   core stays 16-bit.
 * an engine whose kernels are slower than the fused ones the hardware's factor was fitted to (eager
-  PyTorch: one kernel per operation, launch gaps) runs every GEMM at ``engine.gemm_efficiency`` of the rate.
+  PyTorch: one kernel per operation, launch gaps) runs every GEMM at ``engine.gemm_efficiency`` of the rate,
+  or, in a layout that recomputes nothing, at ``engine.gemm_efficiency_no_recompute`` where the engine
+  has one (eager Composer sustains less without activation checkpointing: published.EAGER).
 
 Recomputation adds to B: the whole forward of every layer (full) or the attention core (selective);
 PyTorch's op-level selective policy: every second linear GEMM and the element-wise passes.
 """
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from hpcpar.plan.flops import layer_gemms, logits_gemm
 from hpcpar.plan.layout import stage_layers
@@ -44,6 +46,15 @@ class StageTimes:
     backward: float         # B: input gradients (plus any recomputation)
     weight: float           # W: weight gradients
     terms: dict = field(default_factory=dict)   # the parts, for --explain
+
+
+def layout_engine_job(job, layout):
+    """``job`` with the GEMM efficiency its engine sustains in ``layout``: the no-recompute one where the
+    engine has one and the layout recomputes nothing."""
+    no_recompute = job.engine.gemm_efficiency_no_recompute
+    if layout.recompute != "none" or no_recompute is None:
+        return job
+    return replace(job, engine=replace(job.engine, gemm_efficiency=no_recompute))
 
 
 def gemm_rate(job, gemm):
@@ -79,6 +90,7 @@ def elementwise_bytes(job, layout):
 
 def layer_times(job, layout):
     """Seconds of one layer for one micro-batch, by term."""
+    job = layout_engine_job(job, layout)
     gemms = layer_gemms(job.model, layout.mb, job.seq_len, layout.tp, layout.cp)
     hw = job.hardware
     sbh_bytes = tokens_per_rank(job, layout) * job.model.hidden * job.elem_bytes
@@ -124,6 +136,7 @@ def cp_times(job, layout, core):
 
 def end_times(job, layout, first, last):
     """Extra work of the first stage (embedding) and the last (norm, logits, cross-entropy)."""
+    job = layout_engine_job(job, layout)
     m, hw, e = job.model, job.hardware, job.elem_bytes
     sb = tokens_per_rank(job, layout)
     sbh_bytes = sb * m.hidden * e

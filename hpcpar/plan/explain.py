@@ -6,7 +6,7 @@ slowest stage (GEMMs, element-wise passes, tensor-parallel all-reduces, recomput
 (simulated makespan and bubble next to the textbook formula), the data-parallel gradient traffic and
 how much of it shows, the optimizer, and the totals.
 """
-from hpcpar.plan.compute import elementwise_bytes, gemm_rate, gemm_seconds
+from hpcpar.plan.compute import elementwise_bytes, gemm_rate, gemm_seconds, layout_engine_job
 from hpcpar.plan.flops import layer_gemms, narayanan_flops, step_flops
 from hpcpar.plan.layout import stage_layers
 from hpcpar.plan.memory import layer_activation_terms, stage_params, state_bytes_per_param
@@ -72,7 +72,8 @@ def memory_section(est):
 
 
 def compute_section(est):
-    job, lay = est.job, est.layout
+    lay = est.layout
+    job = layout_engine_job(est.job, lay)      # the GEMM efficiency this layout's engine runs at
     hw = job.hardware
     gemms = layer_gemms(job.model, lay.mb, job.seq_len, lay.tp, lay.cp)
     lines = [f"COMPUTE one layer, one micro-batch of {lay.mb} x {job.seq_len} tokens, on 1 of tp={lay.tp} ranks",

@@ -1,6 +1,6 @@
-"""The three framework constants, each fitted to its own named published rows (role "framework-fitting").
+"""The four framework constants, each fitted to its own named published rows (role "framework-fitting").
 
-Both are properties of a framework's runtime that no formula gives, and neither is fitted to the
+All are properties of a framework's runtime that no formula gives, and neither is fitted to the
 rows it is judged on (docs/planning.md, Validation):
 
 * ``gemm_efficiency`` of eager PyTorch (published.EAGER): its GEMMs and the kernels around them run
@@ -8,6 +8,11 @@ rows it is judged on (docs/planning.md, Validation):
   hardware's GEMM factor was fitted to.  Fitted like that factor (calibrate.fit_calibration): the
   step is nearly proportional to 1 / efficiency, so c <- c / (predicted throughput / published)
   converges in a few rounds.
+* ``gemm_efficiency_no_recompute``, the same for a layout that recomputes nothing: llm-foundry's own
+  table reports a lower hardware utilisation for its runs without activation checkpointing (HFU
+  35-46 % against 48-59 % with it, at 4K tokens or fewer); fitted the same way on a row without
+  checkpointing that matches the row above in GPUs, sequence and gradient accumulation.  Why Composer's
+  eager engine sustains less then, no source says: the constant is measured, not explained.
 * ``fp8_efficiency`` of torchao's Float8 training (published.FLOAT8): its fp8 GEMMs with the dynamic
   scaling around each (an amax reduction and a cast of every input, weight and output gradient, in
   kernels of their own) against the fp8 peak times the hardware's factor.  Fitted the same way, on a

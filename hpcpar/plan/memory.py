@@ -33,7 +33,8 @@ Three terms no formula of the papers has, each explicit:
 
     loss                   the logits of one micro-batch at loss_bytes_per_logit: hpcpar keeps one fp32
                            (or fp64) array; eager PyTorch (``cross_entropy(logits.float())``) the 16-bit
-                           logits, their fp32 copy and the fp32 log-softmax it saves: 2 + 4 + 4
+                           logits, their fp32 copy and the fp32 log-softmax it saves: 2 + 4 + 4; a
+                           fused cross-entropy kernel only the 16-bit logits: 2
     communication buffers  p2p send + receive of one activation, the sequence-parallel all-gather of
                            b*s*h, the ring-attention K/V chunks in flight (2 of them; all cp of them
                            where K and V are all-gathered), the engine's fixed collective buffers (NCCL)

@@ -10,9 +10,9 @@ Throughput is compared as step time: a published TFLOP/s per GPU is turned back 
 step with the FLOP count that source used (``convention``), tokens/s per GPU with the batch.
 
 ``role = "fitting"`` rows fix the GEMM factor of each hardware profile (calibrate.fit_calibration);
-``role = "framework-fitting"`` rows the three framework constants of fit.py (eager PyTorch's GEMM
-efficiency, torchao Float8's fp8 GEMM efficiency, the caching allocator's cache).  Every other row is held out ("validation"):
-nothing was fitted to it.
+``role = "framework-fitting"`` rows the four framework constants of fit.py (eager PyTorch's GEMM
+efficiency with and without recomputation, torchao Float8's fp8 GEMM efficiency, the caching
+allocator's cache).  Every other row is held out ("validation"): nothing was fitted to it.
 """
 from dataclasses import dataclass, field
 from importlib import resources
@@ -30,14 +30,19 @@ from hpcpar.runtime import UsageError
 # "framework-fitting" row of torchtitan-h100.toml (Llama 3.1 8B, FSDP + CP 1, 32K).
 PYTORCH = dict(numpy_caches=False, adam_buffers=2, shard_grad_buffer=False, allocator_cache=0.158)
 # Eager PyTorch (no torch.compile): fit.fit_gemm_efficiency on the "framework-fitting" row of
-# llm-foundry-h100.toml (MPT-30B on 16 GPUs); a run sets eager = true where its source ran eager.
-EAGER = dict(gemm_efficiency=0.796)
+# llm-foundry-h100.toml (MPT-30B on 16 GPUs, activation checkpointing); a run sets eager = true where
+# its source ran eager.  Without recomputation it sustains less (the llm-foundry table's own HFU):
+# fit.fit_gemm_efficiency(name="gemm_efficiency_no_recompute") on that file's MPT-3B row on 16 GPUs.
+EAGER = dict(gemm_efficiency=0.796, gemm_efficiency_no_recompute=0.644)
 # torchao's Float8 training (torchtitan's fp8 rows): fit.fit_gemm_efficiency(name="fp8_efficiency") on
 # the "framework-fitting" Float8 row of torchtitan-h100.toml (Llama 3.1 8B FSDP + compile + Float8).
 FLOAT8 = dict(fp8_efficiency=0.791)
-# torchtitan and llm-foundry compute the loss as cross_entropy(logits.float()): 16-bit logits, their
-# fp32 copy and the fp32 log-softmax saved for the backward (memory.py).
+# torchtitan computes the loss as cross_entropy(logits.float()): 16-bit logits, their fp32 copy and the
+# fp32 log-softmax saved for the backward (memory.py).  llm-foundry's MPT (ComposerMPTCausalLM, loss_fn
+# "fused_crossentropy" by default: flash_attn's CrossEntropyLoss) computes it in one kernel from the
+# 16-bit logits, which are all it keeps (with one fp32 log-sum-exp per token).
 EAGER_LOSS = dict(loss_bytes_per_logit=2 + 4 + 4)
+FUSED_LOSS = dict(loss_bytes_per_logit=2)
 FRAMEWORKS = {
     "megatron-2021": dict(engine=dict(scatter_gather_p2p=True, overlap_dp=False, overlap_p2p=False,
                                       mixed_state_bytes=(2, 2, 16)),
@@ -61,8 +66,8 @@ FRAMEWORKS = {
                                    fsdp_gather_once_with_pp=True, selective_ops=True),
                        recompute=("none", "selective", "full"), schedules=("1f1b", "interleaved"), zero=(3,),
                        sp=(True,), dtype="bf16"),
-    # llm-foundry (Composer FSDP, FULL_SHARD): flash (triton) attention, fp32 sharded state.
-    "llm-foundry": dict(engine=dict(EAGER_LOSS, flash_attention=True, mixed_state_bytes=(4, 4, 8)),
+    # llm-foundry (Composer FSDP, FULL_SHARD): flash (triton) attention, fp32 sharded state, fused loss.
+    "llm-foundry": dict(engine=dict(FUSED_LOSS, flash_attention=True, mixed_state_bytes=(4, 4, 8)),
                         recompute=("none", "full"), schedules=("1f1b",), zero=(3,), sp=(False,), dtype="bf16"),
 }
 for _name in ("torchtitan", "llm-foundry", "megatron-core"):
@@ -97,8 +102,8 @@ class Run:
     hardware_changes: dict = field(default_factory=dict)    # inter_GBps, memory_GiB, hbm_GBps
     eager: bool = False             # PyTorch without torch.compile (EAGER)
     role: str = "validation"        # or "fitting" (the hardware's GEMM factor), "framework-fitting" (fit.py)
-    fits: str = ""                  # framework-fitting: the constant it fixes (gemm_efficiency, fp8_efficiency,
-                                    # allocator_cache)
+    fits: str = ""                  # framework-fitting: the constant it fixes (gemm_efficiency,
+                                    # gemm_efficiency_no_recompute, fp8_efficiency, allocator_cache)
 
     @property
     def features(self):
