@@ -128,3 +128,21 @@ def test_fsdp_traffic_is_per_micro_batch_and_in_the_pipeline():
     est = estimate(job, Layout(1, 1, 8, mb=1, zero=3, recompute="selective"))
     assert est.fsdp[0] > 0 and est.dp_exposed == 0
     assert est.fsdp[1] >= est.fsdp[0] / job.micro_batches(est.layout) * 0      # shown part is never negative
+
+
+def test_a_no_recompute_gemm_efficiency_applies_only_where_nothing_is_recomputed():
+    """An engine with a separate GEMM efficiency for layouts that recompute nothing (published.EAGER)
+    runs those layouts' GEMMs at it, and every other layout's at its usual one; without one, the job
+    is unchanged."""
+    from dataclasses import replace
+    from hpcpar.plan.compute import layer_times, layout_engine_job
+    from hpcpar.plan.job import Engine
+    job = replace(small_job(), engine=Engine(gemm_efficiency=0.8, gemm_efficiency_no_recompute=0.64))
+    none, full = parse_layout("tp1-pp1-dp8-mb4-v1-1f1b"), parse_layout("tp1-pp1-dp8-mb4-v1-1f1b-rcfull")
+    assert layout_engine_job(job, none).engine.gemm_efficiency == 0.64
+    assert layout_engine_job(job, full) is job
+    plain = small_job()
+    assert layout_engine_job(plain, none) is plain
+    # the GEMMs of this small model are compute-bound: their time goes as 1 / efficiency
+    slow, usual = layer_times(job, none)["bwd GEMM dW"], layer_times(job, full)["bwd GEMM dW"]
+    assert slow == pytest.approx(usual * 0.8 / 0.64, rel=1e-9)

@@ -1,6 +1,6 @@
 """The four framework constants, each fitted to its own named published rows (role "framework-fitting").
 
-All are properties of a framework's runtime that no formula gives, and neither is fitted to the
+All are properties of a framework's runtime that no formula gives, and none is fitted to the
 rows it is judged on (docs/planning.md, Validation):
 
 * ``gemm_efficiency`` of eager PyTorch (published.EAGER): its GEMMs and the kernels around them run
