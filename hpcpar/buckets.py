@@ -4,7 +4,8 @@ Every parameter of a rank lives inside a few large contiguous arrays: ``p.data``
 views into a bucket's ``data`` and ``grad``.  That makes three things cheap:
 
 * data parallelism reduces a whole bucket with one MPI call on one contiguous buffer, as soon as all
-  of its gradients are final (buckets are filled in backward order, so the first ones finish first);
+  of its gradients are final (buckets are filled in backward order, so the first ones finish first,
+  and cut where the backward reports gradients, so that none waits for the next report);
 * ZeRO-1 cuts each bucket into ``dp`` equal ranges (buckets are padded to a multiple of ``dp``), and a
   rank updates only its own range;
 * the optimizer updates a bucket with a handful of vectorised operations instead of one per tensor.
@@ -72,15 +73,29 @@ class Bucket:
         return out
 
 
-def make_buckets(params, bucket_bytes, align=1, compute_dtype=None):
-    """Bucket ``params`` in the given order, each bucket about ``bucket_bytes`` (never splitting one)."""
+def make_buckets(groups, bucket_bytes, align=1, compute_dtype=None):
+    """Bucket the parameter ``groups`` (lists of parameters final at the same moment, in the order they
+    become final) in that order, each bucket about ``bucket_bytes``.  A bucket holds whole groups while
+    they fit: one that does not fit starts a new bucket, because a bucket spanning two groups could
+    not start before the later one is final.  A group larger than ``bucket_bytes`` is cut into buckets
+    of its own (never splitting a parameter); they start together."""
     buckets, current, size = [], [], 0
-    for p in params:
-        current.append(p)
-        size += p.data.nbytes
-        if size >= bucket_bytes:
+
+    def close():
+        nonlocal current, size
+        if current:
             buckets.append(Bucket(current, align, compute_dtype))
-            current, size = [], 0
-    if current:
-        buckets.append(Bucket(current, align, compute_dtype))
+        current, size = [], 0
+    for group in groups:
+        group_bytes = sum(p.data.nbytes for p in group)
+        if size + group_bytes > bucket_bytes:
+            close()
+        for p in group:
+            current.append(p)
+            size += p.data.nbytes
+            if size >= bucket_bytes:
+                close()
+        if group_bytes > bucket_bytes:        # the rest of a cut group: no later group joins it
+            close()
+    close()
     return buckets

@@ -22,22 +22,28 @@ releases once it has done that (``release_late``).
 """
 import time
 
-from hpcpar import backend, trace
+from hpcpar import backend, progress, trace
 from hpcpar.buckets import Bucket, FlatSlice, make_buckets
 from hpcpar.comm import test_all, wait_all
 
 
 class DataParallel:
-    def __init__(self, params, dp_comm, bucket_mb=4.0, zero1=False, late=(), uses=None, compute_dtype=None):
+    def __init__(self, params, dp_comm, bucket_mb=4.0, zero1=False, late=(), uses=None, compute_dtype=None,
+                 groups=None):
         """``uses``: {id(param): how many model chunks report it ready} - a parameter that two chunks
         of this rank share (the tied embedding when one rank holds both ends of an interleaved model)
         is final only when the last of them is done with it. Default 1 each.  ``compute_dtype``: the
-        low precision of the weights' compute copy under mixed precision (buckets.py)."""
+        low precision of the weights' compute copy under mixed precision (buckets.py).  ``groups``:
+        ``params`` as the backward reports them ready, in that order (Stage.grad_groups); buckets are
+        cut along them.  Default: one parameter at a time, in the reverse of ``params``."""
         self.comm, self.zero1 = dp_comm, zero1
         self._uses = uses or {}
         align = dp_comm.size if zero1 else 1
+        groups = [[p] for p in reversed(params)] if groups is None else groups
+        if sorted(id(p) for g in groups for p in g) != sorted(id(p) for p in params):
+            raise ValueError("the groups must hold every parameter exactly once")
         late_ids = {id(p) for p in late}
-        backward_order = [p for p in reversed(params) if id(p) not in late_ids]
+        backward_order = [[p for p in g if id(p) not in late_ids] for g in groups]
         self.buckets = make_buckets(backward_order, int(bucket_mb * 2**20), align, compute_dtype)
         self.late = Bucket(list(late), align, compute_dtype) if late else None
         if self.late:
@@ -47,9 +53,11 @@ class DataParallel:
         self._owned_grads = [xp.empty(b.size // dp_comm.size, dtype=b.grad.dtype) for b in self.buckets] \
             if zero1 else None
         self.launch_times = []          # perf_counter() of each bucket launch (overlap is measurable)
-        # MPICH moves a non-blocking all-reduce on only inside MPI calls: test the buckets in flight
-        # whenever the backward reports gradients, so that they progress during the backward too
-        self.poll = True
+        # MPICH moves a non-blocking all-reduce on only inside MPI calls, and it needs several of them
+        # (one per round of its algorithm): the buckets in flight are tested (MPI_Testall) so that
+        # they progress during the backward too - "gemms": between the backward's GEMMs (progress.py)
+        # and whenever it reports gradients; "reports": only when it reports; "off": never
+        self.poll = "gemms"
         self.start_step()
 
     def start_step(self):
@@ -72,8 +80,11 @@ class DataParallel:
             self._waiting[i] -= 1
             if self._waiting[i] == 0:
                 self._launch(i)
-        if self.poll:
-            test_all(self._requests)
+        if self.poll != "off":
+            self._progress()
+
+    def _progress(self):
+        test_all(self._requests)
 
     def release_late(self):
         if self.late is not None:
@@ -97,12 +108,15 @@ class DataParallel:
             self._requests.append(self.comm.ireduce_scatter(b.grad, self._owned_grads[i]))
         else:
             self._requests.append(self.comm.iall_reduce_(b.grad))
+        if self.poll == "gemms":
+            progress.install(self._progress)
 
     def finish(self):
         """Launch what is left (in bucket order, the same on every DP rank) and wait for everything."""
         for i in range(len(self.buckets)):
             self._launch(i)
         start = time.perf_counter()
+        progress.install(None)
         wait_all(self._requests)
         self._requests = []
         tracer = trace.active()

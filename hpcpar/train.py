@@ -140,7 +140,7 @@ class Trainer:
             for p in chunk.parameters():
                 uses[id(p)] = uses.get(id(p), 0) + 1
         self.dp = DataParallel(params, g.dp_cp_comm, cfg.bucket_mb, cfg.zero1, late=self.tied + partial, uses=uses,
-                               compute_dtype=self.compute)
+                               compute_dtype=self.compute, groups=self._grad_groups())
         self.partial = partial
         self.optimizer = make_optimizer(cfg.optimizer, cfg.lr, cfg.momentum, cfg.beta1, cfg.beta2, cfg.eps,
                                         cfg.weight_decay)
@@ -288,6 +288,15 @@ class Trainer:
         if self.partial:                                # sequence-parallel partial sums over TP
             g.tp_comm.all_reduce_(self.dp.late_grads(self.partial))
         self.dp.release_late()
+
+    def _grad_groups(self):
+        """This rank's parameters as its chunks' backward passes report them final (Stage.grad_groups),
+        last chunk first; a parameter two chunks share goes with the later report, where it is final."""
+        groups, seen = [], set()
+        for group in reversed([g for c in reversed(self.chunks) for g in c.grad_groups()]):
+            groups.append([p for p in group if id(p) not in seen])
+            seen.update(id(p) for p in group)
+        return groups[::-1]
 
     def parameters(self):
         """This rank's parameters, each once (one rank may hold both ends of a tied embedding)."""

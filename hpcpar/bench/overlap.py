@@ -1,18 +1,25 @@
-"""(o) How much of data parallelism's gradient all-reduce hides behind the backward pass.
+"""(o) How much of data parallelism's gradient all-reduce hides behind the backward pass, and why.
 
 The buckets' ``Iallreduce`` starts during the backward (data_parallel.py), but MPICH moves a
-non-blocking collective on only while the rank is inside an MPI call: started and then left alone,
-a bucket waits until ``finish()``, and the all-reduce is hardly hidden at all.  Two remedies:
+non-blocking collective on only while the rank is inside an MPI call, and one all-reduce needs several
+such calls - one per round of its algorithm, 5 or 6 for a 4 MB bucket at two ranks.  Started and left
+alone, a bucket waits until ``finish()``.  The remedies, measured side by side (``DataParallel.poll``):
 
-* test calls in the backward: DataParallel.poll (the default) calls MPI_Testall on the buckets in
-  flight whenever the backward reports finished gradients;
+* "gemms" (the default): MPI_Testall on the buckets in flight between the backward's GEMMs
+  (hpcpar/progress.py) and whenever it reports finished gradients - a few milliseconds apart;
+* "reports": only when it reports gradients - once a layer, tens of milliseconds apart;
+* "off": never;
 * MPICH's progress thread, ``MPIR_CVAR_ASYNC_PROGRESS=1`` (the benchmark ``overlap-async`` runs this
   one under it): a thread per rank that keeps calling MPI's progress engine - and takes a core for it.
 
-Measured per round, side by side: the step with polling and without, and the same buckets all-reduced
-alone (blocking).  **Exposed** is the time the step still waits in ``finish()``, on the rank that
-arrived last (the others wait for it too, which is imbalance, not communication); hidden = 1 - exposed /
-all-reduce alone.
+Measured per round: the step in each mode and the same buckets all-reduced alone (blocking).
+**Exposed** is the time the step still waits in ``finish()``, on the rank that arrived last (the others
+wait for it too, which is imbalance, not communication); hidden = 1 - exposed / all-reduce alone.
+
+Where the exposed time comes from, in the default mode: per bucket, its size, how long before the end
+of the backward it was launched, and in how many steps it was still in flight when ``finish()`` began.
+A bucket launched at the end - the input embedding's, whose gradient the backward finishes last -
+cannot hide; every other one can, given enough polls.
 """
 import os
 import statistics
@@ -24,6 +31,7 @@ from mpi4py import MPI
 from hpcpar.bench.common import BENCH_MODEL, Result, interleave, ms, pct, slowest_rank
 
 QUICK_MODEL = dict(hidden=32, layers=2, heads=2, seq_len=16, vocab=64, batch_size=8)
+MODES = {"gemms": "polled between GEMMs", "reports": "polled at reports only", "off": "not polled"}
 
 
 def run(quick):
@@ -35,47 +43,69 @@ def run(quick):
                       **dims)
     t = Trainer(cfg, world)
     counter = iter(range(10 ** 6))
-    exposed = {True: [], False: []}
+    exposed = {mode: [] for mode in MODES}
+    launched_before_end, in_flight = [], []       # per step of the default mode: one entry per bucket
+    finish = t.dp.finish
 
-    def step(poll):
-        t.dp.poll = poll
+    def finish_observed():
+        """finish(), noting first when each bucket was launched and whether it is still in flight."""
+        now = time.perf_counter()
+        if t.dp.poll == "gemms":
+            launched_before_end.append([now - x for x in t.dp.launch_times])
+            in_flight.append([not r.mpi_request.Get_status() for r in t.dp._requests])
+        finish()
+    t.dp.finish = finish_observed
+
+    def step(mode):
+        t.dp.poll = mode
         before = t.dp.comm.stats.seconds["wait"]
         t.step(next(counter))
-        exposed[poll].append(t.dp.comm.stats.seconds["wait"] - before)
+        exposed[mode].append(t.dp.comm.stats.seconds["wait"] - before)
 
     def all_reduce_alone():
         for b in t.dp.buckets:
             t.dp.comm.all_reduce_(b.grad)
-    cases = {"polled": lambda: step(True), "not polled": lambda: step(False), "all-reduce alone": all_reduce_alone}
+    cases = {name: (lambda mode=mode: step(mode)) for mode, name in MODES.items()}
+    cases["all-reduce alone"] = all_reduce_alone
     times = slowest_rank(world, interleave(cases, 3 if quick else 8, time.perf_counter, world.Barrier))
     waits = {}
-    for poll, ts in exposed.items():
+    for mode, ts in exposed.items():
         last = np.array(ts[1:])                      # the untimed first call of each case: left out
         world.Allreduce(MPI.IN_PLACE, last, op=MPI.MIN)
-        waits[poll] = last
+        waits[mode] = last
     if world.rank:
         return None
     alone = min(times["all-reduce alone"])
     res = Result()
     rows = []
-    for poll, name in ((True, "polled"), (False, "not polled")):
-        best, med = min(waits[poll]), statistics.median(waits[poll])
+    for mode, name in MODES.items():
+        best, med = min(waits[mode]), statistics.median(waits[mode])
         rows.append([name, ms(min(times[name])), ms(alone), ms(best), ms(med), pct(1 - best / alone),
                      pct(1 - med / alone)])
         res.figures[name] = {"step_s": min(times[name]), "all_reduce_alone_s": alone, "exposed_best_s": best,
                              "exposed_median_s": med, "hidden": 1 - best / alone, "hidden_median": 1 - med / alone}
     progress = os.environ.get("MPIR_CVAR_ASYNC_PROGRESS", "0")
+    hidden = 1 - statistics.median(waits["gemms"]) / alone
     if world.size == 2:
         res.target(f"dp 2{' with the progress thread' if progress == '1' else ''}: all-reduce hidden (polled, "
-                   "median)", ">= 50%", pct(1 - statistics.median(waits[True]) / alone),
-                   1 - statistics.median(waits[True]) / alone >= 0.5)
+                   "median)", ">= 50%", pct(hidden), hidden >= 0.5)
     n = sum(b.grad.nbytes for b in t.dp.buckets)
     res.table(f"dp {world.size}, MPIR_CVAR_ASYNC_PROGRESS={progress}: {len(t.dp.buckets)} buckets, "
               f"{n / 2**20:.1f} MB of gradients (GPT hidden {t.mcfg.d_model}, {t.mcfg.n_layer} layers)",
               ["buckets", "step", "all-reduce alone", "exposed (best)", "exposed (median)", "hidden (best)",
                "hidden (median)"], rows,
-              ["exposed: time waiting in finish() on the rank that arrived last; hidden = 1 - exposed / alone.",
-               "The last bucket (the embedding's) is launched when the backward ends: it cannot hide."]
+              ["exposed: time waiting in finish() on the rank that arrived last; hidden = 1 - exposed / alone."]
               + (["8 ranks share 2 cores: a rank that waits spins on a core another rank needs."]
                  if world.size > 2 else []))
+    before_end = np.median(np.array(launched_before_end), axis=0)
+    share = np.mean(np.array(in_flight), axis=0)
+    res.table(f"dp {world.size}, polled between GEMMs: where the exposed time comes from (rank 0, "
+              f"{len(in_flight)} steps)",
+              ["bucket", "size", "launched before finish() (median)", "still in flight at finish()"],
+              [[i, f"{b.grad.nbytes / 2**20:.2f} MB", ms(x), pct(s)]
+               for i, (b, x, s) in enumerate(zip(t.dp.buckets, before_end, share))],
+              ["Buckets in backward order, cut where the backward reports gradients (Stage.grad_groups). "
+               "The last ones - the first block's and the input embedding's - are launched as the backward "
+               "ends: they cannot hide."])
+    res.figures["in_flight_at_finish"] = [float(s) for s in share]
     return res

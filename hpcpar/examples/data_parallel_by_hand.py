@@ -73,9 +73,10 @@ def main():
     # --- part 2: buckets in backward order, all-reduces overlapping the backward ---------------------
     dp.stats.reset()
     model = GPT(cfg, seed=SEED, dtype="float64")
-    ddp = DataParallel(model.parameters(), dp, bucket_mb=0.2)
+    ddp = DataParallel(model.parameters(), dp, bucket_mb=0.2, groups=model.grad_groups())
     once(world, "")
-    once(world, f"part 2: {len(ddp.buckets)} buckets of about 0.2 MB, filled in backward order")
+    once(world, f"part 2: {len(ddp.buckets)} buckets of about 0.2 MB, filled in backward order, cut where the "
+                "backward reports")
     for i, b in enumerate(ddp.buckets):
         once(world, f"  bucket {i}: {len(b.params):>2} tensors, {b.data.nbytes // 1024:>3} KiB, "
                     f"{b.params[0].name} ... {b.params[-1].name}")

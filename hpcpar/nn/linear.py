@@ -1,4 +1,8 @@
-"""nn.Linear: y = x W + b with W (in, out) as in GPT-2's Conv1D; Projections: several of one input."""
+"""nn.Linear: y = x W + b with W (in, out) as in GPT-2's Conv1D; Projections: several of one input.
+
+Each backward GEMM is followed by a ``progress.poll()``: the gradient all-reduces of data parallelism
+move on between the GEMMs (hpcpar/progress.py)."""
+from hpcpar import progress
 from hpcpar.nn.module import Module, run_or_defer
 from hpcpar.nn.parameter import Parameter, init_full
 from hpcpar.ops.linear import linear_backward_input, linear_backward_weight, linear_forward
@@ -17,13 +21,16 @@ class Linear(Module):
 
     def backward(self, dy, x, defer=None):
         run_or_defer(lambda: self.accumulate_weight_grad(dy, x), defer)
-        return linear_backward_input(dy, self.weight.data)
+        dx = linear_backward_input(dy, self.weight.data)
+        progress.poll()
+        return dx
 
     def accumulate_weight_grad(self, dy, x):
         dw, db = linear_backward_weight(dy, x)
         self.weight.grad += dw
         if self.bias is not None:
             self.bias.grad += db
+        progress.poll()
 
 
 class Projections(Module):

@@ -42,13 +42,18 @@ class Stage(Module):
         parameter shared by two parts (a tied embedding) is final only after the backward of the
         earlier one, so each part reports only the parameters no earlier part holds.
         """
-        modules = self.modules()
-        final, earlier = [], set()
-        for module in modules:
-            final.append([p for p in module.parameters() if id(p) not in earlier])
-            earlier.update(id(p) for p in module.parameters())
-        for module, cache, params in zip(reversed(modules), reversed(caches), reversed(final)):
+        for module, cache, params in zip(reversed(self.modules()), reversed(caches), self.grad_groups()):
             dy = module.backward(dy, cache, defer)
             if on_grads_ready is not None and params:
                 run_or_defer(lambda ps=params: on_grads_ready(ps), defer)
         return dy
+
+    def grad_groups(self):
+        """What ``backward`` reports to ``on_grads_ready`` at once, in the order it does: one list per
+        part, last part first, holding the parameters no earlier part holds (possibly none).  Data
+        parallelism cuts its buckets along these groups, so that no bucket waits for a later one."""
+        final, earlier = [], set()
+        for module in self.modules():
+            final.append([p for p in module.parameters() if id(p) not in earlier])
+            earlier.update(id(p) for p in module.parameters())
+        return final[::-1]

@@ -1,0 +1,24 @@
+"""Progress for communication in flight, called from inside the backward pass.
+
+MPICH moves a non-blocking collective on only while the rank is inside an MPI call, and an
+``Iallreduce`` needs several such calls to finish (one per round of its algorithm: a 4 MB bucket
+takes 5 or 6 at two ranks, docs/performance.md).  A backward pass that enters MPI once per layer
+leaves the buckets waiting for tens of milliseconds between rounds.  So the modules call ``poll()``
+after each of their large GEMMs, and whoever has operations in flight (data parallelism, for the
+gradient buckets) installs what a poll does - one ``MPI_Testall``.
+
+With nothing installed ``poll()`` is one global lookup: the single-rank model pays nothing.
+"""
+_hook = None       # a function of no arguments, or None
+
+
+def poll():
+    """Give the communication in flight a chance to progress (a no-op when none is)."""
+    if _hook is not None:
+        _hook()
+
+
+def install(hook):
+    """``hook``: what a poll calls from now on; None: polls do nothing again."""
+    global _hook
+    _hook = hook
