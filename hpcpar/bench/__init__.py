@@ -50,5 +50,8 @@ BENCHMARKS = {
                     ranks=(2, 8), quick_ranks=(2,), timeout=600),
     "overlap-async": Spec("oa", "overlap", "The same with MPICH's progress thread (MPIR_CVAR_ASYNC_PROGRESS=1)",
                           ranks=(2,), timeout=600, env=(("MPIR_CVAR_ASYNC_PROGRESS", "1"),)),
+    "overlap-rd": Spec("or", "overlap", "The same with MPICH's recursive-doubling Iallreduce (fewer rounds)",
+                       ranks=(2,), timeout=600,
+                       env=(("MPIR_CVAR_IALLREDUCE_INTRA_ALGORITHM", "sched_recursive_doubling"),)),
     "watchdog": Spec("wd", "watchdog", "Watchdog and flight recorder: their share of a 2x2x2 step", ranks=(8,)),
 }
