@@ -35,7 +35,8 @@ class DataParallel:
         is final only when the last of them is done with it. Default 1 each.  ``compute_dtype``: the
         low precision of the weights' compute copy under mixed precision (buckets.py).  ``groups``:
         ``params`` as the backward reports them ready, in that order (Stage.grad_groups); buckets are
-        cut along them.  Default: one parameter at a time, in the reverse of ``params``."""
+        cut along them and filled with each group's parameters in reverse order (the backward's).
+        Default: one parameter at a time, in the reverse of ``params``."""
         self.comm, self.zero1 = dp_comm, zero1
         self._uses = uses or {}
         align = dp_comm.size if zero1 else 1
@@ -43,7 +44,7 @@ class DataParallel:
         if sorted(id(p) for g in groups for p in g) != sorted(id(p) for p in params):
             raise ValueError("the groups must hold every parameter exactly once")
         late_ids = {id(p) for p in late}
-        backward_order = [[p for p in g if id(p) not in late_ids] for g in groups]
+        backward_order = [[p for p in reversed(g) if id(p) not in late_ids] for g in groups]
         self.buckets = make_buckets(backward_order, int(bucket_mb * 2**20), align, compute_dtype)
         self.late = Bucket(list(late), align, compute_dtype) if late else None
         if self.late:
