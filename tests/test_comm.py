@@ -89,6 +89,35 @@ def test_flat_nonblocking_reduce_scatter_and_all_gather(world):
 
 
 @pytest.mark.mpi(min_size=1)
+def test_outputs_the_caller_keeps(world):
+    """all_reduce and reduce_scatter write into a kept ``out`` (as all_gather does), called twice."""
+    parts = [data(r, (2 * world.size, 3), np.float64) for r in range(world.size)]
+    total = np.sum(parts, 0)
+    reduced, scattered = np.full((2 * world.size, 3), np.nan), np.full((2, 3), np.nan)
+    for _ in range(2):
+        assert world.all_reduce(parts[world.rank], out=reduced) is reduced
+        np.testing.assert_allclose(reduced, total, rtol=1e-13)
+        assert world.reduce_scatter(parts[world.rank], out=scattered) is scattered
+        np.testing.assert_allclose(scattered, np.split(total, world.size)[world.rank], rtol=1e-13)
+    with pytest.raises(ValueError, match="C-contiguous"):
+        world.all_reduce(parts[world.rank], out=np.empty((3, 2 * world.size)).T)
+    with pytest.raises(ValueError, match="out must be a contiguous array of shape"):
+        world.reduce_scatter(parts[world.rank], out=np.empty((3, 3)))
+
+
+@pytest.mark.mpi(min_size=2)
+def test_bfloat16_travels_as_its_bytes_but_is_never_summed(world):
+    """MPI has no bfloat16 datatype: moved as uint16 it arrives bit for bit; a sum is refused."""
+    bf16 = pytest.importorskip("ml_dtypes").bfloat16
+    parts = [data(r, (4, 3), np.float32).astype(bf16) for r in range(world.size)]
+    got = world.all_gather(parts[world.rank])
+    assert got.dtype == bf16
+    np.testing.assert_array_equal(got.view(np.uint16), np.concatenate(parts).view(np.uint16))
+    with pytest.raises(TypeError, match="cannot reduce bfloat16"):
+        world.all_reduce(parts[world.rank])
+
+
+@pytest.mark.mpi(min_size=1)
 def test_non_contiguous_inputs_are_copied_and_targets_refused(world):
     parts = [data(r, (6, 4), np.float64) for r in range(world.size)]
     view = parts[world.rank][:, ::2]            # strided: not C-contiguous

@@ -20,12 +20,14 @@ which hand MPI a pointer to contiguous memory - no pickling.  The wrappers add e
 A communicator of size 1 is a no-op for every collective (nothing is counted, nothing is copied).
 
 communicator.py   Communicator: the collectives and point-to-point calls
-requests.py       Stats (the counters), Request and wait_all (non-blocking operations)
+stats.py          Stats: the counters of calls, bytes and seconds per operation
+requests.py       Request, wait_all and test_all (non-blocking operations)
 staging.py        pinned host buffers for device arrays when MPI is not CUDA-aware
-recorded.py       the decorator that enters each call in the flight recorder
+hooks.py          the decorator through which the tracer and the flight recorder see each call
 device.py         one GPU per rank (select_device) and whether MPI is CUDA-aware
 """
 from hpcpar.comm.communicator import OPS, Communicator
-from hpcpar.comm.requests import Request, Stats, test_all, wait_all
+from hpcpar.comm.requests import Request, test_all, wait_all
+from hpcpar.comm.stats import Stats
 
 __all__ = ["OPS", "Communicator", "Request", "Stats", "test_all", "wait_all"]

@@ -1,48 +1,9 @@
-"""Counters of communication, and non-blocking operations that keep their buffers alive."""
+"""Non-blocking operations that keep their buffers alive, and waiting for them."""
 import time
-from collections import defaultdict
 
 from mpi4py import MPI
 
 from hpcpar import flight
-
-
-class Stats:
-    """Calls and payload bytes per operation name, and seconds blocked in MPI per operation name."""
-
-    def __init__(self):
-        self.calls = defaultdict(int)
-        self.bytes = defaultdict(int)
-        self.seconds = defaultdict(float)     # "wait": completing non-blocking operations
-
-    def add(self, op, nbytes):
-        self.calls[op] += 1
-        self.bytes[op] += int(nbytes)
-
-    def reset(self):
-        self.calls.clear()
-        self.bytes.clear()
-        self.seconds.clear()
-
-    def total_bytes(self):
-        return sum(self.bytes.values())
-
-    def total_seconds(self):
-        return sum(self.seconds.values())
-
-    def as_dict(self):
-        out = {op: {"calls": self.calls[op], "bytes": self.bytes[op]} for op in sorted(self.calls)}
-        for op, s in self.seconds.items():
-            out.setdefault(op, {})["seconds"] = s
-        return out
-
-
-def timed(stats, name, fn, *args, **kwargs):
-    """fn(*args, **kwargs), its wall time added to stats.seconds[name]."""
-    start = time.perf_counter()
-    result = fn(*args, **kwargs)
-    stats.seconds[name] += time.perf_counter() - start
-    return result
 
 
 class Request:
@@ -58,10 +19,10 @@ class Request:
 
     def wait(self):
         _waiting([self])
-        if self.stats is None:
-            self.mpi_request.Wait()
-        else:
-            timed(self.stats, "wait", self.mpi_request.Wait)
+        start = time.perf_counter()
+        self.mpi_request.Wait()
+        if self.stats is not None:
+            self.stats.of["wait"].seconds += time.perf_counter() - start
         self._complete()
 
     def test(self):
@@ -91,7 +52,7 @@ def wait_all(requests):
         MPI.Request.Waitall([r.mpi_request for r in requests])
         blocked = time.perf_counter() - start
         for stats in {id(r.stats): r.stats for r in requests if r.stats is not None}.values():
-            stats.seconds["wait"] += blocked
+            stats.of["wait"].seconds += blocked
         for r in requests:
             r._complete()
 
