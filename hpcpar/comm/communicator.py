@@ -1,21 +1,22 @@
 """Communicator: counted, buffer-based collectives and point-to-point calls (see hpcpar/comm/__init__.py).
 
 Every call does the same few things and, on the common path, nothing more: refuse (or copy and
-count) a buffer that is not contiguous; return at once in a group of one rank; count the call and
-its bytes (stats.py); time the MPI call; hand MPI the array itself.  Only the uncommon buffers take
-a detour (_in / _out): bfloat16, which has no MPI datatype, travels as its bytes (uint16), and device
-memory without a CUDA-aware MPI goes through a pinned host copy (staging.py).  A 4 KB message spends
-~3.5 us inside MPI, so each step here is written to cost tens of nanoseconds - hence the counting and
-timing spelled out in every method rather than hidden in one more layer of calls.
+count) a buffer that is not contiguous; return at once in a group of one rank; hand MPI the array
+itself; and call MPI through ``_blocking`` (count, time, and - only when a tracer or flight recorder
+is on - record: hooks.py) or ``_posted`` for a non-blocking call.  Only the uncommon buffers take a
+detour (``_buffers``, ``_in``, ``_out``): bfloat16, which has no MPI datatype, travels as its bytes
+(uint16), and device memory without a CUDA-aware MPI goes through a pinned host copy (staging.py).
+A 4 KB message spends ~3.5 us inside MPI, so every step here is written to cost tens of nanoseconds:
+no decorator around the methods (a wrapper's call costs ~0.2 us), one set lookup for the buffers.
 """
 import time
 
 import numpy as np
 from mpi4py import MPI
 
-from hpcpar import backend
+from hpcpar import backend, flight, trace
+from hpcpar.comm import hooks
 from hpcpar.comm.device import cuda_aware_mpi
-from hpcpar.comm.hooks import observed
 from hpcpar.comm.requests import Request
 from hpcpar.comm.staging import Staging
 from hpcpar.comm.stats import Stats
@@ -105,9 +106,30 @@ class Communicator:
     def staging_bytes(self):
         return self._staging.bytes if self._staging else 0
 
+    # --- the two ways into MPI ----------------------------------------------------------------
+
+    def _blocking(self, op, nbytes, peer, mpi_call, *args):
+        """mpi_call(*args), counted and timed (and recorded when a tracer or flight recorder is on).
+        ``peer``: the other rank of a point-to-point call, None for a collective."""
+        count = self.stats.of[op]
+        count.calls += 1
+        count.bytes += nbytes
+        if trace._active is None and flight._active is None:      # hooks.watching(), inlined
+            start = perf_counter()
+            mpi_call(*args)
+            count.seconds += perf_counter() - start
+        else:
+            hooks.blocking(self, op, nbytes, peer, count, mpi_call, args)
+
+    def _posted(self, op, nbytes, peer, request):
+        """A non-blocking call just started, counted; its Request (waited for later) is returned."""
+        self.stats.add(op, nbytes)
+        if hooks.watching():
+            hooks.posted(self, op, nbytes, peer, request)
+        return request
+
     # --- collectives --------------------------------------------------------------------------
 
-    @observed("all_reduce", span="all_reduce")
     def all_reduce(self, x, op="sum", out=None):
         """Elementwise reduction over the group, into ``out`` (contiguous, x's shape and dtype) when
         given, else into a new array (x itself when size is 1)."""
@@ -122,15 +144,11 @@ class Communicator:
             x = self._copy(x)
         y = backend.array_module(x).empty_like(x) if out is None else out
         send, recv, finish = self._buffers(x, y, "all_reduce", summed=True)
-        count = self.stats.add("all_reduce", y.nbytes)
-        start = perf_counter()
-        self.mpi.Allreduce(send, recv, OPS[op])
-        count.seconds += perf_counter() - start
+        self._blocking("all_reduce", y.nbytes, None, self.mpi.Allreduce, send, recv, OPS[op])
         if finish:
             finish()
         return y
 
-    @observed("all_reduce", span="all_reduce")
     def all_reduce_(self, x, op="sum"):
         """In-place all-reduce of a contiguous array."""
         if not x.flags.c_contiguous:
@@ -138,15 +156,11 @@ class Communicator:
         if self.size == 1:
             return x
         _, buf, finish = self._buffers(IN_PLACE, x, "all_reduce_", summed=True)
-        count = self.stats.add("all_reduce", x.nbytes)
-        start = perf_counter()
-        self.mpi.Allreduce(IN_PLACE, buf, OPS[op])
-        count.seconds += perf_counter() - start
+        self._blocking("all_reduce", x.nbytes, None, self.mpi.Allreduce, IN_PLACE, buf, OPS[op])
         if finish:
             finish()
         return x
 
-    @observed("all_reduce", posts=True, span="iall_reduce (start)")
     def iall_reduce_(self, x, op="sum"):
         """Start an in-place all-reduce of a contiguous array; returns a Request (or None if size 1)."""
         if not x.flags.c_contiguous:
@@ -154,16 +168,17 @@ class Communicator:
         if self.size == 1:
             return None
         _, buf, finish = self._buffers(IN_PLACE, x, "iall_reduce_", summed=True)
-        self.stats.add("all_reduce", x.nbytes)
-        return Request(self.mpi.Iallreduce(IN_PLACE, buf, OPS[op]), (x, buf), finish, self.stats)
+        return self._posted("all_reduce", x.nbytes, None,
+                            Request(self.mpi.Iallreduce(IN_PLACE, buf, OPS[op]), (x, buf), finish, self.stats))
 
-    @observed("all_gather", span="all_gather")
     def all_gather(self, x, axis=0, out=None):
         """Concatenate every rank's x along ``axis`` (same shape on every rank).  ``out``: a contiguous
         array of the result's shape to gather into (axis 0 only), reused from call to call - a fresh
         output's pages cost the kernel about as much as the copy itself at tens of MB."""
         if out is not None:
-            if axis or out.shape[0] != self.size * x.shape[0] or out.shape[1:] != x.shape[1:]:
+            # equal sizes and equal trailing dimensions make the shapes equal (cheaper to ask for 1-D x)
+            if axis or out.size != self.size * x.size or out.ndim != x.ndim or \
+                    (x.ndim > 1 and out.shape[1:] != x.shape[1:]):
                 raise ValueError(f"all_gather: out must have shape {(self.size * x.shape[0],) + x.shape[1:]} "
                                  f"and axis be 0 (got {out.shape}, axis {axis})")
             if not out.flags.c_contiguous:
@@ -175,29 +190,25 @@ class Communicator:
             return out
         if not x.flags.c_contiguous:
             x = self._copy(x)
-        y = backend.array_module(x).empty((self.size,) + x.shape, dtype=x.dtype) if out is None else out
-        send, recv, finish = self._buffers(x, y, "all_gather")           # y: (size, *x.shape) or out
-        count = self.stats.add("all_gather", x.nbytes)
-        start = perf_counter()
-        self.mpi.Allgather(send, recv)
-        count.seconds += perf_counter() - start
+        if out is None:          # along axis 0 the blocks arrive in place; else (size, *x.shape), moved below
+            shape = (self.size * x.shape[0],) + x.shape[1:] if axis == 0 else (self.size,) + x.shape
+            out = backend.array_module(x).empty(shape, dtype=x.dtype)
+        send, recv, finish = self._buffers(x, out, "all_gather")
+        self._blocking("all_gather", x.nbytes, None, self.mpi.Allgather, send, recv)
         if finish:
             finish()
-        if out is not None:
+        if axis == 0:
             return out
         # (size, ..., n, ...) -> (..., size * n, ...): bring the rank axis next to `axis` and merge
-        # (along axis 0 it already is: skip moveaxis, which costs microseconds in Python)
-        if axis:
-            y = backend.array_module(y).moveaxis(y, 0, axis)
+        y = backend.array_module(out).moveaxis(out, 0, axis)
         return y.reshape(x.shape[:axis] + (self.size * x.shape[axis],) + x.shape[axis + 1:])
 
-    @observed("reduce_scatter", span="reduce_scatter")
     def reduce_scatter(self, x, axis=0, op="sum", out=None):
         """Sum over ranks, then rank i keeps the i-th of ``size`` equal slices along ``axis``; into
         ``out`` (contiguous, the slice's shape; axis 0 only) when given."""
         n = x.shape[axis]
-        if out is not None and (axis or out.shape[0] * self.size != n or out.shape[1:] != x.shape[1:]
-                                or not out.flags.c_contiguous):
+        if out is not None and (axis or out.size * self.size != x.size or out.ndim != x.ndim
+                                or not out.flags.c_contiguous or (x.ndim > 1 and out.shape[1:] != x.shape[1:])):
             raise ValueError(f"reduce_scatter: out must be a contiguous array of shape "
                              f"{(n // self.size,) + x.shape[1:]} and axis be 0 (got {out.shape}, axis {axis})")
         if self.size == 1:
@@ -219,15 +230,12 @@ class Communicator:
             y = backend.array_module(x).empty((n // self.size,) + x.shape[1:], dtype=x.dtype) if out is None \
                 else out
         send, recv, finish = self._buffers(x, y, "reduce_scatter", summed=True)
-        count = self.stats.add("reduce_scatter", x.nbytes)
-        start = perf_counter()
-        self.mpi.Reduce_scatter_block(send, recv, OPS[op])
-        count.seconds += perf_counter() - start
+        self._blocking("reduce_scatter", x.nbytes, None, self.mpi.Reduce_scatter_block, send, recv,
+                       OPS[op])
         if finish:
             finish()
         return y
 
-    @observed("reduce_scatter", posts=True, span="ireduce_scatter (start)")
     def ireduce_scatter(self, x, y, op="sum"):
         """Start a reduce-scatter of flat x (size * len(y)) into flat y; returns a Request."""
         if not x.flags.c_contiguous:
@@ -240,11 +248,9 @@ class Communicator:
             y[...] = x
             return None
         send, recv, finish = self._buffers(x, y, "ireduce_scatter", summed=True)
-        self.stats.add("reduce_scatter", x.nbytes)
-        return Request(self.mpi.Ireduce_scatter_block(send, recv, OPS[op]), (x, y, send, recv), finish,
-                       self.stats)
+        return self._posted("reduce_scatter", x.nbytes, None, Request(
+            self.mpi.Ireduce_scatter_block(send, recv, OPS[op]), (x, y, send, recv), finish, self.stats))
 
-    @observed("all_gather", posts=True, span="iall_gather (start)")
     def iall_gather_(self, y):
         """Start an in-place all-gather of flat y: rank i's block y[i*k:(i+1)*k] (k = len(y) / size) is
         already in place and every block is filled in on completion. Returns a Request."""
@@ -255,10 +261,9 @@ class Communicator:
         if self.size == 1:
             return None
         _, buf, finish = self._buffers(IN_PLACE, y, "iall_gather_")
-        self.stats.add("all_gather", y.nbytes // self.size)
-        return Request(self.mpi.Iallgather(IN_PLACE, buf), (y, buf), finish, self.stats)
+        return self._posted("all_gather", y.nbytes // self.size, None,
+                            Request(self.mpi.Iallgather(IN_PLACE, buf), (y, buf), finish, self.stats))
 
-    @observed("bcast", span="bcast")
     def bcast_(self, x, root=0):
         """In-place broadcast of a contiguous array from ``root``."""
         if not x.flags.c_contiguous:
@@ -268,65 +273,47 @@ class Communicator:
         buf, finish = self._out(x, "bcast")
         if finish and self.rank == root:
             self._staging.down(x, "bcast")
-        count = self.stats.add("bcast", x.nbytes)
-        start = perf_counter()
-        self.mpi.Bcast(buf, root)
-        count.seconds += perf_counter() - start
+        self._blocking("bcast", x.nbytes, None, self.mpi.Bcast, buf, root)
         if finish:
             finish()
         return x
 
-    @observed("barrier")
     def barrier(self):
-        count = self.stats.add("barrier", 0)
-        start = perf_counter()
-        self.mpi.Barrier()
-        count.seconds += perf_counter() - start
+        self._blocking("barrier", 0, None, self.mpi.Barrier)
 
     # --- point to point -----------------------------------------------------------------------
 
-    @observed("send", (1, "dest"), span="send")
     def send(self, x, dest, tag=0):
         if not x.flags.c_contiguous:
             x = self._copy(x)
-        count = self.stats.add("send", x.nbytes)
-        start = perf_counter()
-        self.mpi.Send(self._in(x, "p2p_send"), dest, tag)
-        count.seconds += perf_counter() - start
+        self._blocking("send", x.nbytes, dest, self.mpi.Send, self._in(x, "p2p_send"), dest, tag)
 
-    @observed("recv", (1, "source"), span="recv")
     def recv_(self, out, source, tag=0):
         """Receive into ``out`` (contiguous, of the sender's shape and dtype)."""
         if not out.flags.c_contiguous:
             _refuse_strided(out, "receive buffer")
         buf, finish = self._out(out, "p2p_recv")
-        count = self.stats.add("recv", out.nbytes)
-        start = perf_counter()
-        self.mpi.Recv(buf, source, tag)
-        count.seconds += perf_counter() - start
+        self._blocking("recv", out.nbytes, source, self.mpi.Recv, buf, source, tag)
         if finish:
             finish()
         return out
 
-    @observed("send", (1, "dest"), posts=True)
     def isend(self, x, dest, tag=0):
         """Start sending x; the Request keeps x alive until it completes (do not modify x before)."""
         if not x.flags.c_contiguous:
             x = self._copy(x)
-        self.stats.add("send", x.nbytes)
         buf = self._in(x, ("isend", dest, tag))
-        return Request(self.mpi.Isend(buf, dest, tag), (x, buf), stats=self.stats)
+        return self._posted("send", x.nbytes, dest,
+                            Request(self.mpi.Isend(buf, dest, tag), (x, buf), stats=self.stats))
 
-    @observed("recv", (1, "source"), posts=True)
     def irecv_(self, out, source, tag=0):
         """Post a receive into ``out``; its values are valid after the Request's wait()."""
         if not out.flags.c_contiguous:
             _refuse_strided(out, "receive buffer")
-        self.stats.add("recv", out.nbytes)
         buf, finish = self._out(out, ("irecv", source, tag))
-        return Request(self.mpi.Irecv(buf, source, tag), (out, buf), finish, self.stats)
+        return self._posted("recv", out.nbytes, source,
+                            Request(self.mpi.Irecv(buf, source, tag), (out, buf), finish, self.stats))
 
-    @observed("sendrecv", (1, "dest"), span="sendrecv")
     def sendrecv(self, x, dest, out, source, tag=0):
         """Send x to ``dest`` and receive ``out`` from ``source`` in one deadlock-free call (the
         seconds it blocks count as the receive's)."""
@@ -336,10 +323,8 @@ class Communicator:
             _refuse_strided(out, "receive buffer")
         self.stats.add("send", x.nbytes)
         buf, finish = self._out(out, "sendrecv")
-        count = self.stats.add("recv", out.nbytes)
-        start = perf_counter()
-        self.mpi.Sendrecv(self._in(x, "sendrecv_send"), dest, tag, buf, source, tag)
-        count.seconds += perf_counter() - start
+        self._blocking("recv", out.nbytes, source, self.mpi.Sendrecv, self._in(x, "sendrecv_send"), dest, tag, buf,
+                       source, tag)
         if finish:
             finish()
         return out

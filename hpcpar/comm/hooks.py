@@ -1,44 +1,39 @@
 """What may watch a Communicator's calls: the tracer (hpcpar/trace.py) and the flight recorder
-(hpcpar/flight.py).  Neither is on in a plain run, and then a call pays for one check and nothing
-else - a 4 KB message spends only ~3.5 us inside MPI, so every layer around it must be thin.
+(hpcpar/flight.py).  A plain run has neither: Communicator._blocking then checks two globals and
+calls MPI, and nothing here runs.  With either on, these two functions do the call's bookkeeping.
 
-A blocking call is one flight entry from its start to its end; a non-blocking one (isend,
-iall_reduce_, ...) is entered when posted and completed by its Request (requests.py), which also
-marks when this rank began to wait for it.  A group of one rank calls nothing and records nothing.
+A blocking call is one flight entry from its start to its end and one "comm" span in the trace; a
+non-blocking one (isend, iall_reduce_, ...) is entered when posted and completed by its Request
+(requests.py), which also marks when this rank began to wait for it - a trace shows it when somebody
+waits for it.  A group of one rank calls nothing and records nothing.
 """
-import functools
 import time
 
 from hpcpar import flight, trace
 
 
-def observed(op, peer=None, posts=False, span=None):
-    """Enter the call in the flight recorder and the tracer when they are on.
+def watching():
+    """Whether a tracer or a flight recorder is on.  Read from the two modules' globals directly:
+    calling their active() would cost ~100 ns, a few per cent of a 4 KB message."""
+    return trace._active is not None or flight._active is not None
 
-    ``op``: the operation's name in the flight recorder; ``peer``: the (position, name) of the
-    argument naming the other rank; ``posts``: a non-blocking call, whose Request completes the
-    entry; ``span``: the name of its "comm" span in a trace (None: not shown - a posted message
-    appears when somebody waits for it)."""
-    def wrap(method):
-        @functools.wraps(method)
-        def call(self, *args, **kwargs):
-            # the two modules' globals read directly: calling active() twice costs ~100 ns a call
-            tracer, rec = trace._active, flight._active
-            if (tracer is None and rec is None) or self.size == 1:
-                return method(self, *args, **kwargs)
-            entry = None
-            if rec is not None:
-                other = None if peer is None else args[peer[0]] if len(args) > peer[0] else kwargs[peer[1]]
-                entry = rec.begin(op, self.name, other, args[0].nbytes if args else 0, blocking=not posts)
-            start = time.perf_counter()
-            out = method(self, *args, **kwargs)
-            if tracer is not None and span is not None:
-                tracer.span(f"{self.name} {span}", "collective", start, time.perf_counter(), "comm")
-            if entry is not None:
-                if posts and out is not None:
-                    out.flight = entry
-                else:
-                    rec.end(entry)
-            return out
-        return call
-    return wrap
+
+def blocking(comm, op, nbytes, peer, count, mpi_call, args):
+    """mpi_call(*args), timed into ``count`` (stats.Count), entered in the flight recorder and traced."""
+    tracer, rec = trace.active(), flight.active()
+    entry = None if rec is None else rec.begin(op, comm.name, peer, nbytes, blocking=True)
+    start = time.perf_counter()
+    mpi_call(*args)
+    end = time.perf_counter()
+    count.seconds += end - start
+    if tracer is not None:
+        tracer.span(f"{comm.name} {op}", "collective", start, end, "comm")
+    if entry is not None:
+        rec.end(entry)
+
+
+def posted(comm, op, nbytes, peer, request):
+    """A non-blocking call just posted: its flight entry, which ``request`` completes."""
+    rec = flight.active()
+    if rec is not None:
+        request.flight = rec.begin(op, comm.name, peer, nbytes, blocking=False)
