@@ -55,6 +55,8 @@ def test_all_gather_into_a_reused_output(world):
         np.testing.assert_array_equal(out, np.concatenate(parts))
     with pytest.raises(ValueError, match="out must have shape"):
         world.all_gather(parts[world.rank], axis=1, out=out)
+    with pytest.raises(ValueError, match="and dtype float32"):
+        world.all_gather(parts[world.rank], out=out.astype(np.float64))
 
 
 @pytest.mark.mpi(min_size=1)

@@ -176,11 +176,12 @@ class Communicator:
         array of the result's shape to gather into (axis 0 only), reused from call to call - a fresh
         output's pages cost the kernel about as much as the copy itself at tens of MB."""
         if out is not None:
-            # equal sizes and equal trailing dimensions make the shapes equal (cheaper to ask for 1-D x)
-            if axis or out.size != self.size * x.size or out.ndim != x.ndim or \
+            # equal sizes and equal trailing dimensions make the shapes equal (cheaper to ask for 1-D x);
+            # the dtype too: unlike the reductions' buffers, mpi4py does not compare an all-gather's two
+            if axis or out.size != self.size * x.size or out.ndim != x.ndim or out.dtype != x.dtype or \
                     (x.ndim > 1 and out.shape[1:] != x.shape[1:]):
                 raise ValueError(f"all_gather: out must have shape {(self.size * x.shape[0],) + x.shape[1:]} "
-                                 f"and axis be 0 (got {out.shape}, axis {axis})")
+                                 f"and dtype {x.dtype}, and axis be 0 (got {out.shape}, {out.dtype}, axis {axis})")
             if not out.flags.c_contiguous:
                 _refuse_strided(out, "all_gather output")
         if self.size == 1:
