@@ -173,21 +173,18 @@ class Communicator:
 
     def all_gather(self, x, axis=0, out=None):
         """Concatenate every rank's x along ``axis`` (same shape on every rank).  ``out``: a contiguous
-        array of the result's shape to gather into (axis 0 only), reused from call to call - a fresh
-        output's pages cost the kernel about as much as the copy itself at tens of MB."""
-        if out is not None:
-            # equal sizes and equal trailing dimensions make the shapes equal (cheaper to ask for 1-D x);
-            # the dtype too: unlike the reductions' buffers, mpi4py does not compare an all-gather's two
-            if axis or out.size != self.size * x.size or out.ndim != x.ndim or out.dtype != x.dtype or \
-                    (x.ndim > 1 and out.shape[1:] != x.shape[1:]):
-                raise ValueError(f"all_gather: out must have shape {(self.size * x.shape[0],) + x.shape[1:]} "
-                                 f"and dtype {x.dtype}, and axis be 0 (got {out.shape}, {out.dtype}, axis {axis})")
-            if not out.flags.c_contiguous:
-                _refuse_strided(out, "all_gather output")
+        array of x's dtype and ``size * x.size`` elements to gather into (axis 0 only; the values land
+        in it in C order, whatever its shape), reused from call to call - a fresh output's pages cost
+        the kernel about as much as the copy itself at tens of MB."""
+        if out is not None and (axis or out.size != self.size * x.size or not out.flags.c_contiguous
+                                or (out.dtype is not x.dtype and out.dtype != x.dtype)):
+            # (mpi4py compares the reductions' two buffers, not an all-gather's: the dtype is ours to check)
+            raise ValueError(f"all_gather: out must be a contiguous {x.dtype} array of {self.size * x.size} "
+                             f"elements and axis be 0 (got {out.dtype}, {out.size} elements, axis {axis})")
         if self.size == 1:
             if out is None:
                 return x
-            out[...] = x
+            out.reshape(x.shape)[...] = x                    # out is contiguous: reshaped, a view
             return out
         if not x.flags.c_contiguous:
             x = self._copy(x)
@@ -206,12 +203,12 @@ class Communicator:
 
     def reduce_scatter(self, x, axis=0, op="sum", out=None):
         """Sum over ranks, then rank i keeps the i-th of ``size`` equal slices along ``axis``; into
-        ``out`` (contiguous, the slice's shape; axis 0 only) when given."""
+        ``out`` (contiguous, of x.size / size elements, which mpi4py checks with the dtype; axis 0
+        only) when given."""
         n = x.shape[axis]
-        if out is not None and (axis or out.size * self.size != x.size or out.ndim != x.ndim
-                                or not out.flags.c_contiguous or (x.ndim > 1 and out.shape[1:] != x.shape[1:])):
-            raise ValueError(f"reduce_scatter: out must be a contiguous array of shape "
-                             f"{(n // self.size,) + x.shape[1:]} and axis be 0 (got {out.shape}, axis {axis})")
+        if out is not None and (axis or out.size * self.size != x.size or not out.flags.c_contiguous):
+            raise ValueError(f"reduce_scatter: out must be a contiguous array of {x.size // self.size} elements "
+                             f"and axis be 0 (got {out.size} elements, axis {axis})")
         if self.size == 1:
             if out is None:
                 return x
