@@ -121,6 +121,18 @@ def test_bfloat16_travels_as_its_bytes_but_is_never_summed(world):
     np.testing.assert_array_equal(got.view(np.uint16), np.concatenate(parts).view(np.uint16))
     with pytest.raises(TypeError, match="cannot reduce bfloat16"):
         world.all_reduce(parts[world.rank])
+    with pytest.raises(TypeError, match="cannot reduce bfloat16"):
+        world.all_reduce(parts[world.rank], out=np.empty((4, 3), np.float32))
+
+
+@pytest.mark.mpi(min_size=2)
+def test_host_arrays_of_a_subclass_go_to_mpi_as_they_are(world):
+    """An ndarray subclass (np.memmap, np.matrix, ...) is host memory: never mistaken for a device array."""
+    class Tagged(np.ndarray):
+        pass
+    parts = [data(r, (5,), np.float64) for r in range(world.size)]
+    np.testing.assert_allclose(world.all_reduce(parts[world.rank].view(Tagged)), np.sum(parts, 0), rtol=1e-13)
+    np.testing.assert_array_equal(world.all_gather(parts[world.rank].view(Tagged)), np.concatenate(parts))
 
 
 @pytest.mark.mpi(min_size=1)
@@ -196,3 +208,42 @@ def test_size_one_collectives_are_free(comm):
     assert solo.all_reduce(x) is x and solo.all_gather(x) is x
     assert solo.stats.total_bytes() == 0
     solo.mpi.Free()
+
+
+@pytest.mark.mpi(min_size=2)
+def test_every_call_is_recorded_and_traced(comm):
+    """With a flight recorder and a tracer on, every call is one flight entry with its operation, peer
+    and payload bytes (the counters' bytes), and every blocking call one "comm" span."""
+    from hpcpar import flight, trace
+    c = Communicator(comm, "w")
+    right, left = (c.rank + 1) % c.size, (c.rank - 1) % c.size
+    x, k = np.ones(8), 4 * c.size                            # 64 bytes; k: a block per rank of 4
+    rec = flight.install(flight.FlightRecorder(c.rank))
+    tracer = trace.start("test")
+    try:
+        c.all_reduce(x)
+        c.all_reduce_(x.copy())
+        wait_all([c.iall_reduce_(x.copy())])
+        c.all_gather(x)
+        c.reduce_scatter(np.ones(k))
+        wait_all([c.ireduce_scatter(np.ones(k), np.empty(4))])
+        wait_all([c.iall_gather_(np.ones(k))])
+        c.bcast_(x.copy())
+        c.barrier()
+        c.sendrecv(x[:4], right, np.empty(4), left)
+        wait_all([c.irecv_(np.empty(2), left), c.isend(x[:2], right)])
+        for turn in (c.rank % 2, 1 - c.rank % 2):            # even ranks send first: no deadlock
+            c.send(x[:3], right) if turn == 0 else c.recv_(np.empty(3), left)
+    finally:
+        trace.stop()
+        flight.uninstall()
+    p2p = [("send", right, 24), ("recv", left, 24)][::1 if c.rank % 2 == 0 else -1]
+    assert [(e[flight.OP], e[flight.PEER], e[flight.BYTES]) for e in rec.entries()] == [
+        ("all_reduce", None, 64), ("all_reduce", None, 64), ("all_reduce", None, 64), ("all_gather", None, 64),
+        ("reduce_scatter", None, 8 * k), ("reduce_scatter", None, 8 * k), ("all_gather", None, 32),
+        ("bcast", None, 64), ("barrier", None, 0), ("recv", left, 32), ("recv", left, 16), ("send", right, 16)] + p2p
+    assert all(e[flight.END] is not None for e in rec.entries())
+    assert [e[0] for e in tracer.events if e[1] == "collective"] == [
+        f"w {op}" for op in ("all_reduce", "all_reduce", "all_gather", "reduce_scatter", "bcast", "barrier", "recv")
+    ] + [f"w {op}" for op, _, _ in p2p]
+    assert c.stats.calls["recv"] == 3 and c.stats.bytes["send"] == 32 + 16 + 24

@@ -15,7 +15,9 @@ wrapper itself costs (counting, timing, checks, the tracer and flight-recorder h
 A new output costs both sides the same: at tens of MB, the kernel zeroing its pages on first touch
 takes about as long as the copy itself - which is why the calls take ``out=``.
 Every call is timed alone after a barrier, raw and hpcpar alternating call by call; the slowest
-rank's time counts, and each side keeps its fastest call.  With 4 ranks on 2 cores the ranks take turns on the cores
+rank's time counts, and each side keeps its fastest call.  A second table times the wrapper's Python
+alone: the same calls on a stand-in for the MPI communicator whose methods return at once, in loops
+of many calls, so that hpcpar minus raw is what the wrapper adds, free of MPI's own noise.  With 4 ranks on 2 cores the ranks take turns on the cores
 (MPI spins while it waits), so those times say more about the scheduler than about MPI.
 """
 import time
@@ -33,7 +35,7 @@ QUICK_SIZES = [4 * 2 ** 10, 2 ** 20]
 def operations(world, comm, n):
     """name -> (raw call, hpcpar call) on buffers of n float32 numbers per rank."""
     p = world.size
-    x, y, y2 = np.ones(n, np.float32), np.empty(n, np.float32), np.empty(n, np.float32)
+    x, y, y2 = np.ones(n, np.float32), np.ones(n, np.float32), np.ones(n, np.float32)
     gathered, gathered2 = np.empty(n * p, np.float32), np.empty(n * p, np.float32)
     scattered, scattered2 = np.empty(n // p, np.float32), np.empty(n // p, np.float32)
     return {
@@ -48,6 +50,28 @@ def operations(world, comm, n):
         "reduce_scatter (new output)": (lambda: world.Reduce_scatter_block(x, np.empty(n // p, np.float32)),
                                         lambda: comm.reduce_scatter(x)),
     }
+
+
+class StandIn:
+    """A communicator whose calls return at once: what remains of a call is Python."""
+
+    def __init__(self, size):
+        self.rank, self.size = 0, size
+
+    def Allreduce(self, *args):
+        pass
+
+    Allgather = Reduce_scatter_block = Barrier = Allreduce
+
+
+def python_per_call(p, n, calls=2000, rounds=30):
+    """name -> seconds the wrapper adds to one call (hpcpar minus raw, both on the stand-in)."""
+    standin = StandIn(p)
+    cases = operations(standin, Communicator(standin, "stand-in"), n)
+    loops = {f"{op} {side}": (lambda f=f: [f() for _ in range(calls)])
+             for op, pair in cases.items() for side, f in zip(("raw", "hpcpar"), pair)}
+    best = {k: min(ts) / calls for k, ts in interleave(loops, rounds, time.perf_counter).items()}
+    return {op: best[f"{op} hpcpar"] - best[f"{op} raw"] for op in cases}
 
 
 def run(quick):
@@ -79,6 +103,13 @@ def run(quick):
               + (["4 ranks share 2 cores: oversubscribed, the absolute times are the scheduler's."]
                  if world.size > 2 else []))
     res.figures = figures
+    python = python_per_call(world.size, 1024, rounds=5 if quick else 30)
+    res.table("The wrapper's Python alone: hpcpar minus raw on a stand-in for MPI (one process, 4 KB arrays)",
+              ["operation", "added per call", "share of the 2-rank raw call at 4 KB"],
+              [[op, f"{t * 1e9:.0f} ns", f"{t / figures[f'{op} 4096']['raw']:.0%}" if f"{op} 4096" in figures
+                else "-"] for op, t in python.items()],
+              ["the fastest of the rounds on each side; loops of 2000 calls, so clock reads do not count."])
+    res.figures["python per call"] = python
     for what, goal_text, value, goal in targets:
         res.target(what, goal_text, ratio(value), value <= goal)
     return res

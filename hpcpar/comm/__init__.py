@@ -23,7 +23,8 @@ communicator.py   Communicator: the collectives and point-to-point calls
 stats.py          Stats: the counters of calls, bytes and seconds per operation
 requests.py       Request, wait_all and test_all (non-blocking operations)
 staging.py        pinned host buffers for device arrays when MPI is not CUDA-aware
-hooks.py          the decorator through which the tracer and the flight recorder see each call
+buffers.py        what MPI is handed: the array itself, bfloat16 as uint16, device memory staged
+hooks.py          what the tracer and the flight recorder see of each call, when they are on
 device.py         one GPU per rank (select_device) and whether MPI is CUDA-aware
 """
 from hpcpar.comm.communicator import OPS, Communicator

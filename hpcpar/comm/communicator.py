@@ -2,12 +2,11 @@
 
 Every call does the same few things and, on the common path, nothing more: refuse (or copy and
 count) a buffer that is not contiguous; return at once in a group of one rank; hand MPI the array
-itself; and call MPI through ``_blocking`` (count, time, and - only when a tracer or flight recorder
-is on - record: hooks.py) or ``_posted`` for a non-blocking call.  Only the uncommon buffers take a
-detour (``_buffers``, ``_in``, ``_out``): bfloat16, which has no MPI datatype, travels as its bytes
-(uint16), and device memory without a CUDA-aware MPI goes through a pinned host copy (staging.py).
-A 4 KB message spends ~3.5 us inside MPI, so every step here is written to cost tens of nanoseconds:
-no decorator around the methods (a wrapper's call costs ~0.2 us), one set lookup for the buffers.
+itself (buffers.py: bfloat16 and device memory take a detour); and call MPI through ``_blocking``
+(count, time, and - only when a tracer or flight recorder is on - record: hooks.py) or ``_posted``
+for a non-blocking call.  A 4 KB message spends ~3.5 us inside MPI, so every step here is written
+to cost tens of nanoseconds: no decorator around the methods (a call through a wrapper's ``*args,
+**kwargs`` costs ~0.2 us), counters updated in place, one set lookup for the buffers.
 """
 import time
 
@@ -16,27 +15,17 @@ from mpi4py import MPI
 
 from hpcpar import backend, flight, trace
 from hpcpar.comm import hooks
-from hpcpar.comm.device import cuda_aware_mpi
+from hpcpar.comm.buffers import IN_PLACE, Buffers
 from hpcpar.comm.requests import Request
-from hpcpar.comm.staging import Staging
 from hpcpar.comm.stats import Stats
 
 OPS = {"sum": MPI.SUM, "max": MPI.MAX, "min": MPI.MIN}
-IN_PLACE = MPI.IN_PLACE
-# host arrays of these types go to MPI as they are (one set lookup decides the common case)
-_PLAIN = frozenset(np.dtype(t) for t in ("bool", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32",
-                                         "uint64", "float16", "float32", "float64", "complex64", "complex128"))
 perf_counter = time.perf_counter
 
 
-def _wire(x):
-    """bfloat16 (no MPI datatype) as its bytes, uint16 - fine for moving data, never for summing it."""
-    return x.view(np.uint16) if x.dtype.name == "bfloat16" else x
-
-
-def _summable(x):
-    if x.dtype.name == "bfloat16":
-        raise TypeError("MPI cannot reduce bfloat16: sum low precision in float32 (hpcpar.precision)")
+def _module(x):
+    """numpy for a numpy array (decided without a call into backend), else the array's own module."""
+    return np if type(x) is np.ndarray else backend.array_module(x)
 
 
 def _refuse_strided(x, what):
@@ -52,59 +41,17 @@ class Communicator:
         self.rank = mpi_comm.rank
         self.size = mpi_comm.size
         self.stats = Stats()
-        self._staging = None
-        self._cuda_aware = None
-
-    # --- buffers ------------------------------------------------------------------------------
+        self.buffers = Buffers()
 
     def _copy(self, x):
         """A contiguous copy of x (counted): MPI needs one run of memory."""
         self.stats.add("copy", x.nbytes)
         return backend.array_module(x).ascontiguousarray(x)
 
-    def _buffers(self, x, y, slot, summed=False):
-        """(what MPI reads, what MPI writes, what to run afterwards or None) for input x (or IN_PLACE)
-        and output y.  The common case - host arrays of a type MPI knows - is decided first."""
-        if type(y) is np.ndarray and y.dtype in _PLAIN and (x is IN_PLACE or type(x) is np.ndarray):
-            return x, y, None
-        if summed:
-            _summable(y)
-        recv, finish = self._out(y, slot)
-        if x is IN_PLACE:
-            if finish:                               # staged: the host buffer starts with y's values
-                self._staging.down(y, slot)
-            return x, recv, finish
-        return self._in(x, slot + " in"), recv, finish
-
-    def _in(self, x, slot):
-        """A buffer MPI may read that holds x's values."""
-        if type(x) is np.ndarray:
-            return x if x.dtype in _PLAIN else _wire(x)
-        if self._device_direct() is False:
-            return _wire(self._staging.down(x, slot))
-        return _wire(x)
-
-    def _out(self, y, slot):
-        """(buffer MPI may write, function that moves it into y afterwards - None when MPI writes y)."""
-        if type(y) is np.ndarray:
-            return (y if y.dtype in _PLAIN else _wire(y)), None
-        if self._device_direct() is False:
-            h = self._staging.host(y, slot)
-            return _wire(h), (lambda: self._staging.up(h, y))
-        return _wire(y), None
-
-    def _device_direct(self):
-        """Whether device arrays may be passed to MPI as they are (a CUDA-aware MPI)."""
-        if self._cuda_aware is None:
-            self._cuda_aware = cuda_aware_mpi()
-            self._staging = Staging()
-        import cupy
-        cupy.cuda.get_current_stream().synchronize()   # MPI must see finished kernels
-        return self._cuda_aware
-
     @property
     def staging_bytes(self):
-        return self._staging.bytes if self._staging else 0
+        staging = self.buffers.staging
+        return staging.bytes if staging else 0
 
     # --- the two ways into MPI ----------------------------------------------------------------
 
@@ -140,10 +87,12 @@ class Communicator:
                 return x
             out[...] = x
             return out
+        if out is x:                                    # MPI may not read and write one buffer
+            return self.all_reduce_(x, op)
         if not x.flags.c_contiguous:
             x = self._copy(x)
-        y = backend.array_module(x).empty_like(x) if out is None else out
-        send, recv, finish = self._buffers(x, y, "all_reduce", summed=True)
+        y = _module(x).empty_like(x) if out is None else out
+        send, recv, finish = self.buffers.pair(x, y, "all_reduce", summed=True)
         self._blocking("all_reduce", y.nbytes, None, self.mpi.Allreduce, send, recv, OPS[op])
         if finish:
             finish()
@@ -155,7 +104,7 @@ class Communicator:
             _refuse_strided(x, "all_reduce_ target")
         if self.size == 1:
             return x
-        _, buf, finish = self._buffers(IN_PLACE, x, "all_reduce_", summed=True)
+        _, buf, finish = self.buffers.pair(IN_PLACE, x, "all_reduce_", summed=True)
         self._blocking("all_reduce", x.nbytes, None, self.mpi.Allreduce, IN_PLACE, buf, OPS[op])
         if finish:
             finish()
@@ -167,7 +116,7 @@ class Communicator:
             _refuse_strided(x, "iall_reduce_ target")
         if self.size == 1:
             return None
-        _, buf, finish = self._buffers(IN_PLACE, x, "iall_reduce_", summed=True)
+        _, buf, finish = self.buffers.pair(IN_PLACE, x, "iall_reduce_", summed=True)
         return self._posted("all_reduce", x.nbytes, None,
                             Request(self.mpi.Iallreduce(IN_PLACE, buf, OPS[op]), (x, buf), finish, self.stats))
 
@@ -190,8 +139,8 @@ class Communicator:
             x = self._copy(x)
         if out is None:          # along axis 0 the blocks arrive in place; else (size, *x.shape), moved below
             shape = (self.size * x.shape[0],) + x.shape[1:] if axis == 0 else (self.size,) + x.shape
-            out = backend.array_module(x).empty(shape, dtype=x.dtype)
-        send, recv, finish = self._buffers(x, out, "all_gather")
+            out = _module(x).empty(shape, x.dtype)
+        send, recv, finish = self.buffers.pair(x, out, "all_gather")
         self._blocking("all_gather", x.nbytes, None, self.mpi.Allgather, send, recv)
         if finish:
             finish()
@@ -225,9 +174,9 @@ class Communicator:
         else:        # along axis 0 the blocks already are
             if not x.flags.c_contiguous:
                 x = self._copy(x)
-            y = backend.array_module(x).empty((n // self.size,) + x.shape[1:], dtype=x.dtype) if out is None \
+            y = _module(x).empty((n // self.size,) + x.shape[1:], x.dtype) if out is None \
                 else out
-        send, recv, finish = self._buffers(x, y, "reduce_scatter", summed=True)
+        send, recv, finish = self.buffers.pair(x, y, "reduce_scatter", summed=True)
         self._blocking("reduce_scatter", x.nbytes, None, self.mpi.Reduce_scatter_block, send, recv,
                        OPS[op])
         if finish:
@@ -245,7 +194,7 @@ class Communicator:
         if self.size == 1:
             y[...] = x
             return None
-        send, recv, finish = self._buffers(x, y, "ireduce_scatter", summed=True)
+        send, recv, finish = self.buffers.pair(x, y, "ireduce_scatter", summed=True)
         return self._posted("reduce_scatter", x.nbytes, None, Request(
             self.mpi.Ireduce_scatter_block(send, recv, OPS[op]), (x, y, send, recv), finish, self.stats))
 
@@ -258,7 +207,7 @@ class Communicator:
             raise ValueError(f"iall_gather_: {y.size} elements do not split into {self.size} blocks")
         if self.size == 1:
             return None
-        _, buf, finish = self._buffers(IN_PLACE, y, "iall_gather_")
+        _, buf, finish = self.buffers.pair(IN_PLACE, y, "iall_gather_")
         return self._posted("all_gather", y.nbytes // self.size, None,
                             Request(self.mpi.Iallgather(IN_PLACE, buf), (y, buf), finish, self.stats))
 
@@ -268,15 +217,17 @@ class Communicator:
             _refuse_strided(x, "bcast_ target")
         if self.size == 1:
             return x
-        buf, finish = self._out(x, "bcast")
+        buf, finish = self.buffers.writing(x, "bcast")
         if finish and self.rank == root:
-            self._staging.down(x, "bcast")
+            self.buffers.staging.down(x, "bcast")
         self._blocking("bcast", x.nbytes, None, self.mpi.Bcast, buf, root)
         if finish:
             finish()
         return x
 
     def barrier(self):
+        if self.size == 1:
+            return
         self._blocking("barrier", 0, None, self.mpi.Barrier)
 
     # --- point to point -----------------------------------------------------------------------
@@ -284,13 +235,13 @@ class Communicator:
     def send(self, x, dest, tag=0):
         if not x.flags.c_contiguous:
             x = self._copy(x)
-        self._blocking("send", x.nbytes, dest, self.mpi.Send, self._in(x, "p2p_send"), dest, tag)
+        self._blocking("send", x.nbytes, dest, self.mpi.Send, self.buffers.reading(x, "p2p_send"), dest, tag)
 
     def recv_(self, out, source, tag=0):
         """Receive into ``out`` (contiguous, of the sender's shape and dtype)."""
         if not out.flags.c_contiguous:
             _refuse_strided(out, "receive buffer")
-        buf, finish = self._out(out, "p2p_recv")
+        buf, finish = self.buffers.writing(out, "p2p_recv")
         self._blocking("recv", out.nbytes, source, self.mpi.Recv, buf, source, tag)
         if finish:
             finish()
@@ -300,7 +251,7 @@ class Communicator:
         """Start sending x; the Request keeps x alive until it completes (do not modify x before)."""
         if not x.flags.c_contiguous:
             x = self._copy(x)
-        buf = self._in(x, ("isend", dest, tag))
+        buf = self.buffers.reading(x, ("isend", dest, tag))
         return self._posted("send", x.nbytes, dest,
                             Request(self.mpi.Isend(buf, dest, tag), (x, buf), stats=self.stats))
 
@@ -308,20 +259,21 @@ class Communicator:
         """Post a receive into ``out``; its values are valid after the Request's wait()."""
         if not out.flags.c_contiguous:
             _refuse_strided(out, "receive buffer")
-        buf, finish = self._out(out, ("irecv", source, tag))
+        buf, finish = self.buffers.writing(out, ("irecv", source, tag))
         return self._posted("recv", out.nbytes, source,
                             Request(self.mpi.Irecv(buf, source, tag), (out, buf), finish, self.stats))
 
     def sendrecv(self, x, dest, out, source, tag=0):
-        """Send x to ``dest`` and receive ``out`` from ``source`` in one deadlock-free call (the
-        seconds it blocks count as the receive's)."""
+        """Send x to ``dest`` and receive ``out`` from ``source`` in one deadlock-free call.  Counted as
+        a send and a receive; the seconds it blocks, the flight recorder and the trace see the receive
+        (what it waits for: the send of a small message completes at once)."""
         if not x.flags.c_contiguous:
             x = self._copy(x)
         if not out.flags.c_contiguous:
             _refuse_strided(out, "receive buffer")
         self.stats.add("send", x.nbytes)
-        buf, finish = self._out(out, "sendrecv")
-        self._blocking("recv", out.nbytes, source, self.mpi.Sendrecv, self._in(x, "sendrecv_send"), dest, tag, buf,
+        buf, finish = self.buffers.writing(out, "sendrecv")
+        self._blocking("recv", out.nbytes, source, self.mpi.Sendrecv, self.buffers.reading(x, "sendrecv_send"), dest, tag, buf,
                        source, tag)
         if finish:
             finish()

@@ -2,10 +2,11 @@
 (hpcpar/flight.py).  A plain run has neither: Communicator._blocking then checks two globals and
 calls MPI, and nothing here runs.  With either on, these two functions do the call's bookkeeping.
 
-A blocking call is one flight entry from its start to its end and one "comm" span in the trace; a
-non-blocking one (isend, iall_reduce_, ...) is entered when posted and completed by its Request
-(requests.py), which also marks when this rank began to wait for it - a trace shows it when somebody
-waits for it.  A group of one rank calls nothing and records nothing.
+A blocking call is one flight entry from its start to its end and one "comm" span in the trace (the
+MPI call itself; staging copies of device memory have their own spans, staging.py); a non-blocking
+one (isend, iall_reduce_, ...) is entered when posted and completed by its Request (requests.py),
+which also marks when this rank began to wait for it - a trace shows it when somebody waits for it.
+A group of one rank calls nothing and records nothing.
 """
 import time
 

@@ -28,11 +28,10 @@ class Stats:
         self.of = _Counts()
 
     def add(self, op, nbytes):
-        """Count one call of ``op`` moving ``nbytes``; returns its Count (to add the seconds blocked)."""
+        """Count one call of ``op`` moving ``nbytes``."""
         count = self.of[op]
         count.calls += 1
         count.bytes += nbytes
-        return count
 
     @property
     def calls(self):
