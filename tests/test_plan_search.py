@@ -131,7 +131,7 @@ def test_fsdp_traffic_is_per_micro_batch_and_in_the_pipeline():
 
 
 def test_a_no_recompute_gemm_efficiency_applies_only_where_nothing_is_recomputed():
-    """An engine with a separate GEMM efficiency for layouts that recompute nothing (published.EAGER)
+    """An engine with a separate GEMM efficiency for layouts that recompute nothing (published.COMPOSER_EAGER)
     runs those layouts' GEMMs at it, and every other layout's at its usual one; without one, the job
     is unchanged."""
     from dataclasses import replace

@@ -27,7 +27,7 @@ Three kinds of work, each from its own rate:
 * an engine whose kernels are slower than the fused ones the hardware's factor was fitted to (eager
   PyTorch: one kernel per operation, launch gaps) runs every GEMM at ``engine.gemm_efficiency`` of the rate,
   or, in a layout that recomputes nothing, at ``engine.gemm_efficiency_no_recompute`` where the engine
-  has one (eager Composer sustains less without activation checkpointing: published.EAGER).
+  has one (eager Composer sustains less without activation checkpointing: published.COMPOSER_EAGER).
 
 Recomputation adds to B: the whole forward of every layer (full) or the attention core (selective);
 PyTorch's op-level selective policy: every second linear GEMM and the element-wise passes.

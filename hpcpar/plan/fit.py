@@ -8,9 +8,10 @@ rows it is judged on (docs/planning.md, Validation):
   hardware's GEMM factor was fitted to.  Fitted like that factor (calibrate.fit_calibration): the
   step is nearly proportional to 1 / efficiency, so c <- c / (predicted throughput / published)
   converges in a few rounds.
-* ``gemm_efficiency_no_recompute``, the same for a layout that recomputes nothing: llm-foundry's own
-  table reports a lower hardware utilisation for its runs without activation checkpointing (HFU
-  35-46 % against 48-59 % with it, at 4K tokens or fewer); fitted the same way on a row without
+* ``gemm_efficiency_no_recompute`` of eager Composer (published.COMPOSER_EAGER, llm-foundry's runs
+  only), the same for a layout that recomputes nothing: llm-foundry's own table reports a lower
+  hardware utilisation for its runs without activation checkpointing (HFU 35-46 % against 48-59 %
+  with it, at 4K tokens or fewer); fitted the same way on a row without
   checkpointing that matches the row above in GPUs, sequence and gradient accumulation.  Why Composer's
   eager engine sustains less then, no source says: the constant is measured, not explained.
 * ``fp8_efficiency`` of torchao's Float8 training (published.FLOAT8): its fp8 GEMMs with the dynamic

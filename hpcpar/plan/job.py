@@ -42,8 +42,9 @@ class Engine:
     selective_ops: bool = False       # selective recomputation is PyTorch's op-level policy (memory.py)
     gemm_efficiency: float = 1.0      # the engine's kernels against the fused ones the hardware's
                                       # factor was fitted to (eager PyTorch: published.EAGER)
-    gemm_efficiency_no_recompute: float = None  # the same for a layout that recomputes nothing, where
-                                      # the engine sustains a different share (None: gemm_efficiency)
+    gemm_efficiency_no_recompute: float | None = None  # the same for a layout that recomputes nothing,
+                                      # where the engine sustains a different share (None: gemm_efficiency;
+                                      # eager Composer: published.COMPOSER_EAGER)
     fp8_efficiency: float = 1.0       # the engine's fp8 GEMMs, scaling casts included, against the
                                       # fp8 peak x the hardware's factor (torchao Float8: published.FLOAT8)
 

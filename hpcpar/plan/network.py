@@ -108,4 +108,6 @@ def cp_allgather_seconds(job, layout):
     K and V whole before the attention core instead of passing chunks round a ring (``engine.cp_allgather``):
     a collective on the cp group's link, like the other collectives (k members on a node, k ports)."""
     link = group_link(job.hardware, layout, "cp", job.gpus_per_node)
+    # A ring all-gather is a ring reduce-scatter run backwards: cp - 1 steps, each passing one chunk
+    # to the next rank (without the addition), so the same latency and bytes: (cp - 1) / cp of the total.
     return reduce_scatter_seconds(link, layout.cp, layout.cp * cp_chunk_bytes(job, layout))

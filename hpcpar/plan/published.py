@@ -31,9 +31,12 @@ from hpcpar.runtime import UsageError
 PYTORCH = dict(numpy_caches=False, adam_buffers=2, shard_grad_buffer=False, allocator_cache=0.158)
 # Eager PyTorch (no torch.compile): fit.fit_gemm_efficiency on the "framework-fitting" row of
 # llm-foundry-h100.toml (MPT-30B on 16 GPUs, activation checkpointing); a run sets eager = true where
-# its source ran eager.  Without recomputation it sustains less (the llm-foundry table's own HFU):
+# its source ran eager.
+EAGER = dict(gemm_efficiency=0.796)
+# Eager Composer (llm-foundry) without recomputation sustains less (the llm-foundry table's own HFU):
 # fit.fit_gemm_efficiency(name="gemm_efficiency_no_recompute") on that file's MPT-3B row on 16 GPUs.
-EAGER = dict(gemm_efficiency=0.796, gemm_efficiency_no_recompute=0.644)
+# Measured on Composer only, so it is llm-foundry's (FRAMEWORKS' "eager" entry), not every eager run's.
+COMPOSER_EAGER = dict(gemm_efficiency_no_recompute=0.644)
 # torchao's Float8 training (torchtitan's fp8 rows): fit.fit_gemm_efficiency(name="fp8_efficiency") on
 # the "framework-fitting" Float8 row of torchtitan-h100.toml (Llama 3.1 8B FSDP + compile + Float8).
 FLOAT8 = dict(fp8_efficiency=0.791)
@@ -66,8 +69,10 @@ FRAMEWORKS = {
                                    fsdp_gather_once_with_pp=True, selective_ops=True),
                        recompute=("none", "selective", "full"), schedules=("1f1b", "interleaved"), zero=(3,),
                        sp=(True,), dtype="bf16"),
-    # llm-foundry (Composer FSDP, FULL_SHARD): flash (triton) attention, fp32 sharded state, fused loss.
+    # llm-foundry (Composer FSDP, FULL_SHARD): flash (triton) attention, fp32 sharded state, fused loss;
+    # run eagerly, its own GEMM efficiency where nothing is recomputed ("eager": added to EAGER).
     "llm-foundry": dict(engine=dict(FUSED_LOSS, flash_attention=True, mixed_state_bytes=(4, 4, 8)),
+                        eager=COMPOSER_EAGER,
                         recompute=("none", "full"), schedules=("1f1b",), zero=(3,), sp=(False,), dtype="bf16"),
 }
 for _name in ("torchtitan", "llm-foundry", "megatron-core"):
@@ -100,7 +105,7 @@ class Run:
     schedule: str = ""
     engine: dict = field(default_factory=dict)              # per-run engine features (fp8, overlap_tp)
     hardware_changes: dict = field(default_factory=dict)    # inter_GBps, memory_GiB, hbm_GBps
-    eager: bool = False             # PyTorch without torch.compile (EAGER)
+    eager: bool = False             # PyTorch without torch.compile (EAGER, and the framework's "eager")
     role: str = "validation"        # or "fitting" (the hardware's GEMM factor), "framework-fitting" (fit.py)
     fits: str = ""                  # framework-fitting: the constant it fixes (gemm_efficiency,
                                     # gemm_efficiency_no_recompute, fp8_efficiency, allocator_cache)
@@ -108,7 +113,8 @@ class Run:
     @property
     def features(self):
         f = FRAMEWORKS[self.framework]
-        engine = Engine(**dict(f["engine"], **(EAGER if self.eager else {}), **self.engine))
+        eager = dict(EAGER, **f.get("eager", {})) if self.eager else {}
+        engine = Engine(**dict(f["engine"], **eager, **self.engine))
         return dict(f, engine=engine)
 
     def published_step(self, model):
