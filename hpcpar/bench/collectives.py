@@ -105,7 +105,7 @@ def run(quick):
     res.figures = figures
     python = python_per_call(world.size, 1024, rounds=5 if quick else 30)
     res.table("The wrapper's Python alone: hpcpar minus raw on a stand-in for MPI (one process, 4 KB arrays)",
-              ["operation", "added per call", "share of the 2-rank raw call at 4 KB"],
+              ["operation", "added per call", "share of the raw 4 KB call above"],
               [[op, f"{t * 1e9:.0f} ns", f"{t / figures[f'{op} 4096']['raw']:.0%}" if f"{op} 4096" in figures
                 else "-"] for op, t in python.items()],
               ["the fastest of the rounds on each side; loops of 2000 calls, so clock reads do not count."])
