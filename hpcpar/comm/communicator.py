@@ -5,9 +5,10 @@ count) a buffer that is not contiguous; return at once in a group of one rank; h
 itself (buffers.py: bfloat16 and device memory take a detour); and call MPI through one of three
 doors: ``_collective`` (a blocking collective: buffers, counters, timer and, only when a tracer or
 flight recorder is on, the hooks of hooks.py, in one frame), ``_blocking`` (the same for a
-point-to-point call or a broadcast) and ``_posted`` (a non-blocking call).  A 4 KB message spends ~3.5 us inside MPI, so every step here is written
-to cost tens of nanoseconds: no decorator around the methods (a call through a wrapper's ``*args,
-**kwargs`` costs ~0.2 us), counters updated in place, one set lookup for the buffers.
+point-to-point call or a broadcast) and ``_posted`` (a non-blocking call).  A 4 KB message spends
+~3.5 us inside MPI, so every step here is written to cost tens of nanoseconds: no decorator around
+the methods (a call through a wrapper's ``*args, **kwargs`` costs ~0.2 us), counters updated in
+place, one set lookup for the buffers.
 """
 import time
 
