@@ -278,8 +278,8 @@ class Communicator:
             _refuse_strided(out, "receive buffer")
         self.stats.add("send", x.nbytes)
         buf, finish = self.buffers.writing(out, "sendrecv")
-        self._blocking("recv", out.nbytes, source, self.mpi.Sendrecv, self.buffers.reading(x, "sendrecv_send"), dest, tag, buf,
-                       source, tag)
+        send = self.buffers.reading(x, "sendrecv_send")
+        self._blocking("recv", out.nbytes, source, self.mpi.Sendrecv, send, dest, tag, buf, source, tag)
         if finish:
             finish()
         return out
