@@ -3,16 +3,14 @@
 Every call does the same few things and, on the common path, nothing more: refuse (or copy and
 count) a buffer that is not contiguous; return at once in a group of one rank; hand MPI the array
 itself (buffers.py: bfloat16 and device memory take a detour); and call MPI through one of three
-doors: ``_collective`` (a blocking collective: buffers, counters, timer and, only when a tracer or
-flight recorder is on, the hooks of hooks.py, in one frame), ``_blocking`` (the same for a
-point-to-point call or a broadcast) and ``_posted`` (a non-blocking call).  A 4 KB message spends
-~3.5 us inside MPI, so every step here is written to cost tens of nanoseconds: no decorator around
-the methods (a call through a wrapper's ``*args, **kwargs`` costs ~0.2 us), counters updated in
-place, one set lookup for the buffers.
+doors: ``_blocking`` (count, time, and only when a tracer or flight recorder is on, the hooks of
+hooks.py), ``_collective`` (a blocking collective: its buffers, then ``_blocking``) and ``_posted``
+(a non-blocking call).  A 4 KB message spends ~3.5 us inside MPI, so every step here is written to
+cost tens of nanoseconds: no decorator around the methods (a call through a wrapper's ``*args,
+**kwargs`` costs ~0.2 us), counters updated in place, one set lookup for the buffers.
 """
 import time
 
-import numpy as np
 from mpi4py import MPI
 
 from hpcpar import backend, flight, trace
@@ -23,11 +21,6 @@ from hpcpar.comm.stats import Stats
 
 OPS = {"sum": MPI.SUM, "max": MPI.MAX, "min": MPI.MIN}
 perf_counter = time.perf_counter
-
-
-def _module(x):
-    """numpy for a numpy array (decided without a call into backend), else the array's own module."""
-    return np if type(x) is np.ndarray else backend.array_module(x)
 
 
 def _refuse_strided(x, what):
@@ -55,7 +48,7 @@ class Communicator:
         staging = self.buffers.staging
         return staging.bytes if staging else 0
 
-    # --- the two ways into MPI ----------------------------------------------------------------
+    # --- the ways into MPI --------------------------------------------------------------------
 
     def _blocking(self, op, nbytes, peer, mpi_call, *args):
         """mpi_call(*args), counted and timed (and recorded when a tracer or flight recorder is on).
@@ -71,20 +64,10 @@ class Communicator:
             hooks.blocking(self, op, nbytes, peer, count, mpi_call, args)
 
     def _collective(self, op, mpi_call, x, y, summed, *extra):
-        """The blocking collective mpi_call(x, y, *extra) from x (or IN_PLACE) into y, as _blocking
-        does it: one frame for buffers, counters, timer and hooks - each Python call a collective makes
-        costs 0.1-0.3 us when it runs once between waits, as a 4 KB message's 3-4 us do."""
+        """The blocking collective mpi_call(x, y, *extra) from x (or IN_PLACE) into y: buffers (summed:
+        a reduction), then _blocking, then the copy back of a staged output.  Returns y."""
         send, recv, finish = self.buffers.pair(x, y, op, summed)
-        nbytes = y.nbytes if x is IN_PLACE else x.nbytes
-        count = self.stats.of[op]
-        count.calls += 1
-        count.bytes += nbytes
-        if trace._active is None and flight._active is None:
-            start = perf_counter()
-            mpi_call(send, recv, *extra)
-            count.seconds += perf_counter() - start
-        else:
-            hooks.blocking(self, op, nbytes, None, count, mpi_call, (send, recv) + extra)
+        self._blocking(op, y.nbytes if x is IN_PLACE else x.nbytes, None, mpi_call, send, recv, *extra)
         if finish:
             finish()
         return y
@@ -112,7 +95,7 @@ class Communicator:
             return self.all_reduce_(x, op)
         if not x.flags.c_contiguous:
             x = self._copy(x)
-        y = _module(x).empty_like(x) if out is None else out
+        y = backend.array_module(x).empty_like(x) if out is None else out
         return self._collective("all_reduce", self.mpi.Allreduce, x, y, True, OPS[op])
 
     def all_reduce_(self, x, op="sum"):
@@ -152,7 +135,7 @@ class Communicator:
             x = self._copy(x)
         if out is None:          # along axis 0 the blocks arrive in place; else (size, *x.shape), moved below
             shape = (self.size * x.shape[0],) + x.shape[1:] if axis == 0 else (self.size,) + x.shape
-            out = _module(x).empty(shape, x.dtype)
+            out = backend.array_module(x).empty(shape, x.dtype)
         self._collective("all_gather", self.mpi.Allgather, x, out, False)
         if axis == 0:
             return out
@@ -184,7 +167,7 @@ class Communicator:
         else:        # along axis 0 the blocks already are
             if not x.flags.c_contiguous:
                 x = self._copy(x)
-            y = _module(x).empty((n // self.size,) + x.shape[1:], x.dtype) if out is None \
+            y = backend.array_module(x).empty((n // self.size,) + x.shape[1:], x.dtype) if out is None \
                 else out
         return self._collective("reduce_scatter", self.mpi.Reduce_scatter_block, x, y, True, OPS[op])
 
