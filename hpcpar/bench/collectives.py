@@ -25,8 +25,11 @@ import time
 import numpy as np
 from mpi4py import MPI
 
+from hpcpar import flight, trace
 from hpcpar.bench.common import Result, interleave, ratio, size, slowest_rank, us
 from hpcpar.comm import Communicator
+from hpcpar.comm.buffers import PLAIN
+from hpcpar.comm.stats import Count
 
 SIZES = [4 * 2 ** 10, 256 * 2 ** 10, 4 * 2 ** 20, 32 * 2 ** 20]
 QUICK_SIZES = [4 * 2 ** 10, 2 ** 20]
@@ -74,6 +77,49 @@ def python_per_call(p, n, calls=2000, rounds=30):
     return {op: best[f"{op} hpcpar"] - best[f"{op} raw"] for op in cases}
 
 
+def ladder(world, n, rounds):
+    """What each piece of the wrapper costs, cold (one call after a barrier, as above): an all-gather of
+    n float32 numbers per rank into a kept output, with one more of the things hpcpar.comm does around
+    the MPI call on each rung - written inline, the cheapest Python can do them.  Returns
+    [(rung, fastest seconds of the slowest rank)], raw first and hpcpar.comm last."""
+    x, out = np.ones(n, np.float32), np.empty(world.size * n, np.float32)
+    comm, count, allgather = Communicator(world, "ladder"), Count(), world.Allgather
+
+    def called(x, out):
+        allgather(x, out)
+        return out
+
+    def counted(x, out):
+        count.calls += 1
+        count.bytes += x.nbytes
+        allgather(x, out)
+
+    def timed(x, out):
+        count.calls += 1
+        count.bytes += x.nbytes
+        start = time.perf_counter()
+        allgather(x, out)
+        count.seconds += time.perf_counter() - start
+
+    def checked(x, out):
+        if out.size != world.size * x.size or not out.flags.c_contiguous or out.dtype is not x.dtype:
+            raise ValueError("out")
+        if not x.flags.c_contiguous or type(x) is not np.ndarray or type(out) is not np.ndarray or \
+                x.dtype not in PLAIN or trace._active is not None or flight._active is not None:
+            raise ValueError("x")
+        timed(x, out)
+
+    rungs = {"raw mpi4py: Allgather(x, out)": lambda: allgather(x, out),
+             "+ a Python function around it": lambda: called(x, out),
+             "+ calls and bytes counted": lambda: counted(x, out),
+             "+ the seconds blocked timed": lambda: timed(x, out),
+             "+ the checks (out's size, layout, dtype; x's layout; plain numpy; no tracer) and one call more":
+                 lambda: checked(x, out),
+             "hpcpar.comm: all_gather(x, out=out)": lambda: comm.all_gather(x, out=out)}
+    calls = interleave(rungs, rounds, time.perf_counter, world.Barrier)
+    return [(rung, min(ts)) for rung, ts in slowest_rank(world, calls).items()]
+
+
 def run(quick):
     world = MPI.COMM_WORLD
     comm = Communicator(world, "world")
@@ -92,6 +138,7 @@ def run(quick):
                 goal = 1.2 if nbytes <= 4096 else 1.1
                 targets.append((f"{op}, {size(nbytes)}, 2 ranks: hpcpar / raw", f"<= {goal:.2f}x",
                                 fastest["hpcpar"] / fastest["raw"], goal))
+    steps = ladder(world, 1024, 50 if quick else 400) if world.size == 2 else None
     if world.rank:
         return None
     res = Result()
@@ -103,6 +150,16 @@ def run(quick):
               + (["4 ranks share 2 cores: oversubscribed, the absolute times are the scheduler's."]
                  if world.size > 2 else []))
     res.figures = figures
+    if steps:
+        raw = steps[0][1]
+        res.table("What each piece of the wrapper costs: a 4 KB all_gather(out=), 2 ranks, timed as above",
+                  ["what the call does", "time", "/ raw", "added by this rung"],
+                  [[rung, us(t), ratio(t / raw), "" if i == 0 else us(t - steps[i - 1][1])]
+                   for i, (rung, t) in enumerate(steps)],
+                  ["each rung adds one piece to the rung above, written inline (the cheapest Python can do "
+                   "it); the last rung but one is everything hpcpar.comm does on this path, so its ratio is the "
+                   "floor of a Python wrapper that keeps these features."])
+        res.figures["ladder"] = dict(steps)
     python = python_per_call(world.size, 1024, rounds=5 if quick else 30)
     res.table("The wrapper's Python alone: hpcpar minus raw on a stand-in for MPI (one process, 4 KB arrays)",
               ["operation", "added per call", "share of the raw 4 KB call above"],
