@@ -68,6 +68,22 @@ def test_the_cp_ring_hop_that_leaves_the_node_uses_one_port():
     assert cp_ring_seconds(across, lay) == pytest.approx(3 * A100.inter.seconds(cp_chunk_bytes(across, lay)))
 
 
+def test_the_planner_counts_the_hops_the_ring_engine_sends():
+    """hpcpar's ring (context_parallel/ring.py) sends 3cp - 2 K/V-sized hops a layer: cp - 1 forward,
+    cp - 1 of K and V and cp of dK, dV backward.  With no attention core to hide under, the planner's
+    CP ring terms add up to that many hops; with a long core only the last dK, dV hop shows."""
+    from hpcpar.plan.compute import cp_times
+    from hpcpar.plan.job import Job
+    from hpcpar.plan.models import load_model
+    from hpcpar.plan.network import cp_ring_seconds
+    job = Job(load_model("llama3-8b"), A100, 16, 8, 8, 8192)
+    for cp in (2, 4):
+        lay = Layout(16 // cp, 1, 1, cp=cp)
+        hop = cp_ring_seconds(job, lay) / (cp - 1)
+        assert sum(cp_times(job, lay, core=0.0).values()) == pytest.approx((3 * cp - 2) * hop)
+        assert sum(cp_times(job, lay, core=1.0).values()) == pytest.approx(hop)
+
+
 def test_an_all_gather_cp_engine_waits_for_its_gather():
     """Context parallelism that all-gathers K and V (engine.cp_allgather) pays one all-gather of the cp
     chunks forward and two collectives of the same size backward, exposed: the attention core hides

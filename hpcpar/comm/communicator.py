@@ -68,6 +68,7 @@ class Communicator:
     def _collective(self, op, mpi_call, x, y, reduce_op=None):
         """The blocking collective mpi_call(x, y) - mpi_call(x, y, reduce_op) for a reduction - from x
         (or IN_PLACE) into y: buffers, then _blocking, then the copy back of a staged output.  Returns y."""
+        # plain numpy arrays go to MPI as they are: buffers.pair's first test, asked here to save a call
         if type(y) is ndarray and y.dtype in PLAIN and (x is IN_PLACE or type(x) is ndarray and x.dtype in PLAIN):
             send, recv, finish = x, y, None
         else:

@@ -130,8 +130,12 @@ def cp_times(job, layout, core):
     if job.engine.cp_allgather:
         gather = cp_allgather_seconds(job, layout)
         return {"fwd CP all-gather": gather, "bwd CP all-gather": 2 * gather}
-    ring = cp_ring_seconds(job, layout)
-    return {"fwd CP ring": exposed(ring, core), "bwd CP ring": exposed(2 * ring, 2 * core)}
+    ring = cp_ring_seconds(job, layout)                  # cp - 1 hops of a K and V chunk
+    # Backward, K and V go round again (cp - 1 hops) beside the partial sums of dK and dV, which go
+    # round the whole ring (cp hops): the last brings each rank its own dK, dV after the last block,
+    # with no compute left to hide it - 3cp - 2 hops a layer in all, as the engine sends them.
+    return {"fwd CP ring": exposed(ring, core),
+            "bwd CP ring": exposed(2 * ring, 2 * core) + ring / (layout.cp - 1)}
 
 
 def end_times(job, layout, first, last):

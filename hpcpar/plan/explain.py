@@ -104,8 +104,9 @@ def compute_section(est):
         ring = cp_ring_seconds(job, lay)
         lines.append(f"  CP ring: cp-1 = {lay.cp - 1} hops of one K and V chunk, {cp_chunk_bytes(job, lay) / 2**20:.1f} "
                      f"MiB, over {'the network (the ring spans nodes)' if crosses else 'NVLink (inside a node)'}: "
-                     f"{_ms(ring).strip()} forward, twice backward (dK, dV travel back); hidden under the "
-                     "attention core up to its length")
+                     f"{_ms(ring).strip()} forward; backward K and V again and cp = {lay.cp} hops of dK, dV "
+                     "(3cp-2 hops in all); hidden under the attention core up to its length, but for the "
+                     "last dK, dV hop")
     return lines
 
 
