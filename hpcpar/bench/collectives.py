@@ -15,9 +15,10 @@ wrapper itself costs (counting, timing, checks, the tracer and flight-recorder h
 A new output costs both sides the same: at tens of MB, the kernel zeroing its pages on first touch
 takes about as long as the copy itself - which is why the calls take ``out=``.
 Every call is timed alone after a barrier, raw and hpcpar alternating call by call; the slowest
-rank's time counts, and each side keeps its fastest call.  A second table times the wrapper's Python
-alone: the same calls on a stand-in for the MPI communicator whose methods return at once, in loops
-of many calls, so that hpcpar minus raw is what the wrapper adds, free of MPI's own noise.  With 4 ranks on 2 cores the ranks take turns on the cores
+rank's time counts, and each side keeps its fastest call.  At 2 ranks a ladder times, the same way,
+what each piece of the wrapper adds to a 4 KB all-gather (ladder()).  A last table times the
+wrapper's Python alone: the same calls on a stand-in for the MPI communicator whose methods return at
+once, in loops of many calls, so that hpcpar minus raw is what the wrapper adds, free of MPI's noise.  With 4 ranks on 2 cores the ranks take turns on the cores
 (MPI spins while it waits), so those times say more about the scheduler than about MPI.
 """
 import time
