@@ -13,17 +13,19 @@ Picking the token: greedy (temperature 0) takes the most likely one; otherwise t
 by the temperature (< 1 sharper, > 1 flatter), all but the ``top_k`` largest are dropped, and the token
 is drawn from the softmax with a generator seeded by ``seed``.
 
-The model comes from a checkpoint directory (hpcpar's own, any layout) or from GPT-2 weights (an
-``--export``, or a Hugging Face save_pretrained directory); the tokenizer is the one saved with them.
+The model, GPT-2 or Llama, comes from a checkpoint directory (hpcpar's own, any layout) or from Hugging
+Face weights (an ``--export``, or a save_pretrained directory); the tokenizer is the one saved with them.
+What differs between the two families (a position table or rotary positions, all heads or grouped K/V
+heads in the cache, LayerNorm or RMSNorm) lives in the modules' own ``forward_cached``.
 """
 from dataclasses import fields, replace
 from pathlib import Path
 
 import numpy as np
 
-from hpcpar.checkpoint.gpt2 import check_tensors, expected_shapes, read_architecture
+from hpcpar.checkpoint.gpt2 import check_tensors
+from hpcpar.checkpoint.hf import expected_shapes, read_architecture
 from hpcpar.nn.gpt import GPT, GPTConfig
-from hpcpar.ops.embedding import embedding_forward
 from hpcpar.runtime import UsageError
 
 
@@ -40,27 +42,25 @@ def _checkpoint_model(path):
     cfg = TrainConfig(**{**{f.name: saved[f.name] for f in fields(TrainConfig) if f.name in saved}, **one_rank})
     if cfg.model == "mlp":
         raise UsageError(f"{path} holds the MLP model, which does not generate text")
-    if cfg.model.startswith("llama"):
-        raise UsageError(f"{path} holds a Llama model: hpcpar generate samples GPT-2 models only (its KV cache "
-                         f"has no rotary positions yet)")
     weights = {n: reader.full(n) for n in reader.names() if not n.startswith("optimizer/")}
-    V, C = weights["wte.weight"].shape
-    mcfg = replace(model_config(cfg), vocab_size=V, positions=weights["wpe.weight"].shape[0])
+    mcfg = model_config(cfg)
+    mcfg = replace(mcfg, vocab_size=weights[mcfg.parts.tokens].shape[0])     # the data's, not in the flags
     data = saved.get("data", "synthetic")
     return mcfg, weights, (tokenizer_of(data) if data != "synthetic" and Path(data).exists() else None)
 
 
 def _weights_model(path):
-    """(GPTConfig, {name: array}, tokenizer path or None) of GPT-2 weights (a file or a directory)."""
+    """(GPTConfig, {name: array}, tokenizer path or None) of GPT-2 or Llama weights (a file or a directory)."""
     from hpcpar.checkpoint.consolidated import read_weights
     from hpcpar.text import tokenizer_of
     arch = read_architecture(path, "hpcpar generate")
     if not arch.n_head:
         raise UsageError(f"hpcpar generate: {path} does not say its number of attention heads "
                          f"(put its config.json beside it)")
+    unsaid = {k: v for k, v in (("ln_eps", arch.ln_eps), ("rope_theta", arch.rope_theta)) if v}  # else defaults
     mcfg = GPTConfig(vocab_size=arch.vocab_size, seq_len=arch.n_positions, n_layer=arch.n_layer,
-                     n_head=arch.n_head, d_model=arch.d_model, d_ff=arch.d_ff, tied=arch.tied,
-                     ln_eps=arch.ln_eps or 1e-5)
+                     n_head=arch.n_head, d_model=arch.d_model, d_ff=arch.d_ff, tied=arch.tied, arch=arch.arch,
+                     n_kv_head=arch.n_kv_head, **unsaid)
     weights = read_weights(path)
     if arch.tied:
         weights.pop("lm_head.weight", None)
@@ -68,7 +68,7 @@ def _weights_model(path):
 
 
 def load_model(path, dtype="float32"):
-    """(GPT with every layer on this rank, tokenizer path or None) from a checkpoint or GPT-2 weights."""
+    """(GPT with every layer on this rank, tokenizer path or None) from a checkpoint or Hugging Face weights."""
     path = Path(path)
     if not path.exists():
         raise UsageError(f"hpcpar generate: {path} not found")
@@ -83,19 +83,19 @@ def load_model(path, dtype="float32"):
 
 def forward_cached(model, ids, kv, start):
     """logits (B, T, V) of the tokens ``ids`` (B, T) at positions [start, start + T); ``kv`` holds one
-    (k_cache, v_cache) pair per block and gains these tokens' keys and values."""
-    T = ids.shape[1]
-    x = embedding_forward(ids, model.embed.wte.data) + model.embed.wpe.data[start:start + T]   # (B, T, C)
+    (k_cache, v_cache) pair per block and gains these tokens' keys and values.  Each part knows its
+    family: the embedding adds a position table or not, the attention rotates q and k or not."""
+    x = model.embed.forward_cached(ids, start)                           # (B, T, C)
     for block, cache in zip(model.blocks, kv):
         x = block.forward_cached(x, cache, start)
-    h, _ = model.head.ln_f.forward(x)
-    return h @ model.head.weight.data.T
+    return model.head.forward_cached(x)
 
 
 def new_cache(model, batch, length):
-    """Empty keys and values for ``length`` positions: one (k, v) pair of (B, NH, length, HS) per block."""
+    """Empty keys and values for ``length`` positions: one (k, v) pair of (B, NKV, length, HS) per block,
+    NKV the key/value heads (GPT-2: all NH heads; a grouped-query Llama: NH / NKV times fewer)."""
     cfg = model.cfg
-    shape = (batch, cfg.n_head, length, cfg.d_model // cfg.n_head)
+    shape = (batch, cfg.n_kv_head, length, cfg.d_model // cfg.n_head)
     dtype = model.embed.wte.data.dtype
     return [(np.zeros(shape, dtype), np.zeros(shape, dtype)) for _ in model.blocks]
 

@@ -6,6 +6,12 @@ Tests that use these helpers skip cleanly when transformers (or torch) is not in
 import numpy as np
 import pytest
 
+# A small LlamaConfig: 4 query heads on 2 K/V heads, a rotary base and an epsilon that are not the
+# defaults, so that they must be read from the files, not assumed
+LLAMA_DIMS = dict(num_hidden_layers=2, hidden_size=32, intermediate_size=40, num_attention_heads=4,
+                  num_key_value_heads=2, vocab_size=61, max_position_embeddings=24, rms_norm_eps=1e-5,
+                  rope_parameters={"rope_type": "default", "rope_theta": 500.0})
+
 
 def transformers():
     pytest.importorskip("torch")

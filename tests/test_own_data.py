@@ -1,5 +1,6 @@
-"""docs/own_data.md, executed: prepare -> train with validation -> generate on the shipped sample text,
-then a Hugging Face GPT-2 in and out, every command and code block in the order the chapter gives them."""
+"""docs/own_data.md, executed: prepare -> train with validation -> generate on the shipped sample text (a
+GPT-2, then a Llama), then a Hugging Face GPT-2 in and out, every command and code block in the order the
+chapter gives them."""
 import json
 import re
 import shlex
@@ -42,13 +43,13 @@ def test_the_chapter_runs_on_the_shipped_sample(tmp_path):
             proc, _ = run([sys.executable, "-c", text], timeout=300, cwd=tmp_path)
         else:
             proc, _ = run(command(text.strip()), timeout=300, cwd=tmp_path)
-            outputs.setdefault(shlex.split(text)[1], proc.stdout)       # the first of each sub-command
+            outputs.setdefault(shlex.split(text)[1], []).append(proc.stdout)    # each sub-command's, in order
         assert proc.returncode == 0, text + proc.stdout + proc.stderr
     quoted = DOC.read_text()
-    prepared = outputs["data"].strip()
+    prepared = outputs["data"][0].strip()
     assert prepared.startswith("runs/sample: 24,382 characters") and "vocabulary 512, uint16" in prepared
     assert prepared in quoted                 # tokenizer training is deterministic: the same counts
-    assert re.findall(r"^step +(\d+)/150  val_loss", outputs["train"], re.M) == ["50", "100", "150"]
+    assert re.findall(r"^step +(\d+)/150  val_loss", outputs["train"][0], re.M) == ["50", "100", "150"]
     records = [json.loads(line) for line in (tmp_path / "runs" / "sample.jsonl").read_text().splitlines()]
     assert [r["step"] for r in records if "val_loss" in r] == [49, 99, 149]
     plot = next(b for b in re.findall(r"```python\n(.*?)```", (DOC.parent / "quickstart.md").read_text(), re.S)
@@ -57,7 +58,9 @@ def test_the_chapter_runs_on_the_shipped_sample(tmp_path):
     proc, _ = run([sys.executable, "-c", plot.replace("runs/tiny.jsonl", "runs/sample.jsonl")], timeout=120,
                   cwd=tmp_path)
     assert proc.returncode == 0 and (tmp_path / "loss.png").stat().st_size > 1000, proc.stderr
-    assert outputs["generate"].startswith("Alice was") and len(outputs["generate"].split()) > 10
+    for text in outputs["generate"]:                                   # the GPT-2, then the Llama
+        assert text.startswith("Alice was") and len(text.split()) > 10, text
+    assert len(outputs["generate"]) == 2 and (tmp_path / "runs" / "sample-llama" / "latest").is_file()
     for name in ("model.safetensors", "config.json", "tokenizer.json"):
         assert (tmp_path / "runs" / "sample-model" / name).is_file()
     proc, _ = run(hpcpar() + ["train", "--layers", "2", "--steps", "1", "--export", "runs/two-layers.safetensors"],

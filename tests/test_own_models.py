@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 from safetensors.numpy import save_file
 
-from hf_helpers import hf_llama, hf_loss, hf_model, load_hf, save_hf
+from hf_helpers import LLAMA_DIMS, hf_llama, hf_loss, hf_model, load_hf, save_hf
 from hpcpar.checkpoint.consolidated import export, init_from, read_weights
 from hpcpar.config import TrainConfig, check
 from hpcpar.generate import forward_cached, generate, load_model, new_cache
@@ -14,10 +14,6 @@ from mpitools import hpcpar, run
 from train_helpers import trainer
 
 HF_DIMS = dict(n_layer=2, n_embd=32, n_head=4, vocab_size=61, n_positions=24)
-# 4 query heads on 2 K/V heads, a rotary base and an epsilon that are not the defaults: read, not assumed
-LLAMA_DIMS = dict(num_hidden_layers=2, hidden_size=32, intermediate_size=40, num_attention_heads=4,
-                  num_key_value_heads=2, vocab_size=61, max_position_embeddings=24, rms_norm_eps=1e-5,
-                  rope_parameters={"rope_type": "default", "rope_theta": 500.0})
 
 
 @pytest.fixture

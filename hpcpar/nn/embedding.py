@@ -34,6 +34,12 @@ class Embedding(Module):
         x, mask = self.drop.forward_tokens(x, ctx)
         return x, (c_tok, positions, mask)
 
+    def forward_cached(self, ids, start):
+        """Forward only, for generation: x (B, T, C) of the tokens ids (B, T) at positions
+        [start, start + T) (a rotary model adds no position here: its attention rotates q and k)."""
+        x = self.tokens_forward(ids, None)[0]                            # (B, T, C)
+        return x if self.wpe is None else x + self.wpe.data[start:start + ids.shape[1]]
+
     def backward(self, dx, cache, defer=None):
         c_tok, positions, mask = cache
         dx = self.drop.backward(dx, mask)

@@ -120,6 +120,10 @@ class LMHead(Module):
         losses, c_ce = self.loss_forward(to_fp32(logits), targets.reshape(-1))   # the loss in fp32
         return losses.sum(), (h.shape, h2, c_ln, c_ce)
 
+    def forward_cached(self, x):
+        """Forward only, for generation: logits (B, T, V) of the hidden states x (B, T, C), no loss."""
+        return linear_forward(self.ln_f.forward(x)[0], self.weight.data.T)
+
     def backward(self, dloss, cache, defer=None):
         shape, h2, c_ln, c_ce = cache
         dlogits = self.loss_backward(dloss, c_ce).astype(h2.dtype, copy=False)    # (N, V)

@@ -11,6 +11,9 @@ rank that holds a slice of the sequence rotates by the slice's own positions.  H
 the projections' widths, so a tensor-parallel rank holding NH/tp query and NKV/tp K/V heads (q, k, v
 column-parallel, o row-parallel) runs this same code: its query heads' K/V heads are its own.  The three
 projections are one ``Projections`` of x: their input gradients are summed before any communication.
+
+Generation (``forward_cached``) rotates the new tokens' q and k at their absolute positions and keeps
+the NKV heads' keys and values in a KV cache (ops/attention.py ``attention_cached_forward``).
 """
 import numpy as np
 
@@ -18,7 +21,7 @@ from hpcpar.backend import array_module
 from hpcpar.nn.attention_core import LocalAttention
 from hpcpar.nn.linear import Linear, Projections
 from hpcpar.nn.module import Module
-from hpcpar.ops.attention import merge_heads, split_heads
+from hpcpar.ops.attention import attention_cached_forward, merge_heads, split_heads
 from hpcpar.ops.gqa import repeat_kv_backward, repeat_kv_forward
 from hpcpar.ops.rope import rope_backward, rope_forward, rope_tables
 
@@ -39,18 +42,35 @@ class RotaryAttention(Module):
         self.selective = False          # recompute the core's probabilities in backward (attention_core.py)
         self.core = LocalAttention()    # context parallelism swaps in its ring
 
-    def forward(self, x, ctx=None):
+    def rotated_heads(self, x, ctx=None, start=0):
+        """q (B, nh, T, HS), k, v (B, nkv, T, HS) of x (B, T, C), q and k rotated by the tokens' positions
+        (the context's, else start .. start + T - 1); the tables cos, sin (T, HS); the projections' cache."""
         (q, k, v), c_in = self.qkv.forward(x, ctx)                    # (B, T, nh*HS), (B, T, nkv*HS) twice
         HS, T = self.head_size, q.shape[1]                            # T: the whole sequence under SP
-        nh, nkv = q.shape[-1] // HS, k.shape[-1] // HS               # heads on this rank
-        cos, sin = rope_tables(token_positions(ctx, T), HS, self.theta, q.dtype, array_module(q))   # (T, HS)
-        q = rope_forward(split_heads(q, nh), cos, sin)                # (B, nh, T, HS)
-        k = rope_forward(split_heads(k, nkv), cos, sin)               # (B, nkv, T, HS)
-        rep = nh // nkv
-        o, c_core = self.core.forward(q, repeat_kv_forward(k, rep), repeat_kv_forward(split_heads(v, nkv), rep),
+        q, k, v = (split_heads(a, a.shape[-1] // HS) for a in (q, k, v))     # heads on this rank
+        cos, sin = rope_tables(start + token_positions(ctx, T), HS, self.theta, q.dtype, array_module(q))
+        return rope_forward(q, cos, sin), rope_forward(k, cos, sin), v, cos, sin, c_in
+
+    def forward(self, x, ctx=None):
+        q, k, v, cos, sin, c_in = self.rotated_heads(x, ctx)
+        nh, rep = q.shape[1], q.shape[1] // k.shape[1]
+        o, c_core = self.core.forward(q, repeat_kv_forward(k, rep), repeat_kv_forward(v, rep),
                                       lambda: None, self.selective, ctx)      # no dropout in Llama
         y, c_o = self.o_proj.forward(merge_heads(o), ctx)             # (B, T, C)
         return y, (c_in, c_core, c_o, cos, sin, nh, rep)
+
+    def forward_cached(self, x, kv, start):
+        """Forward only, for generation: x (B, T, C) of the tokens at positions [start, start + T);
+        ``kv`` = (k_cache, v_cache), each (B, NKV, T_max, HS), gains their rotated keys and their values.
+
+        A key is rotated by its own position only, so the cached keys stay right as tokens are added.
+        The cache holds the NKV K/V heads as they are, not repeated for the NH / NKV query heads that
+        share each one: that is what grouped-query attention saves at inference - a cache NH / NKV times
+        smaller, and as many times fewer bytes to read for every new token (decoding one token is
+        mostly reading the cache)."""
+        q, k, v, _, _, _ = self.rotated_heads(x, start=start)          # (B, NH, T, HS), (B, NKV, T, HS)
+        o = attention_cached_forward(q, k, v, kv[0], kv[1], start)     # (B, NH, T, HS)
+        return self.o_proj.forward(merge_heads(o))[0]                  # (B, T, C)
 
     def backward(self, dy, cache, defer=None):
         c_in, c_core, c_o, cos, sin, nh, rep = cache

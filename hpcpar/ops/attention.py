@@ -83,15 +83,23 @@ def attention_cached_forward(q, k, v, k_cache, v_cache, start):
     """Forward only, for generation: the new tokens at positions [start, start + T) attend to every
     cached token before them, and are themselves added to the KV cache.
 
-    q, k, v (B, NH, T, HS) of the new tokens; k_cache, v_cache (B, NH, T_max, HS) hold the keys and
-    values of positions [0, start) and receive k, v at [start, start + T).  Query i (position start + i)
-    sees keys 0 .. start + i:  S = Q K_cache^T / sqrt(HS) + M, M[i, j] = -inf for j > start + i.
-    With start = 0 this is attention_forward; one new token at a time costs O(T_max) instead of
-    O(T_max^2), which is what makes sampling a long text affordable.  -> o (B, NH, T, HS)"""
+    q (B, NH, T, HS), k, v (B, NKV, T, HS) of the new tokens; k_cache, v_cache (B, NKV, T_max, HS) hold
+    the keys and values of positions [0, start) and receive k, v at [start, start + T).  Query i
+    (position start + i) sees keys 0 .. start + i:  S = Q K_cache^T / sqrt(HS) + M, M[i, j] = -inf for
+    j > start + i.  With start = 0 this is attention_forward; one new token at a time costs O(T_max)
+    instead of O(T_max^2), which is what makes sampling a long text affordable.
+
+    Grouped-query attention (ops/gqa.py) has NKV < NH: query head h reads K/V head h // (NH/NKV).  The
+    query heads are viewed as NKV groups of NH/NKV, (B, NKV, NH/NKV, T, HS), and each cached K/V head is
+    broadcast over its group - read, never copied.  NKV = NH is plain multi-head attention (GPT-2).
+    -> o (B, NH, T, HS)"""
     xp = array_module(q)
-    T, end = q.shape[2], start + q.shape[2]
+    B, NH, T, HS = q.shape
+    NKV, end = k.shape[1], start + T
     k_cache[:, :, start:end] = k
     v_cache[:, :, start:end] = v
-    s = (q * (1.0 / math.sqrt(q.shape[-1]))) @ k_cache[:, :, :end].transpose(0, 1, 3, 2)   # (B, NH, T, end)
+    q = (q * (1.0 / math.sqrt(HS))).reshape(B, NKV, NH // NKV, T, HS)       # (B, NKV, group, T, HS)
+    s = q @ k_cache[:, :, None, :end].swapaxes(-1, -2)                        # (B, NKV, group, T, end)
     s += xp.triu(xp.full((T, end), -xp.inf, dtype=s.dtype), k=start + 1)
-    return softmax_forward(s, out=s) @ v_cache[:, :, :end]
+    o = softmax_forward(s, out=s) @ v_cache[:, :, None, :end]                 # (B, NKV, group, T, HS)
+    return o.reshape(B, NH, T, HS)
