@@ -94,8 +94,8 @@ def test_the_command_line_generates_from_a_llama_checkpoint(trained):
 
 
 def test_hugging_face_llama_gives_transformers_logits_and_greedy_tokens(tmp_path):
+    model = hf_llama(**LLAMA_DIMS)                                       # skips without transformers
     import torch
-    model = hf_llama(**LLAMA_DIMS)
     save_hf(model, tmp_path / "hf")
     ours, _ = load_model(tmp_path / "hf", "float64")
     prompt = [3, 14, 15, 9, 26]
