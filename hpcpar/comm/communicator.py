@@ -15,8 +15,7 @@ from mpi4py import MPI
 
 from hpcpar import backend, flight, trace
 from hpcpar.comm import hooks
-from hpcpar.comm.buffers import IN_PLACE, PLAIN, Buffers
-from numpy import ndarray
+from hpcpar.comm.buffers import IN_PLACE, Buffers
 from hpcpar.comm.requests import Request
 from hpcpar.comm.stats import Stats
 
@@ -68,11 +67,7 @@ class Communicator:
     def _collective(self, op, mpi_call, x, y, reduce_op=None):
         """The blocking collective mpi_call(x, y) - mpi_call(x, y, reduce_op) for a reduction - from x
         (or IN_PLACE) into y: buffers, then _blocking, then the copy back of a staged output.  Returns y."""
-        # plain numpy arrays go to MPI as they are: buffers.pair's first test, asked here to save a call
-        if type(y) is ndarray and y.dtype in PLAIN and (x is IN_PLACE or type(x) is ndarray and x.dtype in PLAIN):
-            send, recv, finish = x, y, None
-        else:
-            send, recv, finish = self.buffers.pair(x, y, op, reduce_op is not None)
+        send, recv, finish = self.buffers.pair(x, y, op, reduce_op is not None)
         self._blocking(op, y.nbytes if x is IN_PLACE else x.nbytes, None, mpi_call,
                        (send, recv) if reduce_op is None else (send, recv, reduce_op))
         if finish:
