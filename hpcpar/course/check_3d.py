@@ -3,6 +3,8 @@ from hpcpar.course.exercise import Wrong
 from hpcpar.grid import GridLayout
 from hpcpar.placement import pipeline_hops
 
+AXES = ("tp", "pp", "dp")
+
 
 def coords(rank, tp, pp, dp):
     """Reference: (tp_i, pp_i, dp_i) of ``rank`` in the order tp-dp-pp (tp fastest)."""
@@ -15,18 +17,22 @@ def check_coords(f):
         for rank in range(tp * pp * dp):
             got, want = tuple(f(rank, tp, pp, dp)), coords(rank, tp, pp, dp)
             if got != want:
-                raise Wrong(f"tp {tp} x pp {pp} x dp {dp}, rank {rank}: got (tp, pp, dp) = {got}, expected "
-                            f"{want}; rank = tp_i + tp x (dp_i + dp x pp_i). See: .venv/bin/hpcpar grid "
-                            f"--tp {tp} --pp {pp} --dp {dp} --world {tp * pp * dp}")
+                wrong = [a for a, g, w in zip(AXES, got + (None,) * 3, want) if g != w]
+                raise Wrong(f"tp {tp} x pp {pp} x dp {dp}, rank {rank}: got (tp, pp, dp) = {got}; the "
+                            f"{' and '.join(wrong)} coordinate{'s are' if len(wrong) > 1 else ' is'} wrong")
+
+
+JOB = dict(tp=2, pp=4, dp=2, world=16, ranks_per_node=8)
 
 
 def crossing_hops():
-    """Reference: tp 4 x pp 2 x dp 2 on two nodes of 8 ranks, the default order."""
-    return pipeline_hops(GridLayout(4, 2, 2, 16), 8)[0]
+    """Reference: tp 2 x pp 4 x dp 2 on two nodes of 8 ranks, the default order."""
+    return pipeline_hops(GridLayout(JOB["tp"], JOB["pp"], JOB["dp"], JOB["world"]), JOB["ranks_per_node"])[0]
 
 
 def check_crossing_hops(answer):
     want = crossing_hops()
+    if not isinstance(answer, int):
+        raise Wrong(f"ANSWER is a number of hops, got {answer!r}")
     if answer != want:
-        raise Wrong(f"{answer} hops: stage 0 of both replicas is ranks 0-7, stage 1 is ranks 8-15. Measure: "
-                    ".venv/bin/hpcpar grid --tp 4 --pp 2 --dp 2 --world 16 --ranks-per-node 8")
+        raise Wrong(f"{answer} hops is too {'many' if answer > want else 'few'}")

@@ -1,5 +1,6 @@
 """Tensor-parallel exercises: the column split's backward, the row split's forward, the bytes of the
-all-reduces.  Ranks are simulated: a list holds one array per rank."""
+all-reduces (ranks simulated: a list holds one array per rank), and an MLP on MPI ranks whose
+all-reduces the student places."""
 import numpy as np
 
 from hpcpar.course.exercise import Wrong
@@ -79,7 +80,45 @@ def check_allreduce_mib(answer):
     if not isinstance(answer, (int, float)):
         raise Wrong(f"ANSWER is a number of MiB, got {answer!r}")
     if abs(answer - want) > 0.05 * want:
-        hint = ("one activation of 32 x 64 x 64 float64 is 1 MiB; count the all-reduces of one step "
-                "(forward and backward) per rank")
-        raise Wrong(f"{answer} MiB; {hint}. Measure: .venv/bin/mpiexec -n 2 .venv/bin/hpcpar train --tp 2 "
-                    "--dtype float64 --steps 5 prints 'tp 20.1 MB' for both ranks together")
+        raise Wrong(f"{answer} MiB is too {'high' if answer > want else 'low'} (within 5 % passes)")
+
+
+# --- exercise 15: a tensor-parallel MLP on MPI ranks ---------------------------------------------------
+
+
+def tp_mlp(comm, x, w1, b1, w2, b2, dy):
+    """Reference: h = tanh(x W1 + b1) with W1 cut by columns, y = h W2 + b2 with W2 cut by rows; the
+    forward's all-reduce (g) sums the rows' partial products before the bias, the backward's (f) sums
+    the column parts of dL/dx.  -> (y, dx), whole on every rank."""
+    h = np.tanh(linear_forward(x, w1, b1))                        # (B, T, H/tp): this rank's columns
+    y = comm.all_reduce(linear_forward(h, w2)) + b2               # g: partial sums -> y, then b2 once
+    dh = linear_backward_input(dy, w2)                            # (B, T, H/tp): its columns of dL/dh
+    dx = comm.all_reduce(linear_backward_input(dh * (1 - h * h), w1))    # f: the parts of dL/dx summed
+    return y, dx
+
+
+def check_tp_mlp(f, comm):
+    tp = comm.size
+    rng = np.random.default_rng(7)                                # the same full tensors on every rank
+    x, dy = rng.standard_normal((2, 3, 8)), rng.standard_normal((2, 3, 8))
+    w1, b1 = rng.standard_normal((8, 4 * tp)), rng.standard_normal(4 * tp)
+    w2, b2 = rng.standard_normal((4 * tp, 8)), rng.standard_normal(8)
+    cols = np.split(np.arange(4 * tp), tp)[comm.rank]
+    calls, nbytes = dict(comm.stats.calls), dict(comm.stats.bytes)
+    y, dx = f(comm, x.copy(), w1[:, cols].copy(), b1[cols].copy(), w2[cols].copy(), b2.copy(), dy.copy())
+    reduces = comm.stats.calls["all_reduce"] - calls.get("all_reduce", 0)
+    reduced = comm.stats.bytes["all_reduce"] - nbytes.get("all_reduce", 0)
+    h = np.tanh(linear_forward(x, w1, b1))                        # the layer on one rank: what TP must give
+    want_y = linear_forward(h, w2, b2)
+    want_dx = linear_backward_input(linear_backward_input(dy, w2) * (1 - h * h), w1)
+    for what, got, want in (("y", y, want_y), ("dx", dx, want_dx)):
+        got = np.asarray(got)
+        if got.shape != want.shape:
+            raise Wrong(f"tp {tp}: {what} has shape {got.shape}, expected the whole {want.shape}")
+        if not np.allclose(got, want, rtol=1e-10, atol=1e-12):
+            biased = what == "y" and np.allclose(got, want + (tp - 1) * b2, rtol=1e-10, atol=1e-12)
+            raise Wrong(f"tp {tp}: {what} differs from the one-rank layer" +
+                        (f": b2 is added {tp} times" if biased else f" by up to {np.abs(got - want).max():.3g}"))
+    if reduces != 2 or reduced != x.nbytes + dy.nbytes:
+        raise Wrong(f"tp {tp}: {reduces} all-reduces of {reduced} bytes in all; the layer needs one of y "
+                    f"({x.nbytes} bytes) in forward and one of dx in backward")

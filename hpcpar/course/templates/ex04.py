@@ -5,7 +5,7 @@ d_model 64) on batches of 32 sequences of 64 tokens, with one micro-batch.  How 
 activations does one rank hand to all-reduces in one step (forward and backward), leaving out the
 loss's two tiny all-reduces?  One activation is b x s x h float64 numbers.
 
-Check: .venv/bin/hpcpar course check 4
+Check: .venv/bin/hpcpar course check 4          (the command that measures it comes with a passed check)
 """
 
 ANSWER = None      # MiB, e.g. 3.5

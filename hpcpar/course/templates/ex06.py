@@ -5,7 +5,7 @@ of micro-batches 0 .. microbatches - 1 under 1F1B (PipeDream-Flush): a few forwa
 pipeline, then one forward and one backward in turn, then the remaining backwards.  How many warm-up
 forwards does stage s need so that the last stage never waits?
 
-Check: .venv/bin/hpcpar course check 6          See: .venv/bin/hpcpar schedule --stages 4 --microbatches 8 --table
+Check: .venv/bin/hpcpar course check 6
 """
 
 

@@ -1,0 +1,30 @@
+"""Mixed-precision exercise: dynamic loss scaling's rule (hpcpar/precision.py LossScaler)."""
+from hpcpar.course.exercise import Wrong
+from hpcpar.precision import LossScaler
+
+
+def next_scale(scale, good_steps, grads_finite, growth_interval):
+    """Reference: (the scale for the next step, clean steps counted since the last change, whether this
+    step's update is applied) after a step whose scaled gradients were finite or not."""
+    scaler = LossScaler(True, scale, growth_interval)
+    scaler.good_steps = good_steps
+    scaler.update(grads_finite)
+    return scaler.scale, scaler.good_steps, grads_finite
+
+
+def check_next_scale(f):
+    runs = [(3, "ok ok ok ok ok ok ok"), (3, "ok inf ok ok ok inf inf ok"), (2, "inf inf inf ok ok ok ok ok"),
+            (1, "ok ok inf ok"), (4, "ok ok ok inf ok ok ok ok ok")]
+    for interval, flags in runs:
+        got_state = want_state = (2.0 ** 16, 0)
+        for i, flag in enumerate(flags.split()):
+            finite = flag == "ok"
+            got = tuple(f(*got_state, finite, interval))
+            want = next_scale(*want_state, finite, interval)
+            if len(got) != 3:
+                raise Wrong("return (scale, good_steps, apply_update)")
+            for name, g, w in zip(("scale", "good_steps", "apply_update"), got, want):
+                if g != w:
+                    raise Wrong(f"growth interval {interval}, steps {' '.join(flags.split()[:i + 1])}: after step "
+                                f"{i + 1} ({'finite' if finite else 'overflow'}) {name} is {g}, expected {w}")
+            got_state, want_state = got[:2], want[:2]
