@@ -1,12 +1,12 @@
 """Pipeline exercises: the busy and total device time of a schedule, the 1F1B order, and a two-stage
 pipeline whose blocking sends deadlock until the student reorders them."""
-import re
 from collections import Counter
 
 import numpy as np
 
 from hpcpar.course.exercise import Wrong
-from hpcpar.pipeline.schedules import Action, Schedule, build
+from hpcpar.course.own_schedule import parse
+from hpcpar.pipeline.schedules import Schedule, build
 from hpcpar.pipeline.simulate import DeadlockError, simulate
 
 # --- exercise 5: predict busy and total units ---------------------------------------------------------
@@ -53,21 +53,6 @@ def check_one_f_one_b(f):
 
 STAGES, MICROBATCHES = 2, 4
 MESSAGE_NUMBERS = 1 << 20        # 8 MB of float64: far past MPI's eager limit, so a Send waits for its Recv
-_WORD = re.compile(r"^(?:(?P<op>[FB])(?P<mb>\d+)|(?P<verb>send|recv)(?P<what>[FB])(?P<mb2>\d+)(?P<dir>[<>])(?P<peer>\d+))$")
-
-
-def parse(word):
-    """'F3' -> Action("F", 3); 'sendF3>1' -> Action("SEND_F", 3, peer=1): the words of Action.__str__."""
-    m = _WORD.match(word)
-    if m is None:
-        raise Wrong(f"{word!r} is not an instruction: write F<mb>, B<mb>, sendF<mb>><rank>, recvB<mb><<rank> ...")
-    if m["op"]:
-        return Action(m["op"], int(m["mb"]))
-    if (m["verb"] == "send") != (m["dir"] == ">"):
-        raise Wrong(f"{word!r}: a send points > at its receiver, a receive < at its sender")
-    return Action(f"{m['verb'].upper()}_{m['what']}", int(m["mb2"]), peer=int(m["peer"]))
-
-
 def naive_program():
     """1F1B on two stages with every message right after the action that makes it and right before the
     one that needs it: as words, one list per rank (the exercise's starting point)."""
