@@ -1,5 +1,5 @@
 """Exercises on the grid: a rank's coordinates, and which pipeline hops cross nodes."""
-from hpcpar.course.exercise import Wrong
+from hpcpar.course.wrong import Wrong
 from hpcpar.grid import GridLayout
 from hpcpar.placement import pipeline_hops
 

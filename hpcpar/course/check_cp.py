@@ -2,7 +2,7 @@
 holds at each step of the ring (hpcpar/ops/ring_attention.py, docs/context_parallel.md)."""
 import numpy as np
 
-from hpcpar.course.exercise import Wrong
+from hpcpar.course.wrong import Wrong
 from hpcpar.ops.ring_attention import balanced_positions, block_forward, merge, ring_source, scale
 
 

@@ -5,7 +5,7 @@ from types import SimpleNamespace
 import numpy as np
 
 from hpcpar.buckets import Bucket
-from hpcpar.course.exercise import Wrong
+from hpcpar.course.wrong import Wrong
 
 # --- exercise 1: the ring all-reduce, simulated ------------------------------------------------------
 

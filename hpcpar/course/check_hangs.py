@@ -1,6 +1,6 @@
 """Hang-debugging exercise: from the flight records of a stuck job, the culprits and what every other
 rank waits in (hpcpar/flight.py writes the records, hpcpar/trace_why.py reads them)."""
-from hpcpar.course.exercise import Wrong
+from hpcpar.course.wrong import Wrong
 from hpcpar.trace_why import blocked_in
 
 

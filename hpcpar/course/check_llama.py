@@ -2,7 +2,7 @@
 rank uses when tensor parallelism cuts grouped-query attention (hpcpar/ops/rope.py, ops/gqa.py)."""
 import numpy as np
 
-from hpcpar.course.exercise import Wrong
+from hpcpar.course.wrong import Wrong
 from hpcpar.nn.parameter import Shard
 from hpcpar.ops.gqa import repeat_kv_forward
 from hpcpar.ops.rope import rope_backward, rope_forward, rope_tables

@@ -3,7 +3,7 @@ times its attention runs, with no, selective and full recomputation - measured o
 (hpcpar/nn/block.py, nn/attention_core.py)."""
 import numpy as np
 
-from hpcpar.course.exercise import Wrong
+from hpcpar.course.wrong import Wrong
 
 BLOCK = dict(batch=2, seq_len=16, d_model=32, n_head=4)       # float64, no dropout
 MODES = {"none": (False, False), "selective": (False, True), "full": (True, False)}

@@ -4,7 +4,7 @@ from collections import Counter
 
 import numpy as np
 
-from hpcpar.course.exercise import Wrong
+from hpcpar.course.wrong import Wrong
 from hpcpar.course.own_schedule import parse
 from hpcpar.pipeline.schedules import Schedule, build
 from hpcpar.pipeline.simulate import DeadlockError, simulate

@@ -1,5 +1,5 @@
 """Mixed-precision exercise: dynamic loss scaling's rule (hpcpar/precision.py LossScaler)."""
-from hpcpar.course.exercise import Wrong
+from hpcpar.course.wrong import Wrong
 from hpcpar.precision import LossScaler
 
 

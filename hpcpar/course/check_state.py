@@ -2,7 +2,7 @@
 measured from a trace's intervals."""
 import numpy as np
 
-from hpcpar.course.exercise import Wrong
+from hpcpar.course.wrong import Wrong
 from hpcpar.nn.parameter import Shard
 from hpcpar.pipeline.bubble import pipeline_bubble
 from hpcpar.trace_report import _overlap, _union

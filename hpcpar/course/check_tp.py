@@ -3,7 +3,7 @@ all-reduces (ranks simulated: a list holds one array per rank), and an MLP on MP
 all-reduces the student places."""
 import numpy as np
 
-from hpcpar.course.exercise import Wrong
+from hpcpar.course.wrong import Wrong
 from hpcpar.nn.gpt import preset
 from hpcpar.ops.linear import linear_backward_input, linear_backward_weight, linear_forward
 

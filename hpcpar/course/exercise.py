@@ -20,16 +20,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from types import SimpleNamespace
 
+from hpcpar.course import mpi_launch
+from hpcpar.course.wrong import Crashed, Wrong
+
 TEMPLATES = Path(__file__).parent / "templates"
 MPI_TIMEOUT_S = 60          # an MPI exercise that has not finished by then hangs: a deadlock
-
-
-class Wrong(Exception):
-    """A check that failed; the message says what is wrong and what to look at."""
-
-
-class Crashed(Exception):
-    """The student's code raised on an MPI rank; the message names the rank and the line."""
 
 
 @dataclass(frozen=True)
@@ -102,8 +97,7 @@ def verdict(exercise, module, where, timeout=MPI_TIMEOUT_S):
         if exercise.ranks:
             if exercise.precheck is not None:
                 exercise.precheck(value)
-            from hpcpar.course import mpi_run
-            mpi_run.launch(exercise, getattr(module, "__file__", None), timeout)
+            mpi_launch.launch(exercise, getattr(module, "__file__", None), timeout)
         else:
             exercise.check(value)
     except NotImplementedError:

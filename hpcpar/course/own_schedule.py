@@ -14,7 +14,7 @@ F before its B before its W, once each) and ``draw`` runs the package's simulato
 """
 import re
 
-from hpcpar.course.exercise import Wrong
+from hpcpar.course.wrong import Wrong
 from hpcpar.pipeline.schedules import Action, Schedule, validate
 from hpcpar.pipeline.simulate import Costs, ascii_timeline, simulate
 
