@@ -1,6 +1,6 @@
 """Exercises with checked answers (docs/course/): copy a blank exercise file, fill it in, check it.
 
-  hpcpar course list                      the exercises, by number, with their lessons
+  hpcpar course list                      the exercises, in the order of the lessons
   hpcpar course start 2 5 6               copy exercises 2, 5 and 6 into course-work/ (never over your work)
   hpcpar course check 2                   run the reference tests against course-work/ex02.py
   hpcpar course check 2 --hint            the same, then the next hint (one more each time)
@@ -13,7 +13,7 @@ HELP = "exercises with checked answers: list, start, check"
 def add_arguments(p):
     from hpcpar.course.exercise import MPI_TIMEOUT_S
     sub = p.add_subparsers(dest="action", metavar="ACTION", required=True)
-    sub.add_parser("list", help="the exercises and their lessons")
+    sub.add_parser("list", help="the exercises, in the order of the lessons")
     for name, text in (("start", "copy blank exercise files into the work folder"),
                        ("check", "check exercise files against the references")):
         s = sub.add_parser(name, help=text)
@@ -55,9 +55,10 @@ def run(args):
     from hpcpar.course.catalog import EXERCISES
     from hpcpar.runtime import UsageError
     if args.action == "list":
-        for e in EXERCISES:
+        width = max(len(e.title) for e in EXERCISES)
+        for e in sorted(EXERCISES, key=lambda e: (e.lesson, e.number)):       # in the order of the lessons
             mpi = f"mpiexec -n {e.ranks}" if e.ranks else ""
-            print(f"{e.number:>3}  {e.topic:<11} {e.title:<78} {mpi:<12} docs/course/{e.lesson}")
+            print(f"{e.number:>3}  {e.topic:<11} {e.title:<{width}}  {mpi:<12} docs/course/{e.lesson}")
         return 0
     chosen = _selected(args.numbers)
     folder = "" if args.dir == "course-work" else f" --dir {args.dir}"
