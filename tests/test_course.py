@@ -218,6 +218,12 @@ def test_messages_point_at_the_first_difference(tmp_path):
     assert "message 1 (rank 0 -> 1) is not the sum of one chunk" in message
 
 
+def test_a_fixed_pipeline_program_runs_on_two_ranks(tmp_path):
+    fixed = [GOOD[0], ["recvF0<0", "F0", "B0", "recvF1<0", "sendB0>0"] + GOOD[1][5:]]
+    ok, message = _verdict(tmp_path, 14, _program(fixed))
+    assert ok, message
+
+
 def test_a_crash_in_the_students_code_names_its_line(tmp_path):
     ok, message = _verdict(tmp_path, 8, "def coords(rank, tp, pp, dp):\n    return 1 / 0\n")
     assert not ok and "ZeroDivisionError" in message and "line 2" in message
