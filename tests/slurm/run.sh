@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
-# tests/slurm/run.sh - `make test-slurm`: the job scripts in jobs/ on a real single-node Slurm.
+# tests/slurm/run.sh - `make test-slurm`: the job scripts in jobs/ on a real Slurm of two nodes.
 #
-# Installs slurm-wlm and munge if they are missing, starts a throw-away cluster on localhost
-# (tests/slurm/cluster.sh), submits the job scripts with `sbatch --wait` and checks their logs and
+# Installs slurm-wlm and munge if they are missing, starts a throw-away cluster of two nodes, each a
+# network namespace of this machine (tests/slurm/cluster.sh), submits the job scripts with `sbatch --wait` and checks their logs and
 # exit statuses, then stops exactly the daemons it started - also when a check fails or the run is
 # interrupted.  Needs root.  Prints PASS/FAIL/SKIP per check and a summary line; exits 1 when a
 # check failed.  Every file it writes is under one temp dir, removed at the end unless a check
@@ -18,7 +18,7 @@ ROOT=$PWD
 WORK=$(mktemp -d /tmp/hpcpar-slurm.XXXXXX)
 CLUSTER=$WORK/cluster
 LOGS=$WORK/logs
-JOB_TIMEOUT=${JOB_TIMEOUT:-120}     # seconds one job may take before its check fails
+JOB_TIMEOUT=${JOB_TIMEOUT:-300}     # seconds one job may take before its check fails
 PASSED=() FAILED=() SKIPPED=()
 CHECK_PID=                          # the check that is running now
 EXIT_SKIP=77
@@ -27,7 +27,7 @@ EXIT_SKIP=77
 # scripts' variables over from the caller's shell, so each check sets exactly what it means.
 unset HPCPAR_HOME HPCPAR_VENV HPCPAR_CMD HPCPAR_ARGS HPCPAR_LAUNCHER HPCPAR_DRY_RUN SRUN_FLAGS SRUN_MPI \
       MPIEXEC_FLAGS RUN_DIR TP PP DP SCHEDULE MICROBATCHES MODEL DATA STEPS BATCH_SIZE BACKEND METRICS \
-      SAVE_DIR SAVE_EVERY CKPT_DIR MAX_REQUEUES SCALING_MODE LAYOUTS RANKS POINT_TIMEOUT HPCPAR_SRUN \
+      DTYPE SAVE_DIR SAVE_EVERY CKPT_DIR MAX_REQUEUES SCALING_MODE LAYOUTS RANKS POINT_TIMEOUT HPCPAR_SRUN \
       HPCPAR_MPIEXEC
 # The training of every check: a few steps of the tiny model (jobs/common.sh's default model).
 export STEPS=3
@@ -125,9 +125,15 @@ skip() {
 }
 
 # The job log's frame (jobs/common.sh): start time, node list, the commit, end time and status.
+# expect_banner STATUS [NODES]: NODES nodes (1) ran the job.
 expect_banner() {
+    local nodes=${2:-1}
     expect_line "^== [a-z_]+\.sbatch: job [0-9]+ .* started [0-9]{4}-"
-    expect_line "^== nodes: $(hostname -s) \(1 node\(s\)\)"
+    if (( nodes == 1 )); then
+        expect_line "^== nodes: node[0-9]+ \(1 node\(s\)\)"
+    else
+        expect_line "^== nodes: node\[1-$nodes\] \($nodes node\(s\)\)"
+    fi
     expect_line "^== [a-z_]+\.sbatch: ended .* exit status $1 "
     # a commit of this repository (not necessarily today's HEAD: a commit may land while the job runs)
     local commit
@@ -172,14 +178,20 @@ check_single_node_mpiexec() {
     expect_trained 8 "tp 2 x pp 2 x dp 2"
 }
 
-# One node stands in for several; 2 CPUs per task also checks the thread settings.
+# Two nodes x 4 ranks, tp 4 inside each node and pp 2 across, in float64.  The job's own summary
+# says where each rank ran and which bytes crossed between the nodes (hpcpar/placement.py); the
+# same layout on one node must give the same losses.
 check_multi_node() {
-    export RUN_DIR=$WORK/multi
-    TP=2 PP=2 submit multi --nodes=1 --ntasks-per-node=4 --cpus-per-task=2 jobs/multi_node.sbatch
+    export DTYPE=float64 RUN_DIR=$WORK/multi
+    TP=4 PP=2 submit multi --nodes=2 --ntasks-per-node=4 jobs/multi_node.sbatch
     expect_rc 0
-    expect_line "2 CPU\(s\) and 2 thread\(s\) per task"
-    expect_trained 4 "tp 2 x pp 2 x dp 1"
-    expect_banner 0
+    expect_trained 8 "tp 4 x pp 2 x dp 1"
+    expect_banner 0 2
+    .venv/bin/python tests/slurm/check_run.py boundary "$OUT" 4 2 1 || bad "the node boundary is not where the layout puts it"
+    RUN_DIR=$WORK/multi-one-node TP=4 PP=2 DP=1 submit multi-one-node --nodes=1 --ntasks=8 jobs/single_node.sbatch
+    expect_rc 0
+    .venv/bin/python tests/slurm/check_run.py same-losses "$WORK/multi/metrics.jsonl" "$WORK/multi-one-node/metrics.jsonl" \
+        || bad "two nodes and one node trained differently"
 }
 
 # A two-point strong-scaling array over tp: each array task runs `hpcpar scaling` for its point,
@@ -303,7 +315,8 @@ main() {
     mkdir -p "$CLUSTER" "$LOGS"
     bash tests/slurm/cluster.sh install
     bash tests/slurm/cluster.sh start "$CLUSTER"
-    export SLURM_CONF=$CLUSTER/slurm.conf
+    # Slurm's commands, run where the controller is reached (cluster.sh)
+    export PATH=$CLUSTER/bin:$PATH
 
     check single_node_srun
     check single_node_mpiexec
