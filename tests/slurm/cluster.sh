@@ -158,7 +158,11 @@ write_conf() {
     sed -e "s|@CTLD_ADDR@|$CTLD_ADDR|g" -e "s|@STATE@|$dir|g" \
         "$HERE/slurm.conf.in" >"$dir/slurm.conf"
     printf '%s' "$nodes" >>"$dir/slurm.conf"
-    echo "PartitionName=test Nodes=node[1-$NODES] Default=YES MaxTime=INFINITE State=UP" >>"$dir/slurm.conf"
+    # jobs run in "test"; a job in "urgent" preempts them (slurm.conf.in: preemption)
+    echo "PartitionName=test Nodes=node[1-$NODES] Default=YES MaxTime=INFINITE State=UP PriorityTier=1 GraceTime=60" \
+        >>"$dir/slurm.conf"
+    echo "PartitionName=urgent Nodes=node[1-$NODES] MaxTime=INFINITE State=UP PriorityTier=2 PreemptMode=OFF" \
+        >>"$dir/slurm.conf"
 }
 
 # DIR/bin/<command>: Slurm's command run in the switch namespace, where the controller is reached.
@@ -208,7 +212,7 @@ start_cluster() {
             slurmd -D -N "node$n" -f "$dir/slurm.conf"
     done
     wait_for "the nodes" 30 "$dir/slurmd-node1.out" all_idle "$dir"
-    say "up: $NODES nodes, $("$dir/bin/sinfo" -h -o '%P %N %c CPUs each, %t'), addresses $SUBNET.0/24" \
+    say "up: $NODES nodes, $("$dir/bin/sinfo" -h -p test -o '%N %c CPUs each, %t'), partitions test and urgent, addresses $SUBNET.0/24" \
         "(PATH=$dir/bin:\$PATH)"
 }
 
