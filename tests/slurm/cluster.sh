@@ -149,20 +149,18 @@ start_munge() {
     wait_for munged 10 "$dir/munged.out" bash -c "munge -n -S '$m/munge.socket' | unmunge -S '$m/munge.socket'"
 }
 
+# slurm.conf: the template, then one line per node and the two partitions
 write_conf() {
-    local dir=$1 nodes=""
-    local n
-    for (( n = 1; n <= NODES; n++ )); do
-        nodes+="NodeName=node$n NodeAddr=$(node_addr "$n") CPUs=$CPUS State=UNKNOWN"$'\n'
-    done
-    sed -e "s|@CTLD_ADDR@|$CTLD_ADDR|g" -e "s|@STATE@|$dir|g" \
-        "$HERE/slurm.conf.in" >"$dir/slurm.conf"
-    printf '%s' "$nodes" >>"$dir/slurm.conf"
-    # jobs run in "test"; a job in "urgent" preempts them (slurm.conf.in: preemption)
-    echo "PartitionName=test Nodes=node[1-$NODES] Default=YES MaxTime=INFINITE State=UP PriorityTier=1 GraceTime=60" \
-        >>"$dir/slurm.conf"
-    echo "PartitionName=urgent Nodes=node[1-$NODES] MaxTime=INFINITE State=UP PriorityTier=2 PreemptMode=OFF" \
-        >>"$dir/slurm.conf"
+    local dir=$1 n
+    {
+        sed -e "s|@CTLD_ADDR@|$CTLD_ADDR|g" -e "s|@STATE@|$dir|g" "$HERE/slurm.conf.in"
+        for (( n = 1; n <= NODES; n++ )); do
+            echo "NodeName=node$n NodeAddr=$(node_addr "$n") CPUs=$CPUS State=UNKNOWN"
+        done
+        # jobs run in "test"; a job in "urgent" preempts them (slurm.conf.in: preemption)
+        echo "PartitionName=test Nodes=node[1-$NODES] Default=YES MaxTime=INFINITE State=UP PriorityTier=1 GraceTime=60"
+        echo "PartitionName=urgent Nodes=node[1-$NODES] MaxTime=INFINITE State=UP PriorityTier=2 PreemptMode=OFF"
+    } >"$dir/slurm.conf"
 }
 
 # DIR/bin/<command>: Slurm's command run in the switch namespace, where the controller is reached.
