@@ -5,6 +5,7 @@
 #   cluster.sh start DIR        start munged, slurmctld and one slurmd per node, every file under DIR
 #   cluster.sh stop DIR         cancel the cluster's jobs, stop its daemons, remove its namespaces
 #   cluster.sh kill-node DIR N  kill every process of node N (its slurmd, its job steps, its ranks)
+#   cluster.sh cut-link DIR N   take node N off the network, its processes left running
 #
 # Each node is a Linux network namespace with its own address on a private bridge, and runs its
 # slurmd in a UTS namespace of its own (hostname node1, node2, ...) and a mount namespace with a
@@ -253,6 +254,15 @@ kill_node() {
     say "node$n killed: every process in $ns"
 }
 
+# cut_link DIR N: node N drops off the network, its processes still running (a switch port that died).
+cut_link() {
+    local dir=$1 n=$2 ns
+    ns=$(node_ns "$(cd "$dir" && pwd)" "$n")
+    grep -qx "$ns" "$dir/namespaces" || die "no node $n in the cluster of $dir"
+    ip -n "$ns" link set eth0 down
+    say "node$n cut off: its link is down"
+}
+
 stop_cluster() {
     local dir=$1 name pid ns
     [[ -f $dir/pids ]] || return 0
@@ -279,6 +289,7 @@ case ${1:-} in
     start) start_cluster "${2:?usage: cluster.sh start DIR}" ;;
     stop) stop_cluster "${2:?usage: cluster.sh stop DIR}" ;;
     kill-node) kill_node "${2:?usage: cluster.sh kill-node DIR N}" "${3:?usage: cluster.sh kill-node DIR N}" ;;
+    cut-link) cut_link "${2:?usage: cluster.sh cut-link DIR N}" "${3:?usage: cluster.sh cut-link DIR N}" ;;
     enter) shift; enter_node "$@" ;;
-    *) die "usage: cluster.sh install | start DIR | stop DIR | kill-node DIR N" ;;
+    *) die "usage: cluster.sh install | start DIR | stop DIR | kill-node DIR N | cut-link DIR N" ;;
 esac

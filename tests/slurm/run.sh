@@ -49,12 +49,14 @@ finish() {
 # --- submitting and checking jobs (these run inside a check's subshell) --------------------------
 
 # submit_in_background NAME SBATCH-ARGS...: `sbatch --wait` in the background, its log in
-# $LOGS/NAME.out (OUT); sets JOB_ID once Slurm has accepted the job.
+# $LOGS/NAME.out (OUT); sets JOB_ID once Slurm has accepted the job.  --time=10: longer than
+# JOB_TIMEOUT, so that preemptible.sbatch's warning (--signal=B:USR1@120) never comes from the
+# time limit on a slow machine, only from the check that sends it.
 submit_in_background() {
     local name=$1
     shift
     OUT=$LOGS/$name.out
-    timeout "$JOB_TIMEOUT" sbatch --wait --parsable --time=3 --job-name="$name" --output="$OUT" "$@" \
+    timeout "$JOB_TIMEOUT" sbatch --wait --parsable --time=10 --job-name="$name" --output="$OUT" "$@" \
         >"$LOGS/$name.id" &
     SBATCH_PID=$!
     # interrupted (see main): end the waiting sbatch too (timeout hands the signal on to it)
