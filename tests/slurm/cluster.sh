@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # tests/slurm/cluster.sh - a throw-away Slurm cluster of NODES nodes on this one machine, for the tests.
 #
-#   cluster.sh install          apt-get install slurm-wlm and munge if they are missing (needs root)
+#   cluster.sh install          apt-get install slurm-wlm, munge, iproute2 if they are missing (root)
 #   cluster.sh start DIR        start munged, slurmctld and one slurmd per node, every file under DIR
 #   cluster.sh stop DIR         cancel the cluster's jobs, stop its daemons, remove its namespaces
 #   cluster.sh kill-node DIR N  kill every process of node N (its slurmd, its job steps, its ranks)
@@ -52,8 +52,9 @@ install_packages() {
     local missing=()
     command -v slurmctld >/dev/null || missing+=(slurm-wlm)
     command -v munged >/dev/null || missing+=(munge)
+    command -v ip >/dev/null || missing+=(iproute2)        # the namespaces, the bridge, the veths
     if (( ${#missing[@]} == 0 )); then
-        say "slurm and munge already installed"
+        say "slurm, munge and iproute2 already installed"
         return
     fi
     [[ $(id -u) == 0 ]] || die "installing ${missing[*]} needs root (or install them yourself)"
