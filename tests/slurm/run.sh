@@ -2,15 +2,18 @@
 # tests/slurm/run.sh - `make test-slurm`: the job scripts in jobs/ on a real Slurm of two nodes.
 #
 # Installs slurm-wlm and munge if they are missing, starts a throw-away cluster of two nodes, each a
-# network namespace of this machine (tests/slurm/cluster.sh), submits the job scripts with `sbatch --wait` and checks their logs and
-# exit statuses, then stops exactly the daemons it started - also when a check fails or the run is
-# interrupted.  Needs root.  Prints PASS/FAIL/SKIP per check and a summary line; exits 1 when a
-# check failed.  Every file it writes is under one temp dir, removed at the end unless a check
-# failed or KEEP=1.
+# network namespace of this machine (tests/slurm/cluster.sh), submits the job scripts with
+# `sbatch --wait` and checks their logs and exit statuses, then stops exactly the daemons it started
+# and removes the namespaces - also when a check fails or the run is interrupted.  Needs root.
+# Prints PASS/FAIL/SKIP per check and a summary line; exits 1 when a check failed.  Every file it
+# writes is under one temp dir, removed at the end unless a check failed or KEEP=1.
+# `run.sh NAME...` runs only the checks named (CHECKS below).
 #
 # The payload is `hpcpar train` itself - a few steps of the tiny model, 8 ranks as tp 2 x pp 2 x dp 2
-# - run through srun and mpiexec, as a scaling array (`hpcpar scaling`), and preempted with real
-# checkpoints; plus one stand-in, fault.py in this folder: a rank that raises mid-job.
+# on one node - run through srun and mpiexec, as a scaling array (`hpcpar scaling`), and preempted
+# with real checkpoints; on both nodes, tp 4 x pp 2 in float64, checked for where the node boundary
+# falls (check_run.py), preempted by Slurm, and left running on one node when the other dies
+# (jobs/resilient.sbatch); plus one stand-in, fault.py in this folder: a rank that raises mid-job.
 set -euo pipefail
 
 cd "$(dirname "${BASH_SOURCE[0]}")/../.."
