@@ -3,8 +3,9 @@
 The loss against the data's entropy floor, tokens per second, model FLOPs utilisation against the
 GEMM rate measured on these very ranks, the measured pipeline bubble against the simulator's
 prediction for the measured F/B/W times, the bytes each kind of group moved, and - when the ranks ran
-on more than one host - which of those bytes crossed between the hosts (placement.describe_boundary).  Every rank hands its
-records (loop.py) to rank 0 once, at the end; rank 0 prints the summary and writes --summary-json.
+on more than one host - which of those bytes crossed between the hosts (placement.describe_boundary).
+Every rank hands its records (loop.py) to rank 0 once, at the end; rank 0 prints the summary and
+writes --summary-json.
 """
 import json
 import socket
