@@ -9,7 +9,7 @@
 #   make bench              benchmarks -> bench/results.json and BENCHMARKS.md
 #   make docs               rerun every command quoted in docs/ and rewrite the stale outputs
 #                           (DOCS_FLAGS=--check: only list them; --fast: leave out the slow blocks)
-#   make test-slurm         the job scripts on a real single-node Slurm (installs slurm-wlm; needs root)
+#   make test-slurm         the job scripts on a real 2-node Slurm in network namespaces (installs slurm-wlm; root)
 #   make test-gpu           the gpu-marked tests (skip cleanly without cupy and a device)
 #
 # Why MPICH is the default, with numbers: docs/mpi.md.

@@ -2,14 +2,18 @@
 
 The loss against the data's entropy floor, tokens per second, model FLOPs utilisation against the
 GEMM rate measured on these very ranks, the measured pipeline bubble against the simulator's
-prediction for the measured F/B/W times, and the bytes each kind of group moved.  Every rank hands its
-records (loop.py) to rank 0 once, at the end; rank 0 prints the summary and writes --summary-json.
+prediction for the measured F/B/W times, the bytes each kind of group moved, and - when the ranks ran
+on more than one host - which of those bytes crossed between the hosts (placement.describe_boundary).
+Every rank hands its records (loop.py) to rank 0 once, at the end; rank 0 prints the summary and
+writes --summary-json.
 """
 import json
+import socket
 import statistics
 
 from hpcpar.flops import gpt_step_flops, mlp_step_flops
 from hpcpar.pipeline.bubble import mean_costs, pipeline_bubble, simulated_bubble
+from hpcpar.placement import describe_boundary, world_ranks
 
 GROUPS = ("tp", "cp", "pp", "dp", "dp_cp", "embed", "world")      # the communicators, in the order shown
 
@@ -23,7 +27,8 @@ def summarize(loop, peak):
     volume = {c.name: c.stats.total_bytes() / n for c in g.communicators()}
     blocked = {c.name: c.stats.total_seconds() / n for c in g.communicators()}
     mine = {"windows": loop.windows, "volume": volume, "blocked": blocked,
-            "costs": mean_costs(loop.timelines)}
+            "costs": mean_costs(loop.timelines), "host": socket.gethostname(),
+            "members": {c.name: world_ranks(c.mpi, g.world_comm.mpi) for c in g.communicators()}}
     everyone = g.world_comm.mpi.gather(mine, root=0)       # once per run: a pickled gather is fine
     if not loop.root or not loop.history:
         return None
@@ -65,6 +70,8 @@ def summarize(loop, peak):
         *(["  comm time   " + ", ".join(f"{name} {1e3 * sec:.1f} ms" for name, sec in blocked.items() if sec)
            + f" per step and rank inside MPI calls ({100 * sum(blocked.values()) / step_time:.0f}% of the step)"]
           if g.world > 1 else []),
+        *describe_boundary([r["host"] for r in everyone], [r["members"] for r in everyone],
+                           [r["volume"] for r in everyone], _size),
         f"  parameters  {n_params:,} on rank 0 of this layout",
     ]
     loop._print("\n".join(lines))

@@ -25,7 +25,7 @@ import sys
 import threading
 import time
 
-from hpcpar import alarm, flight, rank_guard, runtime
+from hpcpar import alarm, flight, placement, rank_guard, runtime
 
 POLL_S = 0.5              # how often the thread looks at the heartbeat, the signals and the alarm
 STEP_FACTOR = 3           # the deadline is at least this many times the slowest step
@@ -55,12 +55,8 @@ class Watchdog:
     def start(self, grid):
         """Install the recorder, learn the groups' members, listen for signals, start the thread."""
         rec = flight.install(self.recorder)
-        world_group = grid.world_comm.mpi.Get_group()
         for c in grid.communicators():
-            group = c.mpi.Get_group()
-            rec.groups[c.name] = [int(r) for r in group.Translate_ranks(list(range(c.size)), world_group)]
-            group.Free()
-        world_group.Free()
+            rec.groups[c.name] = placement.world_ranks(c.mpi, grid.world_comm.mpi)
         rec.mirror = rank_guard.page()
         if rec.mirror is not None:
             rec.mirror.set_coords(self.rank, self.world, self.coords)

@@ -19,8 +19,8 @@
 #
 # Training flags (passed only when HPCPAR_ARGS is unset): SCHEDULE (1f1b), MICROBATCHES (hpcpar's
 # default: PP), MODEL (tiny), DATA (synthetic), STEPS (100), BATCH_SIZE (16, the global batch),
-# BACKEND (cupy when the job holds GPUs, else numpy), METRICS ($RUN_DIR/metrics.jsonl; set but
-# empty: none).
+# BACKEND (cupy when the job holds GPUs, else numpy), DTYPE (hpcpar's default, float32),
+# METRICS ($RUN_DIR/metrics.jsonl; set but empty: none).
 #
 # Exit statuses, the same as hpcpar's: 0 done, 1 failure, 2 bad configuration, 3 preempted after
 # writing a checkpoint (requeue me).
@@ -114,6 +114,9 @@ train_args() {
     TRAIN_ARGS+=(--no-progress)
     if [[ -n ${MICROBATCHES:-} ]]; then
         TRAIN_ARGS+=(--microbatches "$MICROBATCHES")
+    fi
+    if [[ -n ${DTYPE:-} ]]; then
+        TRAIN_ARGS+=(--dtype "$DTYPE")
     fi
 }
 

@@ -5,6 +5,7 @@ HPCPAR_DRY_RUN=1 (it prints the launch line instead of running it) or stand-ins 
 scontrol on PATH.  `make test-slurm` (tests/slurm/run.sh) runs the same scripts on a real Slurm.
 """
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -309,3 +310,49 @@ def test_preemptible_does_not_requeue_a_finished_or_failed_run(tmp_path, fake_sl
                        CKPT_DIR=tmp_path / "ckpt")
         assert proc.returncode == status
         assert "scontrol" not in proc.stdout
+
+
+@pytest.fixture
+def failing_node(tmp_path):
+    """Stand-ins for a job on node1 and node2 that loses node2: the first srun fails (137) and from then
+    on sinfo calls node2 down; every srun says how it was called, a later one prints a step and ends 0."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    failed = tmp_path / "failed"
+    (bin_dir / "srun").write_text(textwrap.dedent(f"""\
+        #!/bin/sh
+        echo "srun $*"
+        if [ ! -e {failed} ]; then touch {failed}; exit 137; fi
+        echo "step     3/16  loss 3.4"
+    """))
+    (bin_dir / "scontrol").write_text('#!/bin/sh\n[ "$1 $2" = "show hostnames" ] && printf "node1\\nnode2\\n"\n')
+    (bin_dir / "sinfo").write_text(textwrap.dedent(f"""\
+        #!/bin/sh
+        case "$*" in
+            *node2*%t*) [ -e {failed} ] && echo "down*" || echo alloc ;;
+            *node2*%T*) echo "down*: Not responding" ;;
+            *%t*) echo alloc ;;
+        esac
+    """))
+    for tool in bin_dir.iterdir():
+        tool.chmod(0o755)
+    return bin_dir
+
+
+def test_resilient_goes_on_without_a_lost_node(tmp_path, failing_node):
+    proc = run_job("resilient.sbatch", tmp_path, dry_run=False, path_prefix=failing_node, TP=4, PP=2,
+                   SLURM_NTASKS=8, SLURM_JOB_NUM_NODES=2, SLURM_JOB_NODELIST="node[1-2]",
+                   CKPT_DIR=tmp_path / "ckpt", SAVE_EVERY=2)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    out = proc.stdout
+    assert "== attempt 1: tp 4 x pp 2 x dp 1 = 8 ranks on node1 node2\n" in out
+    assert "srun --mpi=pmi2 --ntasks=8 --wait=120 --nodes=2 --nodelist=node1,node2 hpcpar train --tp 4 --pp 2" in out
+    assert f"--save {tmp_path}/ckpt --save-every 2 --keep 3 --resume {tmp_path}/ckpt --hang-timeout 120" in out
+    assert "exit status 137 (killed by signal 9)" in out
+    assert "== lost node2 (down*: Not responding), which held ranks 4-7 of attempt 1\n" in out
+    # the planner's layout for the 4 ranks left, on node1 alone, sharing the failed step's CPUs
+    plan = re.search(r"^== planner: tp (\d) x pp (\d) x dp (\d) for 4 ranks on 1 node\(s\)", out, re.M)
+    assert plan and int(plan[1]) * int(plan[2]) * int(plan[3]) == 4, out
+    assert "srun --mpi=pmi2 --ntasks=4 --wait=120 --nodes=1 --nodelist=node1 --overlap hpcpar train" in out
+    assert re.search(r"^== first step after the failure at [0-9:]+: \d+ s after the failed attempt ended$", out, re.M)
+    assert out.rstrip().endswith("exit status 0 (done)")

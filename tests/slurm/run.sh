@@ -1,16 +1,19 @@
 #!/usr/bin/env bash
-# tests/slurm/run.sh - `make test-slurm`: the job scripts in jobs/ on a real single-node Slurm.
+# tests/slurm/run.sh - `make test-slurm`: the job scripts in jobs/ on a real Slurm of two nodes.
 #
-# Installs slurm-wlm and munge if they are missing, starts a throw-away cluster on localhost
-# (tests/slurm/cluster.sh), submits the job scripts with `sbatch --wait` and checks their logs and
-# exit statuses, then stops exactly the daemons it started - also when a check fails or the run is
-# interrupted.  Needs root.  Prints PASS/FAIL/SKIP per check and a summary line; exits 1 when a
-# check failed.  Every file it writes is under one temp dir, removed at the end unless a check
-# failed or KEEP=1.
+# Installs slurm-wlm and munge if they are missing, starts a throw-away cluster of two nodes, each a
+# network namespace of this machine (tests/slurm/cluster.sh), submits the job scripts with
+# `sbatch --wait` and checks their logs and exit statuses, then stops exactly the daemons it started
+# and removes the namespaces - also when a check fails or the run is interrupted.  Needs root.
+# Prints PASS/FAIL/SKIP per check and a summary line; exits 1 when a check failed.  Every file it
+# writes is under one temp dir, removed at the end unless a check failed or KEEP=1.
+# `run.sh NAME...` runs only the checks named (CHECKS below).
 #
 # The payload is `hpcpar train` itself - a few steps of the tiny model, 8 ranks as tp 2 x pp 2 x dp 2
-# - run through srun and mpiexec, as a scaling array (`hpcpar scaling`), and preempted with real
-# checkpoints; plus one stand-in, fault.py in this folder: a rank that raises mid-job.
+# on one node - run through srun and mpiexec, as a scaling array (`hpcpar scaling`), and preempted
+# with real checkpoints; on both nodes, tp 4 x pp 2 in float64, checked for where the node boundary
+# falls (check_run.py), preempted by Slurm, and left running on one node when the other dies
+# (jobs/resilient.sbatch); plus one stand-in, fault.py in this folder: a rank that raises mid-job.
 set -euo pipefail
 
 cd "$(dirname "${BASH_SOURCE[0]}")/../.."
@@ -18,7 +21,7 @@ ROOT=$PWD
 WORK=$(mktemp -d /tmp/hpcpar-slurm.XXXXXX)
 CLUSTER=$WORK/cluster
 LOGS=$WORK/logs
-JOB_TIMEOUT=${JOB_TIMEOUT:-120}     # seconds one job may take before its check fails
+JOB_TIMEOUT=${JOB_TIMEOUT:-300}     # seconds one job may take before its check fails
 PASSED=() FAILED=() SKIPPED=()
 CHECK_PID=                          # the check that is running now
 EXIT_SKIP=77
@@ -27,10 +30,11 @@ EXIT_SKIP=77
 # scripts' variables over from the caller's shell, so each check sets exactly what it means.
 unset HPCPAR_HOME HPCPAR_VENV HPCPAR_CMD HPCPAR_ARGS HPCPAR_LAUNCHER HPCPAR_DRY_RUN SRUN_FLAGS SRUN_MPI \
       MPIEXEC_FLAGS RUN_DIR TP PP DP SCHEDULE MICROBATCHES MODEL DATA STEPS BATCH_SIZE BACKEND METRICS \
-      SAVE_DIR SAVE_EVERY CKPT_DIR MAX_REQUEUES SCALING_MODE LAYOUTS RANKS POINT_TIMEOUT HPCPAR_SRUN \
-      HPCPAR_MPIEXEC
+      DTYPE SAVE_DIR SAVE_EVERY CKPT_DIR MAX_REQUEUES KEEP_CHECKPOINTS HANG_TIMEOUT NODE_WAIT RESTARTS \
+      PLAN_ARGS SCALING_MODE LAYOUTS RANKS POINT_TIMEOUT HPCPAR_SRUN HPCPAR_MPIEXEC
 # The training of every check: a few steps of the tiny model (jobs/common.sh's default model).
 export STEPS=3
+MULTI_STEPS=8       # the 2-node runs: the multi_node check's is the reference of the preempted one
 
 finish() {
     local status=$?
@@ -48,12 +52,14 @@ finish() {
 # --- submitting and checking jobs (these run inside a check's subshell) --------------------------
 
 # submit_in_background NAME SBATCH-ARGS...: `sbatch --wait` in the background, its log in
-# $LOGS/NAME.out (OUT); sets JOB_ID once Slurm has accepted the job.
+# $LOGS/NAME.out (OUT); sets JOB_ID once Slurm has accepted the job.  --time=10: longer than
+# JOB_TIMEOUT, so that preemptible.sbatch's warning (--signal=B:USR1@120) never comes from the
+# time limit on a slow machine, only from the check that sends it.
 submit_in_background() {
     local name=$1
     shift
     OUT=$LOGS/$name.out
-    timeout "$JOB_TIMEOUT" sbatch --wait --parsable --time=3 --job-name="$name" --output="$OUT" "$@" \
+    timeout "$JOB_TIMEOUT" sbatch --wait --parsable --time=10 --job-name="$name" --output="$OUT" "$@" \
         >"$LOGS/$name.id" &
     SBATCH_PID=$!
     # interrupted (see main): end the waiting sbatch too (timeout hands the signal on to it)
@@ -125,9 +131,15 @@ skip() {
 }
 
 # The job log's frame (jobs/common.sh): start time, node list, the commit, end time and status.
+# expect_banner STATUS [NODES]: NODES nodes (1) ran the job.
 expect_banner() {
+    local nodes=${2:-1}
     expect_line "^== [a-z_]+\.sbatch: job [0-9]+ .* started [0-9]{4}-"
-    expect_line "^== nodes: $(hostname -s) \(1 node\(s\)\)"
+    if (( nodes == 1 )); then
+        expect_line "^== nodes: node[0-9]+ \(1 node\(s\)\)"
+    else
+        expect_line "^== nodes: node\[1-$nodes\] \($nodes node\(s\)\)"
+    fi
     expect_line "^== [a-z_]+\.sbatch: ended .* exit status $1 "
     # a commit of this repository (not necessarily today's HEAD: a commit may land while the job runs)
     local commit
@@ -172,14 +184,20 @@ check_single_node_mpiexec() {
     expect_trained 8 "tp 2 x pp 2 x dp 2"
 }
 
-# One node stands in for several; 2 CPUs per task also checks the thread settings.
+# Two nodes x 4 ranks, tp 4 inside each node and pp 2 across, in float64.  The job's own summary
+# says where each rank ran and which bytes crossed between the nodes (hpcpar/placement.py); the
+# same layout on one node must give the same losses.
 check_multi_node() {
-    export RUN_DIR=$WORK/multi
-    TP=2 PP=2 submit multi --nodes=1 --ntasks-per-node=4 --cpus-per-task=2 jobs/multi_node.sbatch
+    export DTYPE=float64 RUN_DIR=$WORK/multi STEPS=$MULTI_STEPS
+    TP=4 PP=2 submit multi --nodes=2 --ntasks-per-node=4 jobs/multi_node.sbatch
     expect_rc 0
-    expect_line "2 CPU\(s\) and 2 thread\(s\) per task"
-    expect_trained 4 "tp 2 x pp 2 x dp 1"
-    expect_banner 0
+    expect_trained 8 "tp 4 x pp 2 x dp 1"
+    expect_banner 0 2
+    .venv/bin/python tests/slurm/check_run.py boundary "$OUT" 4 2 1 || bad "the node boundary is not where the layout puts it"
+    RUN_DIR=$WORK/multi-one-node TP=4 PP=2 DP=1 submit multi-one-node --nodes=1 --ntasks=8 jobs/single_node.sbatch
+    expect_rc 0
+    .venv/bin/python tests/slurm/check_run.py same-losses "$WORK/multi/metrics.jsonl" "$WORK/multi-one-node/metrics.jsonl" \
+        || bad "two nodes and one node trained differently"
 }
 
 # A two-point strong-scaling array over tp: each array task runs `hpcpar scaling` for its point,
@@ -273,6 +291,77 @@ check_preemption() {
     expect_steps "$RUN_DIR/metrics.jsonl" "$steps"
 }
 
+# Preemption across nodes, as a site's preemptible partition does it: the 2-node job runs in "test";
+# once its first checkpoint is written, a job in "urgent" asks for both nodes whole.  Slurm sends
+# SIGTERM to the ranks on both nodes, gives them GraceTime to write a checkpoint and exit 3, and
+# requeues the job itself; once the urgent job is done the job resumes after that step, and its
+# losses are those of the multi_node check's run, which was never stopped (same layout and steps).
+check_preemption_across_nodes() {
+    local stopped
+    export STEPS=$MULTI_STEPS SAVE_EVERY=2 DTYPE=float64 CKPT_DIR=$WORK/preempt-nodes-checkpoint \
+           RUN_DIR=$WORK/preempt-nodes
+    TP=4 PP=2 DP=1 submit_in_background preempt-nodes --nodes=2 --ntasks-per-node=4 jobs/preemptible.sbatch
+    wait_for_line "^checkpoint: $CKPT_DIR/step-"
+    sbatch --partition=urgent --nodes=2 --exclusive --job-name=urgent --output="$LOGS/urgent.out" \
+        --wrap="echo the urgent job ran on \$SLURM_JOB_NODELIST" >/dev/null
+    wait_for_line "exit status 0 \(done\)"
+    wait_for_job
+    stopped=$(sed -nE 's/^hpcpar: stopped by a signal after step ([0-9]+);.*/\1/p' "$OUT")
+    if ! [[ $stopped =~ ^[0-9]+$ ]] || (( stopped == 0 || stopped >= STEPS )); then
+        bad "no line 'hpcpar: stopped by a signal after step K' with 0 < K < $STEPS"
+    fi
+    expect_line "^checkpoint: $CKPT_DIR/step-0*$stopped$"
+    expect_line "exit status 3 \(preempted, checkpoint written\)"
+    expect_line "^== restart 1 of this job"
+    expect_line "^resumed from $CKPT_DIR/step-0*$stopped after step $stopped$"
+    expect_line "^the urgent job ran on node\[1-2\]" "$LOGS/urgent.out"
+    expect_steps "$RUN_DIR/metrics.jsonl" "$STEPS"
+    if [[ -f $WORK/multi/metrics.jsonl ]]; then
+        .venv/bin/python tests/slurm/check_run.py same-losses "$RUN_DIR/metrics.jsonl" "$WORK/multi/metrics.jsonl" \
+            || bad "the preempted run did not resume exactly"
+    fi
+}
+
+# Losing a node: resilient.sbatch on 2 nodes x 4 ranks; once its first checkpoint is written, every
+# process of node2 dies at once (its slurmd, its job step, its ranks).  The step must end within the
+# hang timeout + 30 s, the job must name node2 and its ranks 4-7, and go on from the last checkpoint
+# on node1 alone with the planner's layout for 4 ranks; the continued losses must be those of a run
+# resumed from that checkpoint at that layout.  Runs last: node2 stays down.
+check_lost_node() {
+    local hang=30 killed resumed_from k tp pp dp ref=$WORK/lost-reference
+    export DTYPE=float64 STEPS=16 SAVE_EVERY=2 KEEP_CHECKPOINTS=100 HANG_TIMEOUT=$hang \
+           CKPT_DIR=$WORK/lost-checkpoint RUN_DIR=$WORK/lost
+    TP=4 PP=2 submit_in_background lost jobs/resilient.sbatch
+    wait_for_line "^checkpoint: $CKPT_DIR/step-"
+    bash tests/slurm/cluster.sh kill-node "$CLUSTER" 2 | sed 's/^/    /'
+    killed=$SECONDS
+    wait_for_line "^== resilient.sbatch: ended .* exit status [1-9]"
+    (( SECONDS - killed <= hang + 30 )) \
+        || bad "the step ended $(( SECONDS - killed )) s after node2 died: later than the hang timeout + 30 s"
+    echo "    the step ended $(( SECONDS - killed )) s after node2 died"
+    wait_for_line "^== first step after the failure"
+    echo "    the first new step came $(( SECONDS - killed )) s after node2 died; the job says:"
+    grep -E "^== (lost|planner|attempt 2|first step)" "$OUT" | sed 's/^/    | /'
+    wait_for_job
+    expect_rc 0
+    expect_line "^== lost node2 \(.*\), which held ranks 4-7 of attempt 1$"
+    expect_line "^step +$STEPS/$STEPS "
+    read -r tp pp dp < <(sed -nE 's/^== attempt 2: tp ([0-9]+) x pp ([0-9]+) x dp ([0-9]+) = 4 ranks on node1$/\1 \2 \3/p' "$OUT") || true
+    [[ -n ${dp:-} ]] || bad "no line '== attempt 2: tp T x pp P x dp D = 4 ranks on node1'"
+    resumed_from=$(sed -nE 's/^resumed from (.*) after step [0-9]+$/\1/p' "$OUT" | tail -n 1)
+    k=$(sed -nE 's/^resumed from .* after step ([0-9]+)$/\1/p' "$OUT" | tail -n 1)
+    [[ -n $k ]] || bad "attempt 2 did not resume from a checkpoint"
+    # the reference: that checkpoint alone, resumed at that layout on one node
+    mkdir -p "$ref"
+    cp -r "$resumed_from" "$ref/"
+    basename "$resumed_from" >"$ref/latest"
+    HPCPAR_ARGS="--model tiny --steps $STEPS --batch-size 16 --dtype float64 --no-progress --metrics $ref/metrics.jsonl --resume $ref" \
+        TP=$tp PP=$pp DP=$dp submit lost-reference --nodes=1 --ntasks=4 jobs/single_node.sbatch
+    expect_rc 0
+    .venv/bin/python tests/slurm/check_run.py same-losses "$RUN_DIR/metrics.jsonl" "$ref/metrics.jsonl" "$k" \
+        || bad "the run that lost a node did not continue as a run resumed from step $k at tp $tp x pp $pp x dp $dp"
+}
+
 # --- running them -------------------------------------------------------------------------------
 
 # check NAME: run check_NAME in a subshell, so that a failed expectation ends only that check.
@@ -291,6 +380,10 @@ check() {
     esac
 }
 
+# every check, in order (lost_node last: it leaves node2 down); `run.sh NAME...` runs only those
+CHECKS=(single_node_srun single_node_mpiexec multi_node scaling_array missing_variable layout_larger_than_job
+        bad_flag fault_aborts preemption preemption_across_nodes lost_node)
+
 main() {
     [[ -x .venv/bin/hpcpar ]] || { echo "slurm-test: no .venv: run 'make install' first" >&2; exit 1; }
     # Stop the cluster however this script ends: bash runs the EXIT trap on `exit` and on errors,
@@ -303,17 +396,14 @@ main() {
     mkdir -p "$CLUSTER" "$LOGS"
     bash tests/slurm/cluster.sh install
     bash tests/slurm/cluster.sh start "$CLUSTER"
-    export SLURM_CONF=$CLUSTER/slurm.conf
+    # Slurm's commands, run where the controller is reached (cluster.sh)
+    export PATH=$CLUSTER/bin:$PATH
 
-    check single_node_srun
-    check single_node_mpiexec
-    check multi_node
-    check scaling_array
-    check missing_variable
-    check layout_larger_than_job
-    check bad_flag
-    check fault_aborts
-    check preemption
+    local name names=("$@")
+    (( ${#names[@]} )) || names=("${CHECKS[@]}")
+    for name in "${names[@]}"; do
+        check "$name"
+    done
 
     echo "slurm: ${#PASSED[@]} passed, ${#FAILED[@]} failed, ${#SKIPPED[@]} skipped"
     if (( ${#FAILED[@]} > 0 )); then
