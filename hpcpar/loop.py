@@ -128,6 +128,11 @@ class Loop:
                         record["loss_scale"] = scale
                     if val_loss is not None:
                         record["val_loss"] = val_loss
+                    if t.experts is not None:
+                        record["experts"] = {k: v for k, v in t.experts.items() if k != "collapsed_layer"}
+                        warning = t.expert_load.warning(t.experts, step)
+                        if warning:
+                            self._print(warning, err=True)
                     if metrics:
                         metrics.write(json.dumps(record) + "\n")
                         metrics.flush()

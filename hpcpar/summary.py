@@ -66,6 +66,7 @@ def summarize(loop, peak):
            + f" per step and rank inside MPI calls ({100 * sum(blocked.values()) / step_time:.0f}% of the step)"]
           if g.world > 1 else []),
         f"  parameters  {n_params:,} on rank 0 of this layout",
+        *([_experts_line(t.experts)] if t.experts else []),
     ]
     loop._print("\n".join(lines))
     figures = {"loss": loss, "entropy_floor": floor, "step_time_s": step_time,
@@ -77,10 +78,19 @@ def summarize(loop, peak):
                "layout": {"tp": cfg.tp, "cp": cfg.cp, "pp": cfg.pp, "dp": cfg.dp, "world": g.world,
                           "chunks": cfg.chunks, "schedule": cfg.schedule, "microbatches": cfg.microbatches},
                "tokens_per_step": t.tokens_per_step, "step_times_s": times}
+    if t.experts:
+        figures["experts"] = t.experts
     if cfg.summary_json:
         with open(cfg.summary_json, "w") as f:
             json.dump(figures, f, indent=1)
     return figures
+
+
+def _experts_line(e):
+    """The last step's routing (expert_load.py)."""
+    return (f"  experts     last step: {e['load_min']} to {e['load_max']} choices per expert (even share "
+            f"{e['load_mean']:.0f}), {e['effective_experts']:.2f} effective experts in the least balanced layer, "
+            f"{e['dropped']} dropped" + (f", aux loss {e['aux_loss']:.4g}" if e["aux_loss"] else ""))
 
 
 def _size(n):

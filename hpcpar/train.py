@@ -30,7 +30,9 @@ from hpcpar.data import MarkovLanguage, Regression, TokenFile, validation_file
 from hpcpar.data_parallel import DataParallel
 from hpcpar.grid import ParallelGrid
 from hpcpar.nn import GPT, Context, MLPConfig, MLPModel
+from hpcpar.expert_load import ExpertLoad
 from hpcpar.nn.gpt import preset
+from hpcpar.nn.moe import check_moe, moe_options
 from hpcpar.ops.ring_attention import balanced_positions
 from hpcpar.optim import clip_coefficient, learning_rate, make_optimizer
 from hpcpar.pipeline.engine import PipelineEngine
@@ -77,7 +79,8 @@ def model_config(cfg):
                       n_head=heads, n_kv_head=cfg.kv_heads or heads, seq_len=cfg.seq_len or None,
                       dropout=cfg.dropout, tied=False if cfg.untied else None,
                       d_ff=cfg.ffn or (4 * cfg.hidden if cfg.hidden else None),
-                      positions=cfg.positions or None, ln_eps=cfg.ln_eps or None, rope_theta=cfg.rope_theta or None)
+                      positions=cfg.positions or None, ln_eps=cfg.ln_eps or None, rope_theta=cfg.rope_theta or None,
+                      **moe_options(cfg))
         if mcfg.seq_len > mcfg.n_positions:
             raise UsageError(f"--seq-len {mcfg.seq_len} is longer than the model's {mcfg.n_positions} positions")
         if mcfg.d_model % mcfg.n_head:
@@ -94,6 +97,8 @@ def model_config(cfg):
     if KINDS[cfg.schedule].chunked and cfg.partition == "uniform" and mcfg.n_layer % stages:
         raise UsageError(f"{cfg.schedule}: {mcfg.n_layer} layers do not divide into pp x chunks = "
                          f"{cfg.pp} x {cfg.chunks} = {stages} equal chunks")
+    if cfg.model != "mlp":
+        check_moe(mcfg, cfg)
     check_divisible(mcfg, cfg.tp, cfg.sequence_parallel, getattr(mcfg, "seq_len", None))
     check_context_parallel(cfg.cp, getattr(mcfg, "seq_len", 0), cfg.tp, cfg.sequence_parallel)
     return mcfg
@@ -152,6 +157,8 @@ class Trainer:
         # of each, so dividing the world's sum by this is the single-rank mean
         self.loss_terms = cfg.batch_size * (mcfg.seq_len if is_gpt else mcfg.d_out)
         self.tokens_per_step = cfg.batch_size * (mcfg.seq_len if is_gpt else 1)
+        self.expert_load = ExpertLoad(mcfg, self.chunks, g, self.loss_terms) if is_gpt else None
+        self.experts = None                             # the last step's routing figures (expert_load.py)
 
     # --- construction -------------------------------------------------------------------------
 
@@ -186,7 +193,8 @@ class Trainer:
         for j in range(cfg.microbatches):
             ids = range(base + j * self.micro, base + (j + 1) * self.micro)
             x, y = data.batch(step, ids) if (g.is_first_stage or g.is_last_stage) else (None, None)
-            ctx = Context(step=step, sample_ids=list(ids), seed=cfg.seed, training=training)
+            ctx = Context(step=step, sample_ids=list(ids), seed=cfg.seed, training=training,
+                          loss_scale=self.scaler.scale / self.loss_terms)     # the dloss of gradients()
             if cfg.cp > 1:                                    # this CP rank's tokens: (B, T) -> (B, T/cp)
                 ctx.positions = balanced_positions(self.mcfg.seq_len, cfg.cp, g.cp_rank)
                 x, y = (None if a is None else a[:, ctx.positions] for a in (x, y))
@@ -249,6 +257,8 @@ class Trainer:
             if start:
                 trace.active().span("optimizer", "optimizer", start, time.perf_counter())
         self.dp.zero_grad()
+        if self.expert_load is not None:
+            self.experts = self.expert_load.step()
         return StepResult(loss, norm, lr, not finite, stop)
 
     def world_totals(self, losses, norm_sq=0.0, stop_requested=False):

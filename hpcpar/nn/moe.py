@@ -41,6 +41,35 @@ from hpcpar.ops.moe import (combine_backward, combine_forward, dispatch_backward
 from hpcpar.ops.router import (balance_bias_update, expert_counts, load_balance_backward, load_balance_forward,
                                router_backward, router_forward)
 from hpcpar.precision import to_fp32
+from hpcpar.runtime import UsageError
+
+# hpcpar train's flags -> GPTConfig's fields (0 or the default: the preset's)
+_FLAGS = {"experts": "n_expert", "top_k": "top_k", "shared_experts": "n_shared_expert", "router_score": "router_score",
+          "aux_loss_coef": "aux_loss_coef", "capacity_factor": "capacity_factor", "bias_rate": "bias_rate"}
+
+
+def moe_options(cfg):
+    """The GPTConfig overrides the run's MoE flags give."""
+    return {field: getattr(cfg, flag) or None for flag, field in _FLAGS.items()}
+
+
+def check_moe(mcfg, cfg):
+    """Refuse, in one line, what the mixture of experts cannot do with this run (before any communication)."""
+    if not mcfg.n_expert:
+        given = [f for f in _FLAGS if f != "experts" and getattr(cfg, f) != type(getattr(cfg, f))()
+                 and not (f == "router_score" and cfg.router_score == "softmax")]
+        if given:
+            raise UsageError(f"--{given[0].replace('_', '-')} needs experts: give --experts N or --model moe-tiny "
+                             f"or mixtral-tiny")
+        return
+    if mcfg.top_k > mcfg.n_expert:
+        raise UsageError(f"--top-k {mcfg.top_k} is more than the {mcfg.n_expert} experts")
+    if cfg.tp > 1:
+        raise UsageError(f"--tp {cfg.tp}: the experts are not cut over tensor parallelism; use --tp 1 "
+                         f"(or a dense model)")
+    if (cfg.cp > 1 or cfg.sequence_parallel) and (mcfg.aux_loss_coef or mcfg.capacity_factor):
+        raise UsageError("--aux-loss-coef and --capacity-factor count a micro-batch's tokens, which --cp and "
+                         "--sequence-parallel split over ranks: use them without")
 
 
 def capacity(capacity_factor, n_token, k, n_expert):
