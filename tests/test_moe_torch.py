@@ -8,21 +8,11 @@ float64 reference the router here runs the same formula in float64."""
 import numpy as np
 import pytest
 
-from hf_helpers import transformers
+from hf_helpers import float64_router, transformers
 from hpcpar.nn.gpt import preset
 from hpcpar.nn.moe import MoE
 
 C, F, E = 16, 12, 5
-
-
-def _float64_router(gate, normalise):
-    import torch
-
-    def forward(h):
-        logits = torch.nn.functional.linear(h.reshape(-1, gate.hidden_dim), gate.weight)
-        top, idx = torch.topk(torch.softmax(logits, dim=-1), gate.top_k, dim=-1)
-        return logits, (top / top.sum(dim=-1, keepdim=True) if normalise else top), idx
-    return forward
 
 
 def _hf_block(kind, top_k, normalise, seed=0):
@@ -44,7 +34,7 @@ def _hf_block(kind, top_k, normalise, seed=0):
     with torch.no_grad():
         for p in block.parameters():
             p.normal_(0.0, 0.5)
-    block.gate.forward = _float64_router(block.gate, normalise)
+    block.gate.forward = lambda h: float64_router(block.gate, h, normalise)
     return block
 
 

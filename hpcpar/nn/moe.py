@@ -62,6 +62,9 @@ def check_moe(mcfg, cfg):
             raise UsageError(f"--{given[0].replace('_', '-')} needs experts: give --experts N or --model moe-tiny "
                              f"or mixtral-tiny")
         return
+    if cfg.export and mcfg.arch != "llama":
+        raise UsageError(f"--export {cfg.export}: a GPT-2 with experts has no Hugging Face model to write (a Llama "
+                         f"with experts is a Mixtral); keep it as a checkpoint (--save)")
     if mcfg.top_k > mcfg.n_expert:
         raise UsageError(f"--top-k {mcfg.top_k} is more than the {mcfg.n_expert} experts")
     if cfg.tp > 1:
