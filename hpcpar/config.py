@@ -21,6 +21,8 @@ class TrainConfig:
     tp: int = opt(1, "tensor-parallel size: ranks that share every layer's GEMMs", group="layout")
     cp: int = opt(1, "context-parallel size: ranks that share every sequence (ring attention)", group="layout")
     pp: int = opt(1, "pipeline-parallel size: stages of consecutive layers", group="layout")
+    ep: int = opt(1, "expert-parallel size: consecutive ranks of dp x cp that share the experts of every MoE "
+                     "layer, tokens sent to them by all-to-all (docs/moe.md)", group="layout")
     dp: int = opt(0, "data-parallel size: model replicas (0: world size / (tp x cp x pp))", group="layout")
     order: str = opt("tp-dp-pp", "rank order, fastest-varying axis first", group="layout")
     schedule: str = opt("1f1b", "pipeline schedule", list(SCHEDULES), "layout")
@@ -185,7 +187,7 @@ def check(cfg, world):
         if choices and getattr(cfg, f.name) not in choices:
             raise UsageError(f"--{f.name.replace('_', '-')} must be one of {', '.join(choices)}, "
                              f"not {getattr(cfg, f.name)!r}")
-    for name in ("tp", "cp", "pp", "batch_size", "synthetic_vocab", "synthetic_order", "synthetic_branching", "keep",
+    for name in ("tp", "cp", "pp", "ep", "batch_size", "synthetic_vocab", "synthetic_order", "synthetic_branching", "keep",
                  "eval_batches"):
         if getattr(cfg, name) < 1:
             raise UsageError(f"--{name.replace('_', '-')} must be at least 1, got {getattr(cfg, name)}")

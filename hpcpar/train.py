@@ -31,6 +31,7 @@ from hpcpar.data_parallel import DataParallel
 from hpcpar.grid import ParallelGrid
 from hpcpar.nn import GPT, Context, MLPConfig, MLPModel
 from hpcpar.expert_load import ExpertLoad
+from hpcpar.expert_parallel import expert_group, parallelize_experts
 from hpcpar.nn.gpt import preset
 from hpcpar.nn.moe import check_moe, moe_options
 from hpcpar.ops.ring_attention import balanced_positions
@@ -181,9 +182,12 @@ class Trainer:
             ends.update({s: chunks[-1]} if s in (0, S - 1) else {})
         if cfg.model != "mlp" and mcfg.tied and len(ends) == 2 and S > 1:
             ends[S - 1].head.weight = ends[0].embed.wte     # one rank holds both ends (pp = 1 interleaved, a V)
+        ep_comm = expert_group(g.dp_cp_comm, cfg.ep) if cfg.ep > 1 else None
         for chunk in chunks:
             parallelize(chunk, g.tp_comm, cfg.sequence_parallel)
             parallelize_context(chunk, g.cp_comm)
+            if ep_comm is not None:
+                parallelize_experts(chunk, ep_comm)
             chunk.set_recompute(cfg.recompute, cfg.recompute_attention)
         return chunks
 

@@ -12,3 +12,14 @@ from train_helpers import check_step
 def test_data_and_pipeline_parallel_experts_match_one_rank(comm, dims):
     check_step(comm, dp=comm.size, dims=dict(dims, shared_experts=1))
     check_step(comm, pp=2, dp=comm.size // 2, microbatches=2, dims=dims, recompute=True)
+
+
+@pytest.mark.mpi(min_size=2)
+@pytest.mark.parametrize("dims", [MOE_DIMS, MIXTRAL_DIMS], ids=["gpt2", "llama"])
+def test_expert_parallel_matches_one_rank(comm, dims):
+    """ep 2 and (at 4 ranks) ep 4: the rows go to the experts' ranks and back by all-to-all."""
+    for ep in (2, 4):
+        if comm.size % ep == 0:
+            check_step(comm, dp=comm.size, ep=ep, dims=dict(dims, experts=4, shared_experts=1))
+    if comm.size >= 4:       # with a pipeline and recomputation: the all-to-alls run again in the backward
+        check_step(comm, pp=2, dp=comm.size // 2, ep=2, microbatches=2, recompute=True, dims=dims)

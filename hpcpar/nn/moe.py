@@ -23,6 +23,9 @@ DeepSeek-V3's auxiliary-loss-free balancing (``bias_rate`` > 0): a bias on the s
 choice only; it is a parameter with no gradient (the optimizer leaves it alone), moved once a step by
 ``update_bias`` towards an even load.
 
+Under expert parallelism (``parallel``, hpcpar/expert_parallel.py) the experts run on other ranks: the
+rows go there and back by all-to-all, between the dispatch and the combine, which stay here.
+
 Each backward adds its micro-batch's expert counts, dropped choices and aux_sum to ``stats``, which
 the training loop reads and clears once a step (backward, not forward: recomputation runs the
 forward twice, and evaluation runs no backward).
@@ -58,6 +61,7 @@ def check_moe(mcfg, cfg):
     if not mcfg.n_expert:
         given = [f for f in _FLAGS if f != "experts" and getattr(cfg, f) != type(getattr(cfg, f))()
                  and not (f == "router_score" and cfg.router_score == "softmax")]
+        given += ["ep"] if cfg.ep > 1 else []
         if given:
             raise UsageError(f"--{given[0].replace('_', '-')} needs experts: give --experts N or --model moe-tiny "
                              f"or mixtral-tiny")
@@ -67,6 +71,11 @@ def check_moe(mcfg, cfg):
                          f"with experts is a Mixtral); keep it as a checkpoint (--save)")
     if mcfg.top_k > mcfg.n_expert:
         raise UsageError(f"--top-k {mcfg.top_k} is more than the {mcfg.n_expert} experts")
+    if mcfg.n_expert % cfg.ep:
+        raise UsageError(f"--ep {cfg.ep} must divide the {mcfg.n_expert} experts (each rank runs E / ep of them)")
+    if (cfg.dp * cfg.cp) % cfg.ep:
+        raise UsageError(f"--ep {cfg.ep} must divide dp x cp = {cfg.dp} x {cfg.cp} = {cfg.dp * cfg.cp}: the "
+                         f"expert-parallel ranks are taken from the data- and context-parallel ones")
     if cfg.tp > 1:
         raise UsageError(f"--tp {cfg.tp}: the experts are not cut over tensor parallelism; use --tp 1 "
                          f"(or a dense model)")
@@ -98,6 +107,7 @@ class MoE(Module):
                                               seed, dtype)
         self.drop = Dropout(f"{prefix}.dropout", cfg.dropout)
         self.stats = MoEStats(E)
+        self.parallel = None            # expert parallelism: expert_parallel.py's dispatch over ranks
 
     def forward(self, x, ctx=None):
         shape = x.shape
@@ -108,7 +118,9 @@ class MoE(Module):
                                          None if self.bias is None else self.bias.data, self.normalise)
         order, offsets, dropped = route_order(idx, self.n_expert, capacity(self.capacity_factor, N, self.k,
                                                                            self.n_expert))
-        ys, c_exp = self.experts.forward(dispatch_forward(x2, order, self.k), offsets, ctx)   # (M, C)
+        xs = dispatch_forward(x2, order, self.k)                        # (M, C)
+        ys, c_exp = self.experts.forward(xs, offsets, ctx) if self.parallel is None else \
+            self.parallel.forward(self.experts, xs, offsets, ctx)      # (M, C)
         y = combine_forward(ys, w, order)                               # (N, C)
         c_shared = None
         if self.shared is not None:
@@ -123,7 +135,9 @@ class MoE(Module):
         dy2 = self.drop.backward(dy, mask).reshape(-1, shape[-1])      # (N, C)
         N = dy2.shape[0]
         dys, dw = combine_backward(dy2, ys, w, order)                   # (M, C), (N, k)
-        dx = dispatch_backward(self.experts.backward(dys, c_exp, defer), order, N, self.k)
+        dxs = self.experts.backward(dys, c_exp, defer) if self.parallel is None else \
+            self.parallel.backward(self.experts, dys, c_exp, defer)
+        dx = dispatch_backward(dxs, order, N, self.k)
         counts = expert_counts(c_route[2], self.n_expert)
         aux, ds_aux = 0.0, None
         if self.aux_coef:
