@@ -23,3 +23,11 @@ def test_expert_parallel_matches_one_rank(comm, dims):
             check_step(comm, dp=comm.size, ep=ep, dims=dict(dims, experts=4, shared_experts=1))
     if comm.size >= 4:       # with a pipeline and recomputation: the all-to-alls run again in the backward
         check_step(comm, pp=2, dp=comm.size // 2, ep=2, microbatches=2, recompute=True, dims=dims)
+
+
+@pytest.mark.mpi(min_size=8)
+def test_eight_rank_expert_parallel_layouts_match_one_rank(comm):
+    if comm.size != 8:
+        pytest.skip("layouts of exactly 8 ranks")
+    check_step(comm, dp=8, ep=8, dims=dict(MIXTRAL_DIMS, experts=8))
+    check_step(comm, pp=2, dp=4, ep=4, microbatches=2, dims=MIXTRAL_DIMS)
