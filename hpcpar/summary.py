@@ -11,7 +11,7 @@ import statistics
 from hpcpar.flops import gpt_step_flops, mlp_step_flops
 from hpcpar.pipeline.bubble import mean_costs, pipeline_bubble, simulated_bubble
 
-GROUPS = ("tp", "cp", "pp", "dp", "dp_cp", "embed", "world")      # the communicators, in the order shown
+GROUPS = ("tp", "cp", "pp", "dp", "dp_cp", "ep", "embed", "world")      # the communicators, in the order shown
 
 
 def summarize(loop, peak):
@@ -20,8 +20,8 @@ def summarize(loop, peak):
     cfg, t, g = loop.cfg, loop.trainer, loop.grid
     steps = max(1, len(loop.history) - 1)
     n = max(1, len(loop.history))
-    volume = {c.name: c.stats.total_bytes() / n for c in g.communicators()}
-    blocked = {c.name: c.stats.total_seconds() / n for c in g.communicators()}
+    volume = {c.name: c.stats.total_bytes() / n for c in t.communicators()}
+    blocked = {c.name: c.stats.total_seconds() / n for c in t.communicators()}
     mine = {"windows": loop.windows, "volume": volume, "blocked": blocked,
             "costs": mean_costs(loop.timelines)}
     everyone = g.world_comm.mpi.gather(mine, root=0)       # once per run: a pickled gather is fine
@@ -46,8 +46,8 @@ def summarize(loop, peak):
         f"hpcpar train: {len(loop.history)} steps"
         + (f" (steps {loop.history[0][0] + 1}-{loop.history[-1][0] + 1})" if loop.history[0][0] else "")
         + f", {cfg.model} model, tp {cfg.tp} x " + (f"cp {cfg.cp} x " if cfg.cp > 1 else "")
-        + f"pp {cfg.pp} x dp {cfg.dp} "
-        f"= {g.world} ranks, {cfg.schedule} with {cfg.microbatches} micro-batch"
+        + f"pp {cfg.pp} x dp {cfg.dp} " + (f"(ep {cfg.ep}) " if cfg.ep > 1 else "")
+        + f"= {g.world} ranks, {cfg.schedule} with {cfg.microbatches} micro-batch"
         + ("es" if cfg.microbatches > 1 else "")
         + (f" x {cfg.chunks} chunks" if cfg.chunks > 1 else "") + f", {cfg.dtype}"
         + (f" masters, {cfg.precision} compute" if cfg.precision != "fp32" else ""),

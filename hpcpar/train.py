@@ -182,7 +182,7 @@ class Trainer:
             ends.update({s: chunks[-1]} if s in (0, S - 1) else {})
         if cfg.model != "mlp" and mcfg.tied and len(ends) == 2 and S > 1:
             ends[S - 1].head.weight = ends[0].embed.wte     # one rank holds both ends (pp = 1 interleaved, a V)
-        ep_comm = expert_group(g.dp_cp_comm, cfg.ep) if cfg.ep > 1 else None
+        self.ep_comm = ep_comm = expert_group(g.dp_cp_comm, cfg.ep) if cfg.ep > 1 else None
         for chunk in chunks:
             parallelize(chunk, g.tp_comm, cfg.sequence_parallel)
             parallelize_context(chunk, g.cp_comm)
@@ -318,6 +318,10 @@ class Trainer:
             groups.append([p for p in group if id(p) not in seen])
             seen.update(id(p) for p in group)
         return groups[::-1]
+
+    def communicators(self):
+        """The grid's communicators and the expert-parallel one (counted in the summary, profiled)."""
+        return self.grid.communicators() + ([self.ep_comm] if self.ep_comm is not None else [])
 
     def parameters(self):
         """This rank's parameters, each once (one rank may hold both ends of a tied embedding)."""

@@ -67,3 +67,13 @@ def test_capacity_factor_must_not_be_negative():
     from hpcpar.config import check
     with pytest.raises(UsageError, match="--capacity-factor must not be negative"):
         check(config(dims=MOE_DIMS, capacity_factor=-1.0), 1)
+
+
+def test_the_chapter_quotes_the_single_rank_losses_under_dp_and_ep():
+    """docs/moe.md quotes one rank, dp 2 and dp 2 x ep 2 (each block checked current by test_docs)."""
+    import re
+    from pathlib import Path
+    text = (Path(__file__).resolve().parent.parent / "docs" / "moe.md").read_text()
+    runs = [re.findall(r"^step +\d+/3  loss (\S+)", block, re.M)
+            for block in re.findall(r"```console\n(\$ [^\n]*--model moe-tiny[^\n]*--steps 3.*?)```", text, re.S)]
+    assert len(runs) == 3 and runs[0] and runs[0] == runs[1] == runs[2]
