@@ -31,3 +31,32 @@ def test_eight_rank_expert_parallel_layouts_match_one_rank(comm):
         pytest.skip("layouts of exactly 8 ranks")
     check_step(comm, dp=8, ep=8, dims=dict(MIXTRAL_DIMS, experts=8))
     check_step(comm, pp=2, dp=4, ep=4, microbatches=2, dims=MIXTRAL_DIMS)
+
+
+@pytest.mark.mpi(min_size=4)
+def test_hugging_face_mixtral_on_ep2_pp2_gives_transformers_loss(comm, tmp_path_factory):
+    import numpy as np
+    from hf_helpers import hf_loss, save_hf, transformers
+    from hpcpar.checkpoint.consolidated import init_from
+    from test_moe_hf import MIXTRAL_DIMS as HF_DIMS, hf_mixtral
+    from train_helpers import trainer
+    if comm.size != 4:
+        pytest.skip("a pp 2 x dp 2 (ep 2) layout")
+    transformers()                                   # every rank skips together, or none does
+    path = comm.bcast(str(tmp_path_factory.mktemp("mixtral")) if comm.rank == 0 else None, root=0)
+    tokens = np.random.default_rng(5).integers(0, HF_DIMS["vocab_size"], size=(4, 13))
+    x, y = tokens[:, :-1], tokens[:, 1:]
+    want = None
+    if comm.rank == 0:
+        model = hf_mixtral()
+        save_hf(model, f"{path}/hf")
+        want = hf_loss(model, x, y)
+    want = comm.bcast(want, root=0)
+    t = trainer(comm, pp=2, dp=2, ep=2, microbatches=2, init_from=f"{path}/hf", layers=0, hidden=0, heads=0,
+                seq_len=12, batch_size=4, model="mixtral-tiny", dims=dict(MIXTRAL_DIMS, kv_heads=0, ffn=0))
+    init_from(t, f"{path}/hf")
+    t.data.batch = lambda step, ids: (x[list(ids)], y[list(ids)])
+    losses = t.gradients(0)
+    mine = sum(float(v) for v in losses) if (t.computes_loss and t.grid.tp_rank == 0) else 0.0
+    got = float(t.grid.world_comm.all_reduce(np.array([mine]))[0]) / t.loss_terms
+    assert got == pytest.approx(want, rel=1e-10)
