@@ -116,6 +116,8 @@ def predict_local(profile, model="tiny", tp=1, pp=1, dp=1, schedule="1f1b", micr
         raise UsageError(f"local prediction: --model {'|'.join(PRESETS)}, --dtype {'|'.join(DTYPES)}, "
                          f"--schedule {'|'.join(SCHEDULES)}")
     preset = PRESETS[model]
+    if preset.n_expert:
+        raise UsageError(f"local prediction: --model {model} has experts, which the planner does not model yet")
     seq_len = preset.seq_len
     hw = load_hardware(profile)
     costs = engine_costs(hw, dtype)
