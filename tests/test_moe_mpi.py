@@ -60,3 +60,19 @@ def test_hugging_face_mixtral_on_ep2_pp2_gives_transformers_loss(comm, tmp_path_
     mine = sum(float(v) for v in losses) if (t.computes_loss and t.grid.tp_rank == 0) else 0.0
     got = float(t.grid.world_comm.all_reduce(np.array([mine]))[0]) / t.loss_terms
     assert got == pytest.approx(want, rel=1e-10)
+
+
+@pytest.mark.mpi(min_size=2)
+def test_steps_with_zero1_and_the_routing_bias_follow_one_rank(comm):
+    """Three AdamW steps at dp x ep with ZeRO-1 and DeepSeek-V3's bias (moved by the job's counts):
+    the single rank's losses and biases."""
+    from train_helpers import free, reference, rel_err, trainer
+    kw = dict(dims=dict(MIXTRAL_DIMS, bias_rate=0.01), lr=1e-2)
+    ref, t = reference(comm, **kw), trainer(comm, dp=comm.size, ep=2, zero1=True, **kw)
+    for s in range(3):
+        want, got = ref.step(s).loss, t.step(s).loss
+        assert rel_err(got, want) <= 1e-10, f"step {s}"
+    for a, b in zip(t.chunks[0].blocks, ref.chunks[0].blocks):
+        assert rel_err(a.mlp.bias.data, b.mlp.bias.data) <= 1e-12 and abs(b.mlp.bias.data).max() > 0
+    free(t)
+    free(ref)
