@@ -59,8 +59,7 @@ def moe_options(cfg):
 def check_moe(mcfg, cfg):
     """Refuse, in one line, what the mixture of experts cannot do with this run (before any communication)."""
     if not mcfg.n_expert:
-        given = [f for f in _FLAGS if f != "experts" and getattr(cfg, f) != type(getattr(cfg, f))()
-                 and not (f == "router_score" and cfg.router_score == "softmax")]
+        given = [f for f in _FLAGS if f != "experts" and getattr(cfg, f) not in (0, "softmax")]
         given += ["ep"] if cfg.ep > 1 else []
         if given:
             raise UsageError(f"--{given[0].replace('_', '-')} needs experts: give --experts N or --model moe-tiny "
