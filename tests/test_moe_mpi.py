@@ -21,6 +21,7 @@ def test_expert_parallel_matches_one_rank(comm, dims):
     for ep in (2, 4):
         if comm.size % ep == 0:
             check_step(comm, dp=comm.size, ep=ep, dims=dict(dims, experts=4, shared_experts=1))
+    check_step(comm, cp=2, dp=comm.size // 2, ep=2, dims=dims)      # ep over context-parallel ranks
     if comm.size >= 4:       # with a pipeline and recomputation: the all-to-alls run again in the backward
         check_step(comm, pp=2, dp=comm.size // 2, ep=2, microbatches=2, recompute=True, dims=dims)
 
