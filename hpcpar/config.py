@@ -21,6 +21,8 @@ class TrainConfig:
     tp: int = opt(1, "tensor-parallel size: ranks that share every layer's GEMMs", group="layout")
     cp: int = opt(1, "context-parallel size: ranks that share every sequence (ring attention)", group="layout")
     pp: int = opt(1, "pipeline-parallel size: stages of consecutive layers", group="layout")
+    ep: int = opt(1, "expert-parallel size: consecutive ranks of dp x cp that share the experts of every MoE "
+                     "layer, tokens sent to them by all-to-all (docs/moe.md)", group="layout")
     dp: int = opt(0, "data-parallel size: model replicas (0: world size / (tp x cp x pp))", group="layout")
     order: str = opt("tp-dp-pp", "rank order, fastest-varying axis first", group="layout")
     schedule: str = opt("1f1b", "pipeline schedule", list(SCHEDULES), "layout")
@@ -38,7 +40,9 @@ class TrainConfig:
     bucket_mb: float = opt(4.0, "data-parallel gradient bucket size in MB", group="layout")
     # --- model ------------------------------------------------------------------------------
     model: str = opt("tiny", "model preset (GPT-2 blocks, or llama-*: RMSNorm, RoPE, SwiGLU, grouped-query "
-                             "attention)", ["tiny", "small", "gpt2", "llama-tiny", "llama-small", "mlp"], "model")
+                             "attention; moe-tiny, mixtral-tiny: the same with mixtures of experts)",
+                     ["tiny", "small", "gpt2", "llama-tiny", "llama-small", "moe-tiny", "mixtral-tiny", "mlp"],
+                     "model")
     layers: int = opt(0, "number of blocks (0: preset)", group="model")
     hidden: int = opt(0, "model width d_model (0: preset)", group="model")
     heads: int = opt(0, "attention heads (0: preset)", group="model")
@@ -54,6 +58,18 @@ class TrainConfig:
     dropout: float = opt(0.0, "dropout probability", group="model")
     untied: bool = opt(False, "separate output projection instead of the tied token embedding", group="model")
     ln_eps: float = opt(0.0, "LayerNorm epsilon (0: 1e-5, or that of --init-from)", group="model")
+    experts: int = opt(0, "routed experts per block, a mixture of experts in place of the MLP (0: the "
+                          "preset's; docs/moe.md)", group="model")
+    top_k: int = opt(0, "experts per token (0: the preset's, 2)", group="model")
+    shared_experts: int = opt(0, "experts every token goes through besides its top-k", group="model")
+    router_score: str = opt("softmax", "router scores: softmax (Mixtral, Qwen) or sigmoid (DeepSeek-V3)",
+                            ["softmax", "sigmoid"], "model")
+    aux_loss_coef: float = opt(0.0, "coefficient of the load-balancing loss (Switch/Mixtral form, per layer)",
+                               group="model")
+    capacity_factor: float = opt(0.0, "rows an expert takes, as a multiple of an even share N k / E; the rest "
+                                      "are dropped and counted (0: dropless, exact)", group="model")
+    bias_rate: float = opt(0.0, "DeepSeek-V3's auxiliary-loss-free balancing: step of the routing bias per "
+                                "optimizer step (0: off)", group="model")
     # --- data -------------------------------------------------------------------------------
     data: str = opt("synthetic", "synthetic, or a path: a text file (characters), a .bin token file, or a "
                                  "directory from `hpcpar data prepare` (train.bin, val.bin, tokenizer)", group="data")
@@ -115,7 +131,8 @@ class TrainConfig:
                                         "longer (seconds; 0 disables)", group="watch")
 
 
-PRESET_LR = {"tiny": 1e-2, "small": 3e-3, "gpt2": 6e-4, "llama-tiny": 1e-2, "llama-small": 3e-3, "mlp": 1e-2}
+PRESET_LR = {"tiny": 1e-2, "small": 3e-3, "gpt2": 6e-4, "llama-tiny": 1e-2, "llama-small": 3e-3, "moe-tiny": 1e-2,
+             "mixtral-tiny": 1e-2, "mlp": 1e-2}
 
 GROUPS = {"layout": "parallel layout", "model": "model", "data": "data", "optim": "optimisation",
           "run": "numerics and backend", "files": "files and output", "watch": "hangs and shutdown"}
@@ -170,13 +187,14 @@ def check(cfg, world):
         if choices and getattr(cfg, f.name) not in choices:
             raise UsageError(f"--{f.name.replace('_', '-')} must be one of {', '.join(choices)}, "
                              f"not {getattr(cfg, f.name)!r}")
-    for name in ("tp", "cp", "pp", "batch_size", "synthetic_vocab", "synthetic_order", "synthetic_branching", "keep",
+    for name in ("tp", "cp", "pp", "ep", "batch_size", "synthetic_vocab", "synthetic_order", "synthetic_branching", "keep",
                  "eval_batches"):
         if getattr(cfg, name) < 1:
             raise UsageError(f"--{name.replace('_', '-')} must be at least 1, got {getattr(cfg, name)}")
     for name in ("dp", "microbatches", "chunks", "layers", "hidden", "heads", "kv_heads", "ffn", "seq_len",
                  "positions", "vocab", "steps", "warmup", "save_every", "log_every", "seed", "trace_steps",
-                 "eval_every", "ln_eps", "rope_theta"):
+                 "eval_every", "ln_eps", "rope_theta", "experts", "top_k", "shared_experts", "aux_loss_coef",
+                 "capacity_factor", "bias_rate"):
         if getattr(cfg, name) < 0:
             raise UsageError(f"--{name.replace('_', '-')} must not be negative, got {getattr(cfg, name)}")
     if not cfg.backend:

@@ -93,10 +93,10 @@ class Loop:
         bar = self._bar(start_step)
         metrics = open(cfg.metrics, "a" if start_step else "w") if (self.root and cfg.metrics) else None
         log_every = cfg.log_every or max(1, cfg.steps // 10)
-        for c in self.grid.communicators():
+        for c in self.trainer.communicators():
             c.stats.reset()
         tracer = self._start_trace()
-        prof = Profiler().install(self.grid.communicators()) if cfg.profile else None     # the first step measures the GEMM floor
+        prof = Profiler().install(self.trainer.communicators()) if cfg.profile else None     # the first step measures the GEMM floor
         traced = range(start_step + 1, start_step + 1 + cfg.trace_steps)   # the first step pays for start-up
         status = 0
         try:
@@ -128,6 +128,11 @@ class Loop:
                         record["loss_scale"] = scale
                     if val_loss is not None:
                         record["val_loss"] = val_loss
+                    if t.experts is not None:
+                        record["experts"] = {k: v for k, v in t.experts.items() if k != "collapsed_layer"}
+                        warning = t.expert_load.warning(t.experts, step)
+                        if warning:
+                            self._print(warning, err=True)
                     if metrics:
                         metrics.write(json.dumps(record) + "\n")
                         metrics.flush()

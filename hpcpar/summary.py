@@ -15,7 +15,7 @@ from hpcpar.flops import gpt_step_flops, mlp_step_flops
 from hpcpar.pipeline.bubble import mean_costs, pipeline_bubble, simulated_bubble
 from hpcpar.placement import describe_boundary, world_ranks
 
-GROUPS = ("tp", "cp", "pp", "dp", "dp_cp", "embed", "world")      # the communicators, in the order shown
+GROUPS = ("tp", "cp", "pp", "dp", "dp_cp", "ep", "embed", "world")      # the communicators, in the order shown
 
 
 def summarize(loop, peak):
@@ -24,8 +24,8 @@ def summarize(loop, peak):
     cfg, t, g = loop.cfg, loop.trainer, loop.grid
     steps = max(1, len(loop.history) - 1)
     n = max(1, len(loop.history))
-    volume = {c.name: c.stats.total_bytes() / n for c in g.communicators()}
-    blocked = {c.name: c.stats.total_seconds() / n for c in g.communicators()}
+    volume = {c.name: c.stats.total_bytes() / n for c in t.communicators()}
+    blocked = {c.name: c.stats.total_seconds() / n for c in t.communicators()}
     mine = {"windows": loop.windows, "volume": volume, "blocked": blocked,
             "costs": mean_costs(loop.timelines), "host": socket.gethostname(),
             "members": {c.name: world_ranks(c.mpi, g.world_comm.mpi) for c in g.communicators()}}
@@ -51,8 +51,8 @@ def summarize(loop, peak):
         f"hpcpar train: {len(loop.history)} steps"
         + (f" (steps {loop.history[0][0] + 1}-{loop.history[-1][0] + 1})" if loop.history[0][0] else "")
         + f", {cfg.model} model, tp {cfg.tp} x " + (f"cp {cfg.cp} x " if cfg.cp > 1 else "")
-        + f"pp {cfg.pp} x dp {cfg.dp} "
-        f"= {g.world} ranks, {cfg.schedule} with {cfg.microbatches} micro-batch"
+        + f"pp {cfg.pp} x dp {cfg.dp} " + (f"(ep {cfg.ep}) " if cfg.ep > 1 else "")
+        + f"= {g.world} ranks, {cfg.schedule} with {cfg.microbatches} micro-batch"
         + ("es" if cfg.microbatches > 1 else "")
         + (f" x {cfg.chunks} chunks" if cfg.chunks > 1 else "") + f", {cfg.dtype}"
         + (f" masters, {cfg.precision} compute" if cfg.precision != "fp32" else ""),
@@ -73,6 +73,7 @@ def summarize(loop, peak):
         *describe_boundary([r["host"] for r in everyone], [r["members"] for r in everyone],
                            [r["volume"] for r in everyone], _size),
         f"  parameters  {n_params:,} on rank 0 of this layout",
+        *([_experts_line(t.experts)] if t.experts else []),
     ]
     loop._print("\n".join(lines))
     figures = {"loss": loss, "entropy_floor": floor, "step_time_s": step_time,
@@ -84,10 +85,19 @@ def summarize(loop, peak):
                "layout": {"tp": cfg.tp, "cp": cfg.cp, "pp": cfg.pp, "dp": cfg.dp, "world": g.world,
                           "chunks": cfg.chunks, "schedule": cfg.schedule, "microbatches": cfg.microbatches},
                "tokens_per_step": t.tokens_per_step, "step_times_s": times}
+    if t.experts:
+        figures["experts"] = t.experts
     if cfg.summary_json:
         with open(cfg.summary_json, "w") as f:
             json.dump(figures, f, indent=1)
     return figures
+
+
+def _experts_line(e):
+    """The last step's routing (expert_load.py)."""
+    return (f"  experts     last step: {e['load_min']} to {e['load_max']} choices per expert (even share "
+            f"{e['load_mean']:.0f}), {e['effective_experts']:.2f} effective experts in the least balanced layer, "
+            f"{e['dropped']} dropped" + (f", aux loss {e['aux_loss']:.4g}" if e["aux_loss"] else ""))
 
 
 def _size(n):

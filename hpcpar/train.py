@@ -30,7 +30,10 @@ from hpcpar.data import MarkovLanguage, Regression, TokenFile, validation_file
 from hpcpar.data_parallel import DataParallel
 from hpcpar.grid import ParallelGrid
 from hpcpar.nn import GPT, Context, MLPConfig, MLPModel
+from hpcpar.expert_load import ExpertLoad
+from hpcpar.expert_parallel import expert_group, parallelize_experts
 from hpcpar.nn.gpt import preset
+from hpcpar.nn.moe import check_moe, moe_options
 from hpcpar.ops.ring_attention import balanced_positions
 from hpcpar.optim import clip_coefficient, learning_rate, make_optimizer
 from hpcpar.pipeline.engine import PipelineEngine
@@ -77,7 +80,8 @@ def model_config(cfg):
                       n_head=heads, n_kv_head=cfg.kv_heads or heads, seq_len=cfg.seq_len or None,
                       dropout=cfg.dropout, tied=False if cfg.untied else None,
                       d_ff=cfg.ffn or (4 * cfg.hidden if cfg.hidden else None),
-                      positions=cfg.positions or None, ln_eps=cfg.ln_eps or None, rope_theta=cfg.rope_theta or None)
+                      positions=cfg.positions or None, ln_eps=cfg.ln_eps or None, rope_theta=cfg.rope_theta or None,
+                      **moe_options(cfg))
         if mcfg.seq_len > mcfg.n_positions:
             raise UsageError(f"--seq-len {mcfg.seq_len} is longer than the model's {mcfg.n_positions} positions")
         if mcfg.d_model % mcfg.n_head:
@@ -94,6 +98,8 @@ def model_config(cfg):
     if KINDS[cfg.schedule].chunked and cfg.partition == "uniform" and mcfg.n_layer % stages:
         raise UsageError(f"{cfg.schedule}: {mcfg.n_layer} layers do not divide into pp x chunks = "
                          f"{cfg.pp} x {cfg.chunks} = {stages} equal chunks")
+    if cfg.model != "mlp":
+        check_moe(mcfg, cfg)
     check_divisible(mcfg, cfg.tp, cfg.sequence_parallel, getattr(mcfg, "seq_len", None))
     check_context_parallel(cfg.cp, getattr(mcfg, "seq_len", 0), cfg.tp, cfg.sequence_parallel)
     return mcfg
@@ -130,10 +136,17 @@ class Trainer:
             if cfg.tf32:
                 precision.allow_tf32(self.xp)
         self.schedule = build(cfg.schedule, cfg.pp, cfg.microbatches, cfg.chunks)
+        # the schedule's placement says which pipeline ranks read the inputs (virtual stage 0) and the
+        # targets (the last stage, which computes the loss)
+        first, last = self.schedule.ends()
+        self.reads_inputs, self.computes_loss = g.pp_rank == first, g.pp_rank == last
         self.chunks = self._build_chunks()
         params = self.parameters()
-        # both copies of a tied embedding split over the pipeline: the first stage's and the last's
-        self.tied = [p for p in params if cfg.pp > 1 and p.name == "wte.weight" and not cfg.untied]
+        # both copies of a tied embedding, when the two ends sit on two pipeline ranks; their gradients
+        # are summed over those two ranks (one rank holding both ends ties them in _build_chunks)
+        split_ends = first != last and cfg.model != "mlp" and mcfg.tied
+        self.embed_comm = g.comm_among("pp", (first, last), "embed") if split_ends else None
+        self.tied = [p for p in params if self.embed_comm and p.name == "wte.weight"]
         partial = [p for p in params if p.tp_partial]
         uses = {}
         for chunk in self.chunks:
@@ -152,6 +165,8 @@ class Trainer:
         # of each, so dividing the world's sum by this is the single-rank mean
         self.loss_terms = cfg.batch_size * (mcfg.seq_len if is_gpt else mcfg.d_out)
         self.tokens_per_step = cfg.batch_size * (mcfg.seq_len if is_gpt else 1)
+        self.expert_load = ExpertLoad(mcfg, self.chunks, g, self.loss_terms) if is_gpt else None
+        self.experts = None                             # the last step's routing figures (expert_load.py)
 
     # --- construction -------------------------------------------------------------------------
 
@@ -160,16 +175,19 @@ class Trainer:
         S = cfg.pp * cfg.chunks
         ranges = partition(mcfg.n_layer, S, cfg.partition, mcfg)
         Model = MLPModel if cfg.model == "mlp" else GPT
-        chunks = []
+        chunks, ends = [], {}
         for c in range(cfg.chunks):
             s = self.schedule.stage(g.pp_rank, c)
             chunks.append(Model(mcfg, cfg.seed, self.dtype, layers=ranges[s], first=s == 0, last=s == S - 1))
-        if cfg.model != "mlp" and mcfg.tied and chunks[0].embed is not None and chunks[-1].head is not None \
-                and chunks[-1] is not chunks[0]:
-            chunks[-1].head.weight = chunks[0].embed.wte    # pp = 1, interleaved: one rank holds both ends
+            ends.update({s: chunks[-1]} if s in (0, S - 1) else {})
+        if cfg.model != "mlp" and mcfg.tied and len(ends) == 2 and S > 1:
+            ends[S - 1].head.weight = ends[0].embed.wte     # one rank holds both ends (pp = 1 interleaved, a V)
+        self.ep_comm = ep_comm = expert_group(g.dp_cp_comm, cfg.ep) if cfg.ep > 1 else None
         for chunk in chunks:
             parallelize(chunk, g.tp_comm, cfg.sequence_parallel)
             parallelize_context(chunk, g.cp_comm)
+            if ep_comm is not None:
+                parallelize_experts(chunk, ep_comm)
             chunk.set_recompute(cfg.recompute, cfg.recompute_attention)
         return chunks
 
@@ -185,13 +203,14 @@ class Trainer:
         inputs, targets, contexts = [], [], []
         for j in range(cfg.microbatches):
             ids = range(base + j * self.micro, base + (j + 1) * self.micro)
-            x, y = data.batch(step, ids) if (g.is_first_stage or g.is_last_stage) else (None, None)
-            ctx = Context(step=step, sample_ids=list(ids), seed=cfg.seed, training=training)
+            x, y = data.batch(step, ids) if (self.reads_inputs or self.computes_loss) else (None, None)
+            ctx = Context(step=step, sample_ids=list(ids), seed=cfg.seed, training=training,
+                          loss_scale=self.scaler.scale / self.loss_terms)     # the dloss of gradients()
             if cfg.cp > 1:                                    # this CP rank's tokens: (B, T) -> (B, T/cp)
                 ctx.positions = balanced_positions(self.mcfg.seq_len, cfg.cp, g.cp_rank)
                 x, y = (None if a is None else a[:, ctx.positions] for a in (x, y))
-            inputs.append(self._device(x, self.compute) if g.is_first_stage else None)
-            targets.append(self._device(y, self.dtype) if g.is_last_stage else None)
+            inputs.append(self._device(x, self.compute) if self.reads_inputs else None)
+            targets.append(self._device(y, self.dtype) if self.computes_loss else None)
             if cfg.sequence_parallel:
                 T = self.mcfg.seq_len // cfg.cp                # the tokens this rank holds, cut over TP
                 k = T // cfg.tp
@@ -249,6 +268,8 @@ class Trainer:
             if start:
                 trace.active().span("optimizer", "optimizer", start, time.perf_counter())
         self.dp.zero_grad()
+        if self.expert_load is not None:
+            self.experts = self.expert_load.step()
         return StepResult(loss, norm, lr, not finite, stop)
 
     def world_totals(self, losses, norm_sq=0.0, stop_requested=False):
@@ -258,7 +279,7 @@ class Trainer:
         One all-reduce gives every rank all three, so all of them finish this step and stop together.
         The numbers stay on the device until after the reduction: the step's only device-to-host copy."""
         g, xp = self.grid, self.xp
-        mine = sum(losses) if (g.is_last_stage and g.tp_rank == 0) else 0.0      # the last stage, once
+        mine = sum(losses) if (self.computes_loss and g.tp_rank == 0) else 0.0   # the last stage, once
         totals = xp.stack([xp.asarray(v, dtype=np.float64) for v in (mine, norm_sq, float(stop_requested))])
         totals = backend.to_numpy(g.world_comm.all_reduce(totals))
         return float(totals[0]) / self.loss_terms, math.sqrt(totals[1]), totals[2] > 0
@@ -275,7 +296,7 @@ class Trainer:
         for k in range(batches):
             inputs, targets, contexts = self._contexts_and_batches(k, self.val_data, training=False)
             losses = self.eval_engine.run(inputs, targets, contexts, None)
-            if g.is_last_stage and g.tp_rank == 0:
+            if self.computes_loss and g.tp_rank == 0:
                 total += sum(float(loss) for loss in losses)
         total = g.world_comm.all_reduce(np.array([total]))
         return float(total[0]) / (batches * self.loss_terms)
@@ -284,7 +305,7 @@ class Trainer:
         """Gradients that are not final when the backward ends (see data_parallel.py)."""
         g = self.grid
         if self.tied:                                   # the two copies of the tied embedding
-            g.embed_comm.all_reduce_(self.dp.late_grads(self.tied))
+            self.embed_comm.all_reduce_(self.dp.late_grads(self.tied))
         if self.partial:                                # sequence-parallel partial sums over TP
             g.tp_comm.all_reduce_(self.dp.late_grads(self.partial))
         self.dp.release_late()
@@ -297,6 +318,10 @@ class Trainer:
             groups.append([p for p in group if id(p) not in seen])
             seen.update(id(p) for p in group)
         return groups[::-1]
+
+    def communicators(self):
+        """The grid's communicators and the expert-parallel one (counted in the summary, profiled)."""
+        return self.grid.communicators() + ([self.ep_comm] if self.ep_comm is not None else [])
 
     def parameters(self):
         """This rank's parameters, each once (one rank may hold both ends of a tied embedding)."""

@@ -44,20 +44,23 @@ def hf_llama(seed=0, dtype="float64", **dims):
 
 
 def in_its_dtype(model):
-    """transformers' Llama computes RMSNorm and the rotary angles in float32 whatever the model's dtype
+    """transformers' Llama (and Mixtral) computes RMSNorm and the rotary angles (Mixtral: and the router's
+    softmax) in float32 whatever the model's dtype
     (casts written into its code), which in a float64 model costs float32 round-off (1e-7).  For a
     float64 reference those two run here in the model's dtype, with the same formulas; other models and
     dtypes are left as they are."""
     import torch
-    if model.config.model_type != "llama" or model.dtype != torch.float64:
+    if model.config.model_type not in ("llama", "mixtral") or model.dtype != torch.float64:
         return model
-    from transformers.models.llama import modeling_llama
     for m in model.modules():
-        if isinstance(m, modeling_llama.LlamaRMSNorm):
+        kind = type(m).__name__                     # LlamaRMSNorm, MixtralRMSNorm, ...
+        if kind.endswith("TopKRouter"):             # Mixtral's router: its softmax, too, in float32
+            m.forward = lambda h, m=m: float64_router(m, h)
+        elif kind.endswith("RMSNorm"):
             m.forward = lambda h, m=m: m.weight * (h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True)
                                                                   + m.variance_epsilon))
-        elif isinstance(m, modeling_llama.LlamaRotaryEmbedding):
-            HS = model.config.head_dim
+        elif kind.endswith("RotaryEmbedding"):
+            HS = model.config.head_dim or model.config.hidden_size // model.config.num_attention_heads
             inv_freq = 1.0 / model.config.rope_parameters["rope_theta"] ** (
                 torch.arange(0, HS, 2, dtype=torch.float64) / HS)
 
@@ -67,6 +70,14 @@ def in_its_dtype(model):
                 return angles.cos().to(x.dtype), angles.sin().to(x.dtype)
             m.forward = rotary
     return model
+
+
+def float64_router(gate, h, normalise=True):
+    """Mixtral's (Qwen3-MoE's) TopKRouter.forward with the softmax in the model's dtype."""
+    import torch
+    logits = torch.nn.functional.linear(h.reshape(-1, gate.hidden_dim), gate.weight)
+    top, idx = torch.topk(torch.softmax(logits, dim=-1), gate.top_k, dim=-1)
+    return logits, (top / top.sum(dim=-1, keepdim=True) if normalise else top), idx
 
 
 def save_hf(model, directory, prefixed=True):

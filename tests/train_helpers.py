@@ -29,7 +29,7 @@ def rel_err(a, b):
 def reference(comm, **kw):
     """The single-rank run of the same configuration, computed on every rank (COMM_SELF)."""
     from mpi4py import MPI
-    kw = dict(kw, tp=1, cp=1, pp=1, dp=1, microbatches=1, schedule="1f1b", sequence_parallel=False, zero1=False,
+    kw = dict(kw, tp=1, cp=1, pp=1, dp=1, ep=1, microbatches=1, schedule="1f1b", sequence_parallel=False, zero1=False,
               partition="uniform")
     kw.pop("chunks", None)
     return trainer(MPI.COMM_SELF, **kw)

@@ -53,5 +53,7 @@ BENCHMARKS = {
     "overlap-rd": Spec("or", "overlap", "The same with MPICH's recursive-doubling Iallreduce (fewer rounds)",
                        ranks=(2,), timeout=600,
                        env=(("MPIR_CVAR_IALLREDUCE_INTRA_ALGORITHM", "sched_recursive_doubling"),)),
+    "moe": Spec("moe", "moe", "The mixture-of-experts block, forward + backward, against PyTorch eager "
+                "(transformers' loop over experts)"),
     "watchdog": Spec("wd", "watchdog", "Watchdog and flight recorder: their share of a 2x2x2 step", ranks=(8,)),
 }

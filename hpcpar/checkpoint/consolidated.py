@@ -21,7 +21,8 @@ from safetensors.numpy import save as safetensors_bytes
 
 from hpcpar.checkpoint.files import CheckpointError, write_atomic, write_json
 from hpcpar.checkpoint.gpt2 import CONFIG, WEIGHTS, check_tensors, weights_file
-from hpcpar.checkpoint.hf import expected_shapes, file_key, file_layout, file_metadata, hf_config, parameter_name
+from hpcpar.checkpoint.hf import (expected_shapes, file_key, file_layout, file_metadata, from_file, hf_config,
+                                  parameter_name, to_file)
 from hpcpar.checkpoint.pieces import apply, rank_tensors
 from hpcpar.nn.parameter import Shard
 from hpcpar.runtime import UsageError, agree
@@ -37,7 +38,7 @@ def read_weights(path):
                 name = parameter_name(key)
                 if name is not None:
                     out[name] = file_layout(name, f.get_tensor(key))      # our (in, out) layout
-            return out
+            return from_file(out)
     except FileNotFoundError:
         raise CheckpointError(f"{path} is missing") from None
     except (SafetensorError, OSError) as err:
@@ -106,6 +107,7 @@ def export(trainer, path, tokenizer=None):
     error = None
     if weights is not None:
         try:
+            weights = to_file(weights, trainer.mcfg)
             if Path(path).suffix == ".safetensors":
                 write_weights(weights, path, file_metadata(trainer.mcfg))
             else:

@@ -78,6 +78,8 @@ class Architecture:
     arch: str = "gpt2"   # the family (nn/gpt.py ARCHITECTURES); Llama's files: checkpoint/llama.py
     n_kv_head: int = 0   # Llama: key/value heads
     rope_theta: float = 0.0    # Llama: the rotary base
+    n_expert: int = 0    # Mixtral: routed experts per layer (checkpoint/mixtral.py)
+    top_k: int = 0       # Mixtral: experts per token
 
 
 def read_header(path, what):

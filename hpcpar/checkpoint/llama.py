@@ -51,20 +51,35 @@ def expected_shapes(mcfg):
 
 
 # config.json entries hpcpar's Llama does not compute otherwise: (key, the values it accepts)
-_SUPPORTED = (("hidden_act", ("silu",)), ("attention_bias", (False,)), ("mlp_bias", (False,)),
+SUPPORTED = (("hidden_act", ("silu",)), ("attention_bias", (False,)), ("mlp_bias", (False,)),
               ("tie_word_embeddings", (False,)), ("pretraining_tp", (1,)), ("rope_scaling", (None,)))
 
 
 def read_architecture(path, what="--init-from"):
     """The Architecture of the Llama at ``path``; ``what`` starts the error messages."""
+    source, shapes, hf = read_shapes(path, what)
+    return architecture(source, shapes, hf, what, shapes.get("layers.0.mlp.gate_proj.weight", (0, 0))[1],
+                        expected_shapes)
+
+
+def read_shapes(path, what, supported=SUPPORTED):
+    """(weights file, {parameter name: shape in our layout}, config) of the file at ``path``, its config
+    checked against ``supported``: (key, the values accepted)."""
     source = weights_file(path)
     found, meta = read_header(source, what)
     shapes = {k.removeprefix(PREFIX): (tuple(reversed(v)) if transposed(k) else v) for k, v in found.items()}
     hf = read_config_json(path, what) or meta
-    for key, allowed in _SUPPORTED:
+    for key, allowed in supported:
         if key in hf and hf[key] not in allowed:
             raise UsageError(f"{what}: {key} = {hf[key]!r} in its config is not supported (hpcpar's Llama "
                              f"has {allowed[0]!r})")
+    return source, shapes, hf
+
+
+def architecture(source, shapes, hf, what, d_ff, expected, **extra):
+    """The Architecture of a Llama-like file from its shapes and config: ``d_ff`` its feed-forward width
+    (as the shapes say; checked with the rest), ``expected`` (of a GPTConfig) the shapes to check against,
+    ``extra`` are further GPTConfig and Architecture fields (the experts of a Mixtral)."""
     rope = hf.get("rope_parameters") or {}
     if rope.get("rope_type", "default") != "default":
         raise UsageError(f"{what}: rope_type {rope['rope_type']!r} is not supported (hpcpar's Llama has plain RoPE)")
@@ -78,18 +93,18 @@ def read_architecture(path, what="--init-from"):
     if int(hf.get("head_dim") or C // n_head) * n_head != C:
         raise UsageError(f"{what}: head_dim {hf['head_dim']} x {n_head} heads is not hidden_size {C}: "
                          f"hpcpar's Llama needs head_dim = hidden_size / num_attention_heads")
-    arch = Architecture(
+    arch = dict(
         n_layer=max(int(m.group(1)) for m in map(_LAYER.match, shapes) if m) + 1, d_model=C,
-        d_ff=shapes["layers.0.mlp.gate_proj.weight"][1], vocab_size=V,
+        d_ff=d_ff, vocab_size=V,
         n_positions=int(hf.get("max_position_embeddings", 0)), tied=False, n_head=n_head,
         ln_eps=float(hf.get("rms_norm_eps", 0)), arch="llama",
         n_kv_head=shapes["layers.0.self_attn.k_proj.weight"][1] // (C // n_head),
         rope_theta=float(rope.get("rope_theta", hf.get("rope_theta", 0))))
     from hpcpar.nn.gpt import GPTConfig
-    check_tensors(source, shapes, expected_shapes(GPTConfig(
-        vocab_size=V, seq_len=1, n_layer=arch.n_layer, n_head=n_head, n_kv_head=arch.n_kv_head, d_model=C,
-        d_ff=arch.d_ff, arch="llama", tied=False)))
-    return arch
+    check_tensors(source, shapes, expected(GPTConfig(
+        vocab_size=V, seq_len=1, n_layer=arch["n_layer"], n_head=n_head, n_kv_head=arch["n_kv_head"], d_model=C,
+        d_ff=arch["d_ff"], arch="llama", tied=False, **extra)))
+    return Architecture(**arch, **extra)
 
 
 def hf_config(mcfg):

@@ -49,11 +49,11 @@ def _costs(text, latency):
 
 
 def run(args):
-    from hpcpar.pipeline.schedules import build
+    from hpcpar.pipeline.schedules import KINDS, build
     from hpcpar.pipeline.simulate import DeadlockError, ascii_timeline, simulate
     from hpcpar.runtime import UsageError
     costs = _costs(args.costs, args.latency)
-    chunks = args.chunks or (2 if args.schedule == "interleaved" else 1)
+    chunks = args.chunks or KINDS[args.schedule].default_chunks
     try:
         schedule = build(args.schedule, args.stages, args.microbatches, chunks, args.forward_only)
     except ValueError as err:

@@ -9,12 +9,14 @@ backward runs the forward again to rebuild the cache: about a third more compute
 of activations less memory per micro-batch in flight.
 
 A Llama block is the same two lines with other parts: RMSNorm for LayerNorm, rotary grouped-query
-attention, a SwiGLU MLP (``LlamaBlock``, which overrides only the constructor).
+attention, a SwiGLU MLP (``LlamaBlock``, which overrides only the constructor).  With ``cfg.n_expert``
+either family's MLP is a mixture of experts of its own kind of MLP (nn/moe.py).
 """
 from hpcpar.nn.attention import Attention
 from hpcpar.nn.layernorm import LayerNorm
 from hpcpar.nn.mlp import MLP
 from hpcpar.nn.module import Module
+from hpcpar.nn.moe import MoE
 from hpcpar.nn.rmsnorm import RMSNorm
 from hpcpar.nn.rotary_attention import RotaryAttention
 from hpcpar.nn.swiglu import SwiGLU
@@ -28,7 +30,8 @@ class TransformerBlock(Module):
         self.ln_1 = LayerNorm(f"{prefix}.ln_1", cfg.d_model, seed, dtype, cfg.ln_eps)
         self.attn = Attention(f"{prefix}.attn", cfg.d_model, cfg.n_head, cfg.n_layer, cfg.dropout, seed, dtype)
         self.ln_2 = LayerNorm(f"{prefix}.ln_2", cfg.d_model, seed, dtype, cfg.ln_eps)
-        self.mlp = MLP(f"{prefix}.mlp", cfg.d_model, cfg.d_ff, cfg.n_layer, cfg.dropout, seed, dtype)
+        self.mlp = MoE(f"{prefix}.mlp", cfg, seed, dtype) if cfg.n_expert else \
+            MLP(f"{prefix}.mlp", cfg.d_model, cfg.d_ff, cfg.n_layer, cfg.dropout, seed, dtype)
         self.recompute = False
 
     def forward(self, x, ctx=None):
@@ -69,5 +72,6 @@ class LlamaBlock(TransformerBlock):
         self.ln_1 = RMSNorm(f"{prefix}.input_layernorm", cfg.d_model, seed, dtype, cfg.ln_eps)
         self.attn = RotaryAttention(f"{prefix}.self_attn", cfg, seed, dtype)
         self.ln_2 = RMSNorm(f"{prefix}.post_attention_layernorm", cfg.d_model, seed, dtype, cfg.ln_eps)
-        self.mlp = SwiGLU(f"{prefix}.mlp", cfg.d_model, cfg.d_ff, seed, dtype)
+        self.mlp = MoE(f"{prefix}.mlp", cfg, seed, dtype) if cfg.n_expert else \
+            SwiGLU(f"{prefix}.mlp", cfg.d_model, cfg.d_ff, seed, dtype)
         self.recompute = False

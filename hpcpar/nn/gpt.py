@@ -20,6 +20,7 @@ from dataclasses import dataclass, replace
 
 from hpcpar.nn.block import LlamaBlock, TransformerBlock
 from hpcpar.nn.embedding import Embedding
+from hpcpar.nn.experts import GeluExperts, SwiGLUExperts
 from hpcpar.nn.layernorm import LayerNorm
 from hpcpar.nn.module import Module, run_or_defer
 from hpcpar.nn.parameter import Parameter, init_full
@@ -45,6 +46,15 @@ class GPTConfig:
     arch: str = "gpt2"           # an entry of ARCHITECTURES
     n_kv_head: int = 0           # key/value heads of grouped-query attention (0: n_head); Llama only
     rope_theta: float = 10000.0  # base of the rotary frequencies; Llama only
+    # mixture of experts (nn/moe.py, docs/moe.md); n_expert 0: the dense MLP
+    n_expert: int = 0            # routed experts per layer, each an MLP of width d_ff
+    top_k: int = 2               # experts per token
+    n_shared_expert: int = 0     # experts every token goes through (one dense MLP n_shared_expert d_ff wide)
+    router_score: str = "softmax"    # or "sigmoid" (DeepSeek-V3)
+    norm_topk: bool = True       # the k chosen scores renormalised to sum to 1
+    aux_loss_coef: float = 0.0   # load-balancing loss coefficient (Switch/Mixtral form)
+    capacity_factor: float = 0.0     # 0: dropless; else an expert takes ceil(cf N k / E) rows at most
+    bias_rate: float = 0.0       # DeepSeek-V3's auxiliary-loss-free balancing: the bias's step per step
 
     def __post_init__(self):
         if not self.d_ff:
@@ -73,8 +83,17 @@ class GPTConfig:
         C, F = self.d_model, self.d_ff
         if self.arch == "llama":
             kv = self.n_kv_head * (C // self.n_head)
-            return 2 * C + 2 * C * C + 2 * C * kv + 3 * C * F
-        return 2 * 2 * C + (C * 3 * C + 3 * C) + (C * C + C) + (C * F + F) + (F * C + C)
+            return 2 * C + 2 * C * C + 2 * C * kv + self.mlp_params(3 * C * F)
+        return 2 * 2 * C + (C * 3 * C + 3 * C) + (C * C + C) + self.mlp_params((C * F + F) + (F * C + C))
+
+    def mlp_params(self, dense):
+        """A block's feed-forward parameters, from those of one dense MLP of width d_ff: with experts,
+        the router (C x E), E experts, the shared experts' MLP, and the balancing bias (E)."""
+        if not self.n_expert:
+            return dense
+        C, E, S = self.d_model, self.n_expert, self.n_shared_expert
+        shared = dense * S - ((S - 1) * C if S and self.arch != "llama" else 0)   # one output bias, not S
+        return C * E + E * dense + shared + (E if self.bias_rate else 0)
 
     def head_params(self, own_weight):
         """Final norm, and the (V, C) output projection when it is not the token embedding's."""
@@ -94,6 +113,10 @@ PRESETS = {
                             arch="llama", tied=False, ln_eps=1e-6),
     "llama-small": GPTConfig(vocab_size=0, seq_len=128, n_layer=4, n_head=8, n_kv_head=4, d_model=256, d_ff=688,
                              arch="llama", tied=False, ln_eps=1e-6),
+    "moe-tiny": GPTConfig(vocab_size=0, seq_len=64, n_layer=2, n_head=4, d_model=64, d_ff=128,
+                          n_expert=4, top_k=2),
+    "mixtral-tiny": GPTConfig(vocab_size=0, seq_len=64, n_layer=2, n_head=4, n_kv_head=2, d_model=64, d_ff=88,
+                              arch="llama", tied=False, ln_eps=1e-6, n_expert=4, top_k=2),
 }
 
 
@@ -181,9 +204,10 @@ class Parts:
     tokens: str             # the token embedding's parameter name
     final_norm: str         # the final norm's name
     position_table: bool    # a learned position embedding added to the tokens (else rotary, in attention)
+    experts: type           # the experts of a mixture-of-experts block (nn/experts.py)
 
 
 ARCHITECTURES = {
-    "gpt2": Parts(TransformerBlock, LayerNorm, "wte.weight", "ln_f", position_table=True),
-    "llama": Parts(LlamaBlock, RMSNorm, "embed_tokens.weight", "norm", position_table=False),
+    "gpt2": Parts(TransformerBlock, LayerNorm, "wte.weight", "ln_f", position_table=True, experts=GeluExperts),
+    "llama": Parts(LlamaBlock, RMSNorm, "embed_tokens.weight", "norm", position_table=False, experts=SwiGLUExperts),
 }

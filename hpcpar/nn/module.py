@@ -28,6 +28,8 @@ class Context:
     positions     the global positions (T_local,) of the tokens this rank holds: those attention sees
                   (rotary embeddings) and the position table adds; None: 0 .. T-1 (context parallelism
                   gives each rank two chunks of the sequence)
+    loss_scale    d(step's loss) / d(this micro-batch's loss sum), 1 / tokens in the global batch: the
+                  weight of a loss a layer adds itself (the MoE load-balancing loss, nn/moe.py)
     """
     step: int = 0
     sample_ids: Any = None
@@ -36,6 +38,7 @@ class Context:
     seq_slice: Any = None
     seq_len: int = 0
     positions: Any = None
+    loss_scale: float = 0.0
 
 
 class Module:

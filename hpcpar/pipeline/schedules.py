@@ -68,6 +68,16 @@ class Schedule:
         """The virtual stage ``rank`` runs as its local chunk ``chunk``."""
         return self.placement(rank, chunk, self.stages)
 
+    def holders(self):
+        """Virtual stage -> the (rank, chunk) that runs it: the placement read backwards."""
+        return {self.stage(r, c): (r, c) for r in range(self.stages) for c in range(self.chunks)}
+
+    def ends(self):
+        """(the rank holding virtual stage 0, the rank holding the last one): who reads the inputs, and
+        who reads the targets and computes the loss.  The same rank under a V placement."""
+        held = self.holders()
+        return held[0][0], held[self.stages * self.chunks - 1][0]
+
     def table(self):
         """The action lists, one row per rank, in aligned columns."""
         width = max((len(str(a)) for acts in self.actions for a in acts), default=1)
@@ -84,7 +94,7 @@ class Schedule:
         W never communicates.  Virtual stage 0 reads the input and the last one computes the loss,
         so they receive (respectively send) nothing."""
         last = self.stages * self.chunks - 1
-        holder = {self.stage(r, c): r for r in range(self.stages) for c in range(self.chunks)}
+        holder = {s: r for s, (r, _) in self.holders().items()}
         programs = []
         for rank, acts in enumerate(self.actions):
             program = []
@@ -184,9 +194,15 @@ class Kind:
     split_backward: bool = False        # B = input gradient only, W = weight gradient; else B does both
     chunked: bool = False               # v >= 2 chunks per rank (every other schedule runs v = 1)
     placement: object = virtual_stage   # (rank, chunk, p) -> virtual stage
+    all_forwards_first: bool = False    # every forward before any backward: all m micro-batches in flight
+
+    @property
+    def default_chunks(self):
+        """v when the user gives none: two chunks per rank for a chunked schedule."""
+        return 2 if self.chunked else 1
 
 
-KINDS = {"gpipe": Kind(_gpipe), "1f1b": Kind(_1f1b), "interleaved": Kind(_interleaved, chunked=True),
+KINDS = {"gpipe": Kind(_gpipe, all_forwards_first=True), "1f1b": Kind(_1f1b), "interleaved": Kind(_interleaved, chunked=True),
          "zb-h1": Kind(_zb_h1, split_backward=True)}
 SCHEDULES = tuple(KINDS)                # the names every other part of the package offers
 

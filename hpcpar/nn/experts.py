@@ -1,0 +1,98 @@
+"""The E expert MLPs of a mixture of experts, weights stacked, applied as grouped GEMMs (ops/moe.py).
+
+Rows arrive sorted by expert (xs (M, C), expert first + e's rows offsets[e]:offsets[e + 1]; ``first``
+> 0 and fewer offsets under expert parallelism, where a rank runs its own run of experts); each
+expert is its family's dense MLP, on its own rows only:
+
+    GELU (GPT-2 family):   ys = gelu(xs W_fc[e] + b_fc[e]) W_proj[e] + b_proj[e]
+                           W_fc (E, C, F), b_fc (E, F), W_proj (E, F, C), b_proj (E, C)
+    SwiGLU (Llama family): [a | u] = xs W_gate_up[e],   ys = (silu(a) u) W_down[e]
+                           W_gate_up (E, C, 2F) (gate columns first), W_down (E, F, C)
+
+The SwiGLU weight is stored as transformers' Mixtral/Qwen-MoE experts store theirs (gate_up_proj,
+down_proj), transposed to our (in, out) layout; one (in, 2F) GEMM per expert computes both halves.
+In a low precision the activation computes in fp32 and rounds its output (as the dense MLPs do).
+"""
+import math
+
+from hpcpar.backend import array_module
+from hpcpar.nn.mlp import MLP
+from hpcpar.nn.module import Module, run_or_defer
+from hpcpar.nn.parameter import Parameter, init_full
+from hpcpar.nn.swiglu import SwiGLU
+from hpcpar.ops.activation import gelu_backward, gelu_forward
+from hpcpar.ops.moe import grouped_backward_input, grouped_backward_weight, grouped_forward
+from hpcpar.ops.swiglu import swiglu_backward, swiglu_forward
+from hpcpar.precision import to_fp32
+
+
+def _param(name, shape, std, seed, dtype, decay=None):
+    return Parameter(name, init_full(name, shape, std, seed, dtype), decay)
+
+
+class GeluExperts(Module):
+    def __init__(self, prefix, n_expert, d_model, d_ff, n_layer, seed, dtype, std=0.02):
+        E, C, F = n_expert, d_model, d_ff
+        self.fc_w = _param(f"{prefix}.c_fc.weight", (E, C, F), std, seed, dtype)
+        self.fc_b = _param(f"{prefix}.c_fc.bias", (E, F), "zeros", seed, dtype, decay=False)
+        # GPT-2's residual projection scaling, as in its dense MLP (nn/mlp.py)
+        self.proj_w = _param(f"{prefix}.c_proj.weight", (E, F, C), std / math.sqrt(2 * n_layer), seed, dtype)
+        self.proj_b = _param(f"{prefix}.c_proj.bias", (E, C), "zeros", seed, dtype, decay=False)
+
+    @staticmethod
+    def shared(prefix, cfg, width, seed, dtype):
+        """The family's dense MLP of width ``width``: the shared experts (no dropout of its own)."""
+        return MLP(prefix, cfg.d_model, width, cfg.n_layer, 0.0, seed, dtype)
+
+    def forward(self, xs, offsets, ctx=None, first=0):
+        e = slice(first, first + len(offsets) - 1)
+        u = grouped_forward(xs, self.fc_w.data[e], offsets, self.fc_b.data[e])  # (M, F)
+        h, t = gelu_forward(to_fp32(u))
+        h = h.astype(u.dtype, copy=False)
+        return grouped_forward(h, self.proj_w.data[e], offsets, self.proj_b.data[e]), (xs, offsets, e, u, t, h)
+
+    def backward(self, dys, cache, defer=None):
+        xs, offsets, e, u, t, h = cache
+        run_or_defer(lambda: self._grad(self.proj_w, self.proj_b, e, dys, h, offsets), defer)
+        dh = grouped_backward_input(dys, self.proj_w.data[e], offsets)          # (M, F)
+        du = gelu_backward(to_fp32(dh), to_fp32(u), t).astype(dh.dtype, copy=False)
+        run_or_defer(lambda: self._grad(self.fc_w, self.fc_b, e, du, xs, offsets), defer)
+        return grouped_backward_input(du, self.fc_w.data[e], offsets)           # (M, C)
+
+    def _grad(self, w, b, e, dy, x, offsets):
+        dw, db = grouped_backward_weight(dy, x, offsets, e.stop - e.start)
+        w.grad[e] += dw
+        b.grad[e] += db
+
+
+class SwiGLUExperts(Module):
+    def __init__(self, prefix, n_expert, d_model, d_ff, n_layer, seed, dtype, std=0.02):
+        E, C, F = n_expert, d_model, d_ff
+        self.d_ff = F
+        self.gate_up = _param(f"{prefix}.gate_up_proj", (E, C, 2 * F), std, seed, dtype)
+        self.down = _param(f"{prefix}.down_proj", (E, F, C), std, seed, dtype)
+
+    @staticmethod
+    def shared(prefix, cfg, width, seed, dtype):
+        """The family's dense MLP of width ``width``: the shared experts."""
+        return SwiGLU(prefix, cfg.d_model, width, seed, dtype)
+
+    def forward(self, xs, offsets, ctx=None, first=0):
+        F, e = self.d_ff, slice(first, first + len(offsets) - 1)
+        au = grouped_forward(xs, self.gate_up.data[e], offsets)                # (M, 2F)
+        a32, u32 = to_fp32(au[:, :F]), to_fp32(au[:, F:])
+        h, c_act = swiglu_forward(a32, u32)
+        h = h.astype(au.dtype, copy=False)
+        return grouped_forward(h, self.down.data[e], offsets), (xs, offsets, e, a32, u32, c_act, h)
+
+    def backward(self, dys, cache, defer=None):
+        xs, offsets, e, a32, u32, c_act, h = cache
+        run_or_defer(lambda: self._grad(self.down, e, dys, h, offsets), defer)
+        dh = grouped_backward_input(dys, self.down.data[e], offsets)            # (M, F)
+        da, du = swiglu_backward(to_fp32(dh), a32, u32, c_act)
+        dau = array_module(dh).concatenate([da, du], axis=1).astype(dh.dtype, copy=False)    # (M, 2F)
+        run_or_defer(lambda: self._grad(self.gate_up, e, dau, xs, offsets), defer)
+        return grouped_backward_input(dau, self.gate_up.data[e], offsets)       # (M, C)
+
+    def _grad(self, w, e, dy, x, offsets):
+        w.grad[e] += grouped_backward_weight(dy, x, offsets, e.stop - e.start)[0]

@@ -1,0 +1,79 @@
+"""Mixtures of experts on real ranks, float64, dropless: data parallelism, pipelines (with recomputation) give the
+single-rank step's loss and every gradient within 1e-10 (routing is per token, so splitting the batch
+or the layers changes no token's experts)."""
+import pytest
+
+from test_moe_train import MIXTRAL_DIMS, MOE_DIMS
+from train_helpers import check_step
+
+
+@pytest.mark.mpi(min_size=2)
+@pytest.mark.parametrize("dims", [MOE_DIMS, MIXTRAL_DIMS], ids=["gpt2", "llama"])
+def test_data_and_pipeline_parallel_experts_match_one_rank(comm, dims):
+    check_step(comm, dp=comm.size, dims=dict(dims, shared_experts=1))
+    check_step(comm, pp=2, dp=comm.size // 2, microbatches=2, dims=dims, recompute=True)
+
+
+@pytest.mark.mpi(min_size=2)
+@pytest.mark.parametrize("dims", [MOE_DIMS, MIXTRAL_DIMS], ids=["gpt2", "llama"])
+def test_expert_parallel_matches_one_rank(comm, dims):
+    """ep 2 and (at 4 ranks) ep 4: the rows go to the experts' ranks and back by all-to-all."""
+    for ep in (2, 4):
+        if comm.size % ep == 0:
+            check_step(comm, dp=comm.size, ep=ep, dims=dict(dims, experts=4, shared_experts=1))
+    check_step(comm, cp=2, dp=comm.size // 2, ep=2, dims=dims)      # ep over context-parallel ranks
+    if comm.size >= 4:       # with a pipeline and recomputation: the all-to-alls run again in the backward
+        check_step(comm, pp=2, dp=comm.size // 2, ep=2, microbatches=2, recompute=True, dims=dims)
+
+
+@pytest.mark.mpi(min_size=8)
+def test_eight_rank_expert_parallel_layouts_match_one_rank(comm):
+    if comm.size != 8:
+        pytest.skip("layouts of exactly 8 ranks")
+    check_step(comm, dp=8, ep=8, dims=dict(MIXTRAL_DIMS, experts=8))
+    check_step(comm, pp=2, dp=4, ep=4, microbatches=2, dims=MIXTRAL_DIMS)
+
+
+@pytest.mark.mpi(min_size=4)
+def test_hugging_face_mixtral_on_ep2_pp2_gives_transformers_loss(comm, tmp_path_factory):
+    import numpy as np
+    from hf_helpers import hf_loss, save_hf, transformers
+    from hpcpar.checkpoint.consolidated import init_from
+    from test_moe_hf import MIXTRAL_DIMS as HF_DIMS, hf_mixtral
+    from train_helpers import trainer
+    if comm.size != 4:
+        pytest.skip("a pp 2 x dp 2 (ep 2) layout")
+    transformers()                                   # every rank skips together, or none does
+    path = comm.bcast(str(tmp_path_factory.mktemp("mixtral")) if comm.rank == 0 else None, root=0)
+    tokens = np.random.default_rng(5).integers(0, HF_DIMS["vocab_size"], size=(4, 13))
+    x, y = tokens[:, :-1], tokens[:, 1:]
+    want = None
+    if comm.rank == 0:
+        model = hf_mixtral()
+        save_hf(model, f"{path}/hf")
+        want = hf_loss(model, x, y)
+    want = comm.bcast(want, root=0)
+    t = trainer(comm, pp=2, dp=2, ep=2, microbatches=2, init_from=f"{path}/hf", layers=0, hidden=0, heads=0,
+                seq_len=12, batch_size=4, model="mixtral-tiny", dims=dict(MIXTRAL_DIMS, kv_heads=0, ffn=0))
+    init_from(t, f"{path}/hf")
+    t.data.batch = lambda step, ids: (x[list(ids)], y[list(ids)])
+    losses = t.gradients(0)
+    mine = sum(float(v) for v in losses) if (t.computes_loss and t.grid.tp_rank == 0) else 0.0
+    got = float(t.grid.world_comm.all_reduce(np.array([mine]))[0]) / t.loss_terms
+    assert got == pytest.approx(want, rel=1e-10)
+
+
+@pytest.mark.mpi(min_size=2)
+def test_steps_with_zero1_and_the_routing_bias_follow_one_rank(comm):
+    """Three AdamW steps at dp x ep with ZeRO-1 and DeepSeek-V3's bias (moved by the job's counts):
+    the single rank's losses and biases."""
+    from train_helpers import free, reference, rel_err, trainer
+    kw = dict(dims=dict(MIXTRAL_DIMS, bias_rate=0.01), lr=1e-2)
+    ref, t = reference(comm, **kw), trainer(comm, dp=comm.size, ep=2, zero1=True, **kw)
+    for s in range(3):
+        want, got = ref.step(s).loss, t.step(s).loss
+        assert rel_err(got, want) <= 1e-10, f"step {s}"
+    for a, b in zip(t.chunks[0].blocks, ref.chunks[0].blocks):
+        assert rel_err(a.mlp.bias.data, b.mlp.bias.data) <= 1e-12 and abs(b.mlp.bias.data).max() > 0
+    free(t)
+    free(ref)
