@@ -23,6 +23,7 @@
 MFU = model FLOPs (no recomputation) / (step * GPUs * peak); HFU counts the recomputed FLOPs too.
 """
 from dataclasses import dataclass
+from functools import cached_property
 
 from hpcpar.plan.bubble import PipelineResult, analytic_makespan, simulate_pipeline
 from hpcpar.plan.compute import layer_times, stage_times, tp_comm_seconds
@@ -45,9 +46,24 @@ class Estimate:
     dp_total: float            # DP gradient traffic of the critical stage, seconds
     dp_exposed: float          # the part of it the step waits for
     optimizer: float
-    comm: float                # seconds of the step spent in communication (TP, CP, p2p, DP, FSDP)
+    comm_off_pipeline: float   # seconds of communication outside the p2p messages (TP, CP, DP, FSDP)
     step: float
     fsdp: tuple = (0.0, 0.0)   # ZeRO-3 traffic of the step (total, exposed): inside the pipeline's F, B
+
+    @cached_property
+    def p2p_delay(self):
+        """What the p2p latency adds to the pipeline: the simulated makespan without it, subtracted
+        (simulated only when asked: the search ranks by step time, and the table shows a few)."""
+        lay, (F, B, W) = self.layout, self.costs
+        if not self.pipeline.simulated:
+            return 2 * (lay.pp - 1) * self.p2p
+        m = self.job.micro_batches(lay)
+        return self.pipeline.makespan - simulate_pipeline(lay.schedule, lay.pp, m, lay.v, F, B, W, 0.0).makespan
+
+    @property
+    def comm(self):
+        """Seconds of the step spent in communication (TP, CP, p2p, DP, FSDP)."""
+        return self.comm_off_pipeline + max(self.p2p_delay, 0.0)
 
     @property
     def memory_peak(self):
@@ -151,12 +167,10 @@ def estimate(job, layout, simulate=True):
         F, B = F + p2p, B + p2p
     if simulate:
         pipe = simulate_pipeline(lay.schedule, lay.pp, m, lay.v, F, B, W, p2p)
-        p2p_delay = pipe.makespan - simulate_pipeline(lay.schedule, lay.pp, m, lay.v, F, B, W, 0.0).makespan
     else:
         t = analytic_makespan(lay.schedule, lay.pp, m, lay.v, F, B, W, p2p)
         peak = [analytic_inflight(lay.schedule, lay.pp, m, lay.v, i) for i in range(lay.pp)]
         pipe = PipelineResult(t, 1 - m * lay.v * (F + B + W) / t, tuple(peak), ())
-        p2p_delay = 2 * (lay.pp - 1) * p2p
     inflight = inflight_for_memory(lay, m, pipe.peak_inflight)
     memory = [stage_memory(job, lay, i, inflight[i]) for i in range(lay.pp)]
     grad_total, grad_exposed = dp_exposure(job, lay, stages)
@@ -164,5 +178,5 @@ def estimate(job, layout, simulate=True):
     tp_comm = max(tp_comm_seconds(s) for s in stages) * m
     step = pipe.makespan + grad_exposed + optimizer       # the FSDP part is inside the pipeline's F and B
     return Estimate(job, lay, stages, (F, B, W), p2p, pipe, memory, grad_total, grad_exposed, optimizer,
-                    comm=tp_comm + max(p2p_delay, 0.0) + grad_exposed + fsdp_shown * m, step=step,
+                    comm_off_pipeline=tp_comm + grad_exposed + fsdp_shown * m, step=step,
                     fsdp=(fsdp_total * m, fsdp_shown * m))
