@@ -53,5 +53,6 @@ BENCHMARKS = {
     "overlap-rd": Spec("or", "overlap", "The same with MPICH's recursive-doubling Iallreduce (fewer rounds)",
                        ranks=(2,), timeout=600,
                        env=(("MPIR_CVAR_IALLREDUCE_INTRA_ALGORITHM", "sched_recursive_doubling"),)),
+    "planner": Spec("pl", "planner", "The planner's search: GPT-3 175B on 1024 GPUs (hpcpar plan)"),
     "watchdog": Spec("wd", "watchdog", "Watchdog and flight recorder: their share of a 2x2x2 step", ranks=(8,)),
 }

@@ -110,6 +110,12 @@ def _space(args):
     if args.cp < 1 or any(v < 1 for v in fixed.values()):
         raise UsageError("--tp, --pp, --dp and --cp must be positive")
     fixed["cp"] = args.cp
+    pinned, named = 1, []
+    for name, size in fixed.items():     # refused here, or the search finds nothing and blames memory
+        pinned, named = pinned * size, named + [f"--{name} {size}"]
+        if args.gpus % pinned:
+            what = named[-1] if args.gpus % size else " x ".join(n for n in named if not n.endswith(" 1"))
+            raise UsageError(f"{what} does not divide the {args.gpus} GPUs")
     if args.zero is not None:
         fixed["zero"] = args.zero
     if args.recompute:

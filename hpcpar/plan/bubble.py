@@ -44,6 +44,12 @@ def _simulate(schedule, p, m, v, F, B, W, latency):
     return r.makespan, tuple(r.peak_inflight)
 
 
+def clear_caches():
+    """Forget every simulation and instruction list (a benchmark timing the search from scratch)."""
+    _simulate.cache_clear()
+    _program.cache_clear()
+
+
 def simulate_pipeline(schedule, p, m, v, F, B, W, latency):
     """Makespan, bubble and peak in-flight of one step; F, B, W are per micro-batch *chunk*."""
     work = m * v * (F + B + W)              # busy time of every stage
