@@ -5,10 +5,10 @@ it (``--init-from``), and the way between a file's tensors and our parameters - 
 (``transformer.`` or ``model.``; ``lm_head.weight`` has none) and, for Llama's projections, a transpose.
 """
 from hpcpar.checkpoint import gpt2, llama
+from hpcpar.nn.gpt import ARCHITECTURES, PRESETS
 from hpcpar.runtime import UsageError
 
-FAMILIES = {"gpt2": gpt2, "llama": llama}
-PREFIXES = {"gpt2": "transformer.", "llama": llama.PREFIX}
+FAMILIES = {"gpt2": gpt2, "llama": llama}     # the module that reads and writes each family's files
 
 
 def parameter_name(key):
@@ -18,7 +18,7 @@ def parameter_name(key):
 
 def file_key(name, arch):
     """Our parameter name -> its name in a save_pretrained directory of family ``arch``."""
-    return name if name == "lm_head.weight" else PREFIXES[arch] + name
+    return name if name == "lm_head.weight" else ARCHITECTURES[arch].hf_prefix + name
 
 
 def file_layout(name, array):
@@ -47,9 +47,10 @@ def adopt(cfg):
     """Take the run's model dimensions from ``--init-from``; refuse flags that contradict the file."""
     arch = read_architecture(cfg.init_from)
     where = f"--init-from {cfg.init_from}"
-    if (arch.arch == "llama") != cfg.model.startswith("llama"):
-        family = "a Llama: use --model llama-tiny" if arch.arch == "llama" else "a GPT-2: use --model tiny"
-        raise UsageError(f"{where} holds {family} (its dimensions come from the file), not --model {cfg.model}")
+    if cfg.model in PRESETS and PRESETS[cfg.model].arch != arch.arch:
+        preset = next(name for name, p in PRESETS.items() if p.arch == arch.arch and not p.vocab_size)
+        raise UsageError(f"{where} holds a {ARCHITECTURES[arch.arch].title}: use --model {preset} (its "
+                         f"dimensions come from the file), not --model {cfg.model}")
     for flag, attr, theirs in (("layers", "layers", arch.n_layer), ("hidden", "hidden", arch.d_model),
                                ("ffn", "ffn", arch.d_ff), ("vocab", "vocab", arch.vocab_size),
                                ("heads", "heads", arch.n_head), ("kv-heads", "kv_heads", arch.n_kv_head),
@@ -61,7 +62,7 @@ def adopt(cfg):
         setattr(cfg, attr, mine or theirs)
     if cfg.untied and arch.tied:
         raise UsageError(f"--untied contradicts {where}, whose output head is the tied token embedding")
-    cfg.untied = not arch.tied and arch.arch == "gpt2"        # a Llama's head is always its own
+    cfg.untied = not arch.tied and not ARCHITECTURES[arch.arch].own_head_only   # a Llama's head is always its own
     if not cfg.heads:
         raise UsageError(f"{where} does not say its number of attention heads: give --heads, or put its "
                          f"config.json beside it")

@@ -6,7 +6,7 @@ returns None.  Whether it *fits* in memory is memory.py's question; how fast it 
 from dataclasses import dataclass, field
 
 from hpcpar.plan.hardware import DTYPE_BYTES
-from hpcpar.plan.layout import SCHEDULES
+from hpcpar.plan.layout import SCHEDULES, stage_layers
 
 
 @dataclass(frozen=True)
@@ -47,6 +47,8 @@ class Engine:
                                       # eager Composer: published.COMPOSER_EAGER)
     fp8_efficiency: float = 1.0       # the engine's fp8 GEMMs, scaling casts included, against the
                                       # fp8 peak x the hardware's factor (torchao Float8: published.FLOAT8)
+    partition: str = "uniform"        # how the engine cuts layers into stages (pipeline/partition.py):
+                                      # hpcpar's "uniform"; the published engines' "ends-light"
 
 
 @dataclass(frozen=True)
@@ -68,6 +70,10 @@ class Job:
     @property
     def nodes(self):
         return -(-self.gpus // self.gpus_per_node)
+
+    def stage_layers(self, layout):
+        """Layers on each pipeline stage, as the engine cuts them."""
+        return stage_layers(self.model.layers, layout.pp, self.engine.partition)
 
     def micro_batches(self, layout):
         return self.global_batch // (layout.dp * layout.mb)

@@ -49,7 +49,6 @@ Three terms no formula of the papers has, each explicit:
                            cache and retries (Estimate.fits leaves it out)
 """
 from hpcpar.plan.flops import kv_heads_per_rank
-from hpcpar.plan.layout import stage_layers
 from hpcpar.plan.network import cp_chunk_bytes
 
 MASK_BYTES = 1    # a dropout mask element
@@ -72,17 +71,11 @@ def state_bytes_per_param(job, zero=0, shard=1):
 
 
 def stage_params(job, layout, stage):
-    """Parameters held by one rank of pipeline stage ``stage`` (before ZeRO)."""
-    m, t = job.model, layout.tp
-    layers = stage_layers(m.layers, layout.pp)[stage]
-    count = layers * m.layer_params() / t
-    if stage == 0:
-        count += m.vocab * m.hidden / t + (job.seq_len * m.hidden if m.positions == "learned" else 0)
-    if stage == layout.pp - 1:
-        count += (2 if m.biases else 1) * m.hidden          # final norm
-        if not m.tied or layout.pp > 1:                     # the output layer (a copy of a tied embedding)
-            count += m.vocab * m.hidden / t
-    return count
+    """Parameters held by one rank of pipeline stage ``stage`` (before ZeRO): the model shape's count
+    (hpcpar/shape.py) for the layers the engine puts there; a tied head on a later stage is a copy."""
+    m, last = job.model, stage == layout.pp - 1
+    return m.stage_params(job.stage_layers(layout)[stage], stage == 0, last, job.seq_len,
+                          own_head=not m.tied or layout.pp > 1, tp=layout.tp)
 
 
 def tokens_per_rank(job, layout):
@@ -193,7 +186,7 @@ def stage_memory(job, layout, stage, inflight):
     m, lay = job.model, layout
     params = stage_params(job, lay, stage)
     w, g, o = state_bytes_per_param(job, lay.zero, lay.shard)
-    layers = stage_layers(m.layers, lay.pp)[stage]
+    layers = job.stage_layers(lay)[stage]
     chunk = layer_activation_bytes(job, lay) * layers / lay.v
     terms = {"weights": params * w, "gradients": params * g, "optimizer state": params * o}
     if lay.zero >= 3 and keeps_stage_gathered(job, lay):

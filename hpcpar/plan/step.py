@@ -28,7 +28,6 @@ from functools import cached_property
 from hpcpar.plan.bubble import PipelineResult, analytic_makespan, simulate_pipeline
 from hpcpar.plan.compute import layer_times, stage_times, tp_comm_seconds
 from hpcpar.plan.flops import step_flops
-from hpcpar.plan.layout import stage_layers
 from hpcpar.plan.memory import (ALLOCATOR_CACHE, analytic_inflight, keeps_stage_gathered, stage_memory,
                                 stage_params, state_bytes_per_param)
 from hpcpar.plan.network import dp_gradient_seconds, p2p_seconds, shard_seconds
@@ -140,7 +139,7 @@ def fsdp_exposure(job, layout, params, compute):
 
 def stage_times_all(job, layout, lt):
     """StageTimes of every stage; the middle stages with equal layer counts are computed once."""
-    counts = stage_layers(job.model.layers, layout.pp)
+    counts = job.stage_layers(layout)
     seen, out = {}, []
     for i, n in enumerate(counts):
         key = (n, i == 0, i == layout.pp - 1)
