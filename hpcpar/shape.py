@@ -18,7 +18,7 @@ Forward FLOPs per token of one block (Narayanan et al. 2021, eq. 3, generalised)
 GEMMs, 2 * (h*(h + 2*kv*d) + h*h + (2 or 3)*h*f), plus 4*s*h for the attention core (QK^T and PV over
 all a heads after the K/V repeat); the head 2*h*V.  A training step is 3 forwards.
 """
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from hpcpar.runtime import UsageError
 
@@ -41,6 +41,7 @@ class ModelShape:
     norm: str = ""               # "layernorm" or "rmsnorm"; "": LayerNorm with biases, RMSNorm without
     dropout: bool = False        # dropout stores a 1-byte mask per element it touches
     source: str = ""
+    _layer: int = field(init=False, repr=False, compare=False, default=0)   # layer_params, counted once
 
     def __post_init__(self):
         for f in ("layers", "hidden", "heads"):
@@ -57,6 +58,7 @@ class ModelShape:
             raise UsageError(f"model {self.name}: heads {self.heads} not divisible by kv_heads {self.kv_heads}")
         if self.norm not in NORM_VECTORS:
             raise UsageError(f"model {self.name}: norm {self.norm!r} (use {' or '.join(NORM_VECTORS)})")
+        object.__setattr__(self, "_layer", self._count_layer())
 
     @property
     def head_dim(self):
@@ -79,6 +81,9 @@ class ModelShape:
 
     def layer_params(self):
         """Parameters of one transformer block."""
+        return self._layer
+
+    def _count_layer(self):
         h, f = self.hidden, self.ffn
         weights = h * self.qkv_width + h * h + self.mlp_matrices * h * f
         biases = self.qkv_width + h + (self.mlp_matrices - 1) * f + h if self.biases else 0

@@ -20,7 +20,7 @@ def presets():
 
 
 def from_mapping(data, name):
-    known = {f.name for f in fields(ModelShape)}
+    known = {f.name for f in fields(ModelShape) if f.init}
     values = {}
     for key, value in data.items():
         field = _ALIASES.get(key, key)

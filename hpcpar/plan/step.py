@@ -28,8 +28,8 @@ from functools import cached_property
 from hpcpar.plan.bubble import PipelineResult, analytic_makespan, simulate_pipeline
 from hpcpar.plan.compute import layer_times, stage_times, tp_comm_seconds
 from hpcpar.plan.flops import step_flops
-from hpcpar.plan.memory import (ALLOCATOR_CACHE, analytic_inflight, keeps_stage_gathered, stage_memory,
-                                stage_params, state_bytes_per_param)
+from hpcpar.plan.memory import (ALLOCATOR_CACHE, analytic_inflight, keeps_stage_gathered, layout_memory,
+                                stage_memory, stage_params, state_bytes_per_param)
 from hpcpar.plan.network import dp_gradient_seconds, p2p_seconds, shard_seconds
 
 
@@ -171,7 +171,8 @@ def estimate(job, layout, simulate=True):
         peak = [analytic_inflight(lay.schedule, lay.pp, m, lay.v, i) for i in range(lay.pp)]
         pipe = PipelineResult(t, 1 - m * lay.v * (F + B + W) / t, tuple(peak), ())
     inflight = inflight_for_memory(lay, m, pipe.peak_inflight)
-    memory = [stage_memory(job, lay, i, inflight[i]) for i in range(lay.pp)]
+    shared = layout_memory(job, lay)
+    memory = [stage_memory(job, lay, i, inflight[i], shared) for i in range(lay.pp)]
     grad_total, grad_exposed = dp_exposure(job, lay, stages)
     optimizer = job.hardware.memory_seconds(2 * params * sum(state_bytes_per_param(job, lay.zero, lay.shard)))
     tp_comm = max(tp_comm_seconds(s) for s in stages) * m
