@@ -47,8 +47,10 @@ class Engine:
                                       # eager Composer: published.COMPOSER_EAGER)
     fp8_efficiency: float = 1.0       # the engine's fp8 GEMMs, scaling casts included, against the
                                       # fp8 peak x the hardware's factor (torchao Float8: published.FLOAT8)
-    partition: str = "uniform"        # how the engine cuts layers into stages (pipeline/partition.py):
-                                      # hpcpar's "uniform"; the published engines' "ends-light"
+    partition: str = "ends-light"     # how the engine cuts layers into stages (pipeline/partition.py):
+                                      # the published engines' "ends-light" (the same as hpcpar's
+                                      # "uniform" where the layers divide); an hpcpar train run's
+                                      # "uniform" (local.train_partition)
 
 
 @dataclass(frozen=True)

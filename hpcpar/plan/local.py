@@ -76,6 +76,13 @@ class LocalEstimate:
         return per_mb * self.microbatches
 
 
+def train_partition():
+    """How an hpcpar train run cuts layers into stages by default (its --partition; Engine's default
+    is the published engines' cut)."""
+    from hpcpar.config import TrainConfig
+    return TrainConfig().partition
+
+
 def engine_shape(cfg, name):
     """The shape of an engine GPTConfig - the engine's own (``GPTConfig.shape``, from the architecture
     registry), named; a vocabulary of 0 is the synthetic language's."""
@@ -135,14 +142,14 @@ def predict_local(profile, model="tiny", tp=1, pp=1, dp=1, schedule="1f1b", micr
     m, v = microbatches or pp, chunks or (2 if schedule == "interleaved" else 1)
     ranks = tp * cp * pp * dp
     job = Job(engine_shape(preset, model), hw, ranks, ranks, batch_size, seq_len, dtype=DTYPES[dtype],
-              engine=Engine(bucket_bytes=bucket_mb * 2**20))
+              engine=Engine(bucket_bytes=bucket_mb * 2**20, partition=train_partition()))
     if batch_size % (dp * m):
         raise UsageError(f"batch {batch_size} does not divide into dp x micro-batches = {dp} x {m}")
     layout = Layout(tp, pp, dp, batch_size // (dp * m), v, schedule, recompute, zero, cp=cp)
     reason = job.check(layout)
     if reason:
         raise UsageError(reason)
-    ranges = partition(job.model.layers, pp * v, "uniform")
+    ranges = partition(job.model.layers, pp * v, job.engine.partition)
     out = []
     for s, blocks in enumerate(ranges):
         work = Pass(job.model, seq_len, layout.mb, len(blocks), tp, first=s == 0, last=s == pp * v - 1)

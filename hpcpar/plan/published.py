@@ -77,10 +77,6 @@ FRAMEWORKS = {
 }
 for _name in ("torchtitan", "llm-foundry", "megatron-core"):
     FRAMEWORKS[_name]["engine"] = dict(PYTORCH, **FRAMEWORKS[_name]["engine"])
-# Where layers do not divide into the stages, these engines give the remainder to the middle stages
-# (BLOOM's 5 + 6*10 + 5 of 70 layers, Llama 3's 7 + 8*14 + 7 of 126); hpcpar's own engine to the first.
-for _framework in FRAMEWORKS.values():
-    _framework["engine"] = dict(_framework["engine"], partition="ends-light")
 
 
 @dataclass(frozen=True)
