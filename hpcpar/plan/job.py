@@ -55,7 +55,7 @@ class Engine:
 
 @dataclass(frozen=True)
 class Job:
-    model: object                     # ModelShape
+    model: object                     # hpcpar.shape.ModelShape
     hardware: object                  # Hardware
     gpus: int
     gpus_per_node: int
