@@ -9,8 +9,9 @@ Model FLOPs of one training step of a GPT (forward + backward, no recomputation;
 
 For F = 4C this is 72 B T L C^2 (1 + T/(6C) + V/(12 L C)), the formula in docs/design.md (FLOPs).
 A Llama block differs in two GEMM widths: K and V project to NKV*HS columns, not C (grouped-query
-attention), and its SwiGLU MLP has three C x F projections (gate, up, down), not two.  With experts
-a token goes through the router (C x E) and k + shared experts' MLPs: the active FLOPs, not the total.
+attention), and its SwiGLU MLP has three C x F projections (gate, up, down), not two.  With experts a
+token goes through the router (C x E) and k + shared experts' MLPs: the active FLOPs.  The per-token
+counts are the model shape's (hpcpar/shape.py), which the planner counts with as well.
 
 ``Gemm`` is one matrix multiply: the planner counts a layer's GEMMs (plan/flops.py) and the benchmarks
 time them (bench/gemm.py).
@@ -43,19 +44,13 @@ class Gemm:
 
 
 def gpt_block_forward_flops(cfg):
-    """Forward FLOPs of one block per token: Q, K, V, attention output, the MLP's projections; QK^T and
-    PV over all NH heads (after the K/V repeat)."""
-    C, F, T = cfg.d_model, cfg.d_ff, cfg.seq_len
-    kv = cfg.n_kv_head * (C // cfg.n_head)              # K and V widths: C without grouped queries
-    mlp = (3 if cfg.arch == "llama" else 2) * C * F     # one MLP's GEMMs
-    if cfg.n_expert:                                    # the router, and the MLPs a token goes through
-        mlp = C * cfg.n_expert + (cfg.top_k + cfg.n_shared_expert) * mlp
-    return 2 * (2 * C * C + 2 * C * kv + mlp) + 4 * T * C
+    """Forward FLOPs of one block per token: its shape's (hpcpar/shape.py) at the training length."""
+    return cfg.shape.block_forward_flops(cfg.seq_len)
 
 
 def gpt_head_forward_flops(cfg):
     """Forward FLOPs of the output projection per token."""
-    return 2 * cfg.d_model * cfg.vocab_size
+    return cfg.shape.head_forward_flops()
 
 
 def gpt_step_flops(cfg, tokens):

@@ -86,11 +86,11 @@ def model_config(cfg):
             raise UsageError(f"--seq-len {mcfg.seq_len} is longer than the model's {mcfg.n_positions} positions")
         if mcfg.d_model % mcfg.n_head:
             raise UsageError(f"--heads {mcfg.n_head} must divide --hidden {mcfg.d_model}")
-        if mcfg.arch != "llama" and cfg.kv_heads:
+        if not mcfg.parts.grouped_kv and cfg.kv_heads:
             raise UsageError(f"--kv-heads needs a Llama model (--model llama-tiny or llama-small), not {cfg.model}")
         if mcfg.n_head % mcfg.n_kv_head:
             raise UsageError(f"--kv-heads {mcfg.n_kv_head} must divide the {mcfg.n_head} attention heads")
-        if mcfg.arch == "llama" and cfg.dropout:
+        if not mcfg.parts.dropout and cfg.dropout:
             raise UsageError(f"--model {cfg.model} has no dropout: drop --dropout {cfg.dropout}")
     stages = cfg.pp * cfg.chunks
     if mcfg.n_layer < stages:

@@ -4,12 +4,12 @@ No assertion here is about speed: timings on a shared machine are the benchmark'
 test's (BENCHMARKS.md, docs/performance.md).
 """
 import json
-from types import SimpleNamespace
 
 import pytest
 
 from hpcpar.bench.gemm import block_gemms, head_gemms
 from hpcpar.flops import gpt_step_flops
+from hpcpar.nn.gpt import GPTConfig
 from mpitools import hpcpar, run
 
 
@@ -50,8 +50,7 @@ def test_unknown_benchmark_is_refused():
 def test_gemm_list_has_the_flops_of_the_model_formula(hidden, heads, seq, vocab):
     """The GEMMs the benchmarks time are exactly the model FLOPs hpcpar.flops counts (one block + head)."""
     batch = 3
-    cfg = SimpleNamespace(d_model=hidden, d_ff=4 * hidden, n_layer=1, vocab_size=vocab, seq_len=seq, n_head=heads,
-                          n_kv_head=heads, arch="gpt2", n_expert=0)
+    cfg = GPTConfig(d_model=hidden, d_ff=4 * hidden, n_layer=1, vocab_size=vocab, seq_len=seq, n_head=heads)
     gemms = block_gemms(hidden, batch, seq, heads) + (head_gemms(hidden, vocab, batch * seq) if vocab else [])
     assert sum(g.flops for g in gemms) == gpt_step_flops(cfg, batch * seq)
 

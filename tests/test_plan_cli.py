@@ -31,6 +31,8 @@ def test_explain_a_given_layout(capsys):
     (["--explain", "tp8-pp8-dp16-mb1-v1-foo"], "cannot read"),
     (["--hardware", "tpu"], "unknown hardware"),
     (["--model", "nope"], "unknown model"),
+    (["--gpus", "7", "--tp", "8"], "--tp 8 does not divide the 7 GPUs"),
+    (["--tp", "8", "--pp", "256"], "--tp 8 x --pp 256 does not divide the 1024 GPUs"),
 ])
 def test_bad_input_exits_2_with_one_line(capsys, extra, message):
     args = GPT3 + extra if extra[0] != "--model" else ["plan", "--gpus", "8", "--global-batch", "8",

@@ -158,6 +158,21 @@ def test_explain_and_cli(profile, capsys):
     assert "MB of gradients in buckets" in capsys.readouterr().out
 
 
+def test_a_local_run_with_cp_selective_recomputation_and_zero(profile, capsys):
+    """hpcpar train's --cp 2 --recompute-attention --zero1, as the planner reads them (plan/local.py's
+    recompute_policy and zero_stage), are in the layout it reports and in its memory."""
+    flags = ["plan", "local", "--hardware", profile, "--model", "tiny", "--dtype", "fp32", "--dp", "2"]
+    assert main(flags) == 0
+    plain = capsys.readouterr().out
+    assert main(flags + ["--cp", "2", "--recompute", "selective", "--zero", "1"]) == 0
+    out = capsys.readouterr().out
+    assert "LAYOUT tp1-pp1-dp2-mb8-v1-1f1b-cp2-z1-rcsel: cp 2, recomputation selective, ZeRO stage 1" in out
+
+    def memory(text):
+        return float(text.split("MEMORY ")[1].split()[0])
+    assert memory(out) < memory(plain)
+
+
 @pytest.mark.parametrize("args, message", [
     (["--model", "mlp"], "--model"),
     (["--dtype", "fp64"], "no [engine.float64]"),

@@ -55,5 +55,6 @@ BENCHMARKS = {
                        env=(("MPIR_CVAR_IALLREDUCE_INTRA_ALGORITHM", "sched_recursive_doubling"),)),
     "moe": Spec("moe", "moe", "The mixture-of-experts block, forward + backward, against PyTorch eager "
                 "(transformers' loop over experts)"),
+    "planner": Spec("pl", "planner", "The planner's search: GPT-3 175B on 1024 GPUs (hpcpar plan)"),
     "watchdog": Spec("wd", "watchdog", "Watchdog and flight recorder: their share of a 2x2x2 step", ranks=(8,)),
 }

@@ -28,10 +28,10 @@ QUICK_MODEL = dict(d_model=64, n_layer=2, n_head=4, seq_len=64, batch=2)
 def stage(arch, dims):
     from hpcpar.nn import GPT
     from hpcpar.nn.gpt import GPTConfig
-    extra = dict(arch="llama", n_kv_head=dims["n_head"] // 2, tied=False, d_ff=8 * dims["d_model"] // 3) \
-        if arch == "llama" else {}
+    own = {"gpt2": {},     # each family's settings beyond the shared dims
+           "llama": dict(n_kv_head=dims["n_head"] // 2, tied=False, d_ff=8 * dims["d_model"] // 3)}[arch]
     cfg = GPTConfig(vocab_size=1024, seq_len=dims["seq_len"], n_layer=dims["n_layer"], n_head=dims["n_head"],
-                    d_model=dims["d_model"], **extra)
+                    d_model=dims["d_model"], arch=arch, **own)
     return GPT(cfg, seed=0, dtype="float32")
 
 

@@ -15,16 +15,18 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from hpcpar.data import read_optional_json
+from hpcpar.nn.gpt import ARCHITECTURES
 from hpcpar.runtime import UsageError
 
 WEIGHTS, CONFIG = "model.safetensors", "config.json"
+PREFIX = ARCHITECTURES["gpt2"].hf_prefix
 _BUFFER = re.compile(r"^h\.\d+\.attn\.(masked_)?bias$")      # attention-mask buffers, not parameters
 _LAYER = re.compile(r"^h\.(\d+)\.")
 
 
 def parameter_name(key):
     """A file's tensor name -> our parameter name, or None for a non-parameter buffer."""
-    key = key.removeprefix("transformer.")
+    key = key.removeprefix(PREFIX)
     return None if _BUFFER.match(key) else key
 
 

@@ -6,12 +6,12 @@ it (``--init-from``), and the way between a file's tensors and our parameters - 
 (``transformer.`` or ``model.``; ``lm_head.weight`` has none) and, for Llama's projections, a transpose.
 """
 from hpcpar.checkpoint import gpt2, llama, mixtral
+from hpcpar.nn.gpt import ARCHITECTURES
 from hpcpar.runtime import UsageError
 
-FAMILIES = {"gpt2": gpt2, "llama": llama}
+FAMILIES = {"gpt2": gpt2, "llama": llama}     # the module that reads and writes each family's files
 # the Hugging Face family each preset's files hold (the rest: GPT-2's)
 _PRESET_FAMILY = {"llama-tiny": "llama", "llama-small": "llama", "mixtral-tiny": "mixtral", "moe-tiny": "none"}
-PREFIXES = {"gpt2": "transformer.", "llama": llama.PREFIX}
 
 
 def parameter_name(key):
@@ -21,7 +21,7 @@ def parameter_name(key):
 
 def file_key(name, arch):
     """Our parameter name -> its name in a save_pretrained directory of family ``arch``."""
-    return name if name == "lm_head.weight" else PREFIXES[arch] + name
+    return name if name == "lm_head.weight" else ARCHITECTURES[arch].hf_prefix + name
 
 
 def file_layout(name, array):
@@ -33,9 +33,10 @@ def family(mcfg):
     """The module of the Hugging Face family of our model: a Llama with experts is a Mixtral."""
     if not mcfg.n_expert:
         return FAMILIES[mcfg.arch]
-    if mcfg.arch != "llama":
-        raise UsageError("a GPT-2 with experts has no Hugging Face model to write: keep it as a checkpoint (--save)")
-    return mixtral
+    if not mcfg.parts.hf_with_experts:
+        raise UsageError(f"a {mcfg.parts.title} with experts has no Hugging Face model to write: keep it as a "
+                         f"checkpoint (--save)")
+    return {"mixtral": mixtral}[mcfg.parts.hf_with_experts]
 
 
 def expected_shapes(mcfg):
@@ -88,7 +89,7 @@ def adopt(cfg):
         setattr(cfg, attr, mine or theirs)
     if cfg.untied and arch.tied:
         raise UsageError(f"--untied contradicts {where}, whose output head is the tied token embedding")
-    cfg.untied = not arch.tied and arch.arch == "gpt2"        # a Llama's head is always its own
+    cfg.untied = not arch.tied and not ARCHITECTURES[arch.arch].own_head_only   # a Llama's head is always its own
     if not cfg.heads:
         raise UsageError(f"{where} does not say its number of attention heads: give --heads, or put its "
                          f"config.json beside it")

@@ -14,9 +14,10 @@ Only what hpcpar's Llama computes is accepted: SiLU, no biases, an untied head, 
 import re
 
 from hpcpar.checkpoint.gpt2 import Architecture, check_tensors, read_config_json, read_header, weights_file
+from hpcpar.nn.gpt import ARCHITECTURES
 from hpcpar.runtime import UsageError
 
-PREFIX = "model."
+PREFIX = ARCHITECTURES["llama"].hf_prefix
 _LINEAR = re.compile(r"\.(self_attn\.[qkvo]|mlp\.(gate|up|down))_proj\.weight$")
 _LAYER = re.compile(r"^layers\.(\d+)\.")
 

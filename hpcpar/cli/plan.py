@@ -8,7 +8,8 @@
   hpcpar plan --validate [MATCH]               predicted vs published runs (hpcpar/plan/runs/*.toml)
   hpcpar plan calibrate [--out local.toml]      measure this machine into a hardware profile
   hpcpar plan local --hardware local.toml --model small --dtype fp32 --global-batch 16 [--tp 2]
-              [--pp 2 --microbatches 4] [--dp 2]    every term of one hpcpar train step on this machine
+              [--pp 2 --microbatches 4] [--dp 2] [--cp 2] [--recompute selective] [--zero 1]
+                                                every term of one hpcpar train step on this machine
 
 --model: gpt2, gpt3-175b, llama-70b, ... (the files in hpcpar/plan/models), a .toml file, or dims such
 as l=24,h=2048,a=16,V=50257[,kv=8,f=5632,gated=1,tied=0].  --hardware: a100, h100, h200 or a profile
@@ -110,6 +111,12 @@ def _space(args):
     if args.cp < 1 or any(v < 1 for v in fixed.values()):
         raise UsageError("--tp, --pp, --dp and --cp must be positive")
     fixed["cp"] = args.cp
+    pinned, named = 1, []
+    for name, size in fixed.items():     # refused here, or the search finds nothing and blames memory
+        pinned, named = pinned * size, named + [f"--{name} {size}"]
+        if args.gpus % pinned:
+            what = named[-1] if args.gpus % size else " x ".join(n for n in named if not n.endswith(" 1"))
+            raise UsageError(f"{what} does not divide the {args.gpus} GPUs")
     if args.zero is not None:
         fixed["zero"] = args.zero
     if args.recompute:
@@ -142,7 +149,8 @@ def _local(args):
     dtype = {"fp32": "float32", "fp64": "float64", None: "float32"}.get(args.dtype, args.dtype)
     print(explain_local(predict_local(args.hardware, model=args.model or "tiny", tp=args.tp or 1, pp=args.pp or 1,
                                       dp=args.dp or 1, schedule=args.schedule, microbatches=args.microbatches,
-                                      chunks=args.chunks, batch_size=args.global_batch or 16, dtype=dtype)))
+                                      chunks=args.chunks, batch_size=args.global_batch or 16, dtype=dtype,
+                                      cp=args.cp, recompute=args.recompute or "none", zero=args.zero or 0)))
     return 0
 
 

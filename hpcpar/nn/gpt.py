@@ -12,9 +12,11 @@ The loss is the *sum* of per-token cross-entropies; the caller's dloss = 1 / (to
 batch) turns the sum over micro-batches and data-parallel ranks into exactly the single-rank mean.
 
 The architecture is chosen here, once: ``GPTConfig.arch`` names an entry of ``ARCHITECTURES`` - which
-block, which normalisation, whether a learned position table exists, and the Hugging Face names of
-the token embedding and the final norm.  GPT-2 ("gpt2", the default) and Llama ("llama": RMSNorm,
-rotary grouped-query attention, SwiGLU, untied head, no biases, docs/llama.md) share everything else.
+block, which normalisation, positions, biases, gated MLP, K/V heads, head, Hugging Face names and the
+tensor-parallel plan of a block.  GPT-2 ("gpt2", the default) and Llama ("llama": RMSNorm, rotary
+grouped-query attention, SwiGLU, untied head, no biases, docs/llama.md) share everything else; no code
+outside the registry asks which family it runs.  Its counts (parameters, FLOPs) are its shape's
+(``GPTConfig.shape``, hpcpar/shape.py), the arithmetic the planner uses too.
 """
 from dataclasses import dataclass, replace
 
@@ -29,6 +31,7 @@ from hpcpar.nn.stage import Stage
 from hpcpar.ops.cross_entropy import cross_entropy_backward, cross_entropy_forward
 from hpcpar.ops.linear import linear_backward_input, linear_backward_weight, linear_forward
 from hpcpar.precision import to_fp32
+from hpcpar.shape import ModelShape
 
 
 @dataclass(frozen=True)
@@ -71,34 +74,29 @@ class GPTConfig:
         """The longest sequence the model can read: GPT-2's block size, >= the training seq_len."""
         return self.positions or self.seq_len
 
+    @property
+    def shape(self):
+        """The model's shape (hpcpar/shape.py): its parameter, FLOP and memory arithmetic, which the
+        planner shares.  The traits come from the architecture registry, the sizes from here."""
+        p = self.parts
+        return ModelShape(self.arch, self.n_layer, self.d_model, self.n_head, self.vocab_size,
+                          kv_heads=self.n_kv_head, ffn=self.d_ff, gated=p.gated, tied=self.tied,
+                          positions=p.positions, biases=p.biases, norm=p.norm_kind, dropout=self.dropout > 0,
+                          experts=self.n_expert, top_k=self.top_k if self.n_expert else 0,
+                          shared_experts=self.n_shared_expert, expert_bias=bool(self.n_expert and self.bias_rate))
+
     # --- parameter counts: the model's, and a pipeline stage's parts (pipeline/partition.py) -----
 
     def embedding_params(self):
         """Token (V, C) and position (n_positions, C) embeddings (Llama: no position table)."""
-        return (self.vocab_size + (self.n_positions if self.parts.position_table else 0)) * self.d_model
+        return self.shape.embedding_params(self.n_positions)
 
     def block_params(self):
-        """GPT-2: two LayerNorms, QKV and attention output, MLP up and down, with biases.
-        Llama: two RMSNorms, Q and output (C x C), K and V (C x NKV*HS), gate, up and down (C x F)."""
-        C, F = self.d_model, self.d_ff
-        if self.arch == "llama":
-            kv = self.n_kv_head * (C // self.n_head)
-            return 2 * C + 2 * C * C + 2 * C * kv + self.mlp_params(3 * C * F)
-        return 2 * 2 * C + (C * 3 * C + 3 * C) + (C * C + C) + self.mlp_params((C * F + F) + (F * C + C))
-
-    def mlp_params(self, dense):
-        """A block's feed-forward parameters, from those of one dense MLP of width d_ff: with experts,
-        the router (C x E), E experts, the shared experts' MLP, and the balancing bias (E)."""
-        if not self.n_expert:
-            return dense
-        C, E, S = self.d_model, self.n_expert, self.n_shared_expert
-        shared = dense * S - ((S - 1) * C if S and self.arch != "llama" else 0)   # one output bias, not S
-        return C * E + E * dense + shared + (E if self.bias_rate else 0)
+        return self.shape.layer_params()
 
     def head_params(self, own_weight):
         """Final norm, and the (V, C) output projection when it is not the token embedding's."""
-        norm = self.d_model * (1 if self.arch == "llama" else 2)
-        return norm + (self.vocab_size * self.d_model if own_weight else 0)
+        return self.shape.head_params(own_weight)
 
     def n_params(self):
         return self.embedding_params() + self.n_layer * self.block_params() + self.head_params(not self.tied)
@@ -197,17 +195,56 @@ class GPT(Stage):
 
 
 @dataclass(frozen=True)
+class TPCut:
+    """How tensor parallelism cuts one module of a block (tensor_parallel/parallelize.py): the Linear
+    (or Projections) attributes split by columns and by rows; ``groups`` column blocks (GPT-2's fused
+    Q|K|V) are cut each on its own."""
+    module: str
+    columns: tuple
+    rows: tuple
+    groups: int = 1
+
+
+@dataclass(frozen=True)
 class Parts:
-    """What an architecture is made of; the names are Hugging Face's, so checkpoints map one to one."""
+    """What an architecture is made of, and every trait the rest of the package asks about a family:
+    the code branches on these, never on the family's name.  The parameter names are Hugging Face's,
+    so checkpoints map one to one."""
+    title: str              # the family's name in a sentence
     block: type             # the transformer block
     norm: type              # the final normalisation (the blocks choose their own)
+    norm_kind: str          # "layernorm" (weight and shift) or "rmsnorm" (weight): hpcpar/shape.py counts it
     tokens: str             # the token embedding's parameter name
     final_norm: str         # the final norm's name
-    position_table: bool    # a learned position embedding added to the tokens (else rotary, in attention)
+    positions: str          # "learned": a position table added to the tokens; "rotary": in attention
+    biases: bool            # the linear layers have biases
+    gated: bool             # the MLP is gated (SwiGLU: gate, up, down) rather than two matrices and GELU
+    grouped_kv: bool        # fewer key/value heads than query heads may be chosen (--kv-heads)
+    dropout: bool           # the blocks have dropout (--dropout)
+    own_head_only: bool     # the output projection is always a matrix of its own (never the tied embedding)
+    hf_prefix: str          # the prefix of the blocks' and embedding's names in Hugging Face files
+    tp: tuple               # the tensor-parallel plan of a block: TPCut of each module it cuts
+    tp_replicated: tuple    # the block's norms, kept whole on every TP rank (sequence parallelism
+                            # sums their gradients)
     experts: type           # the experts of a mixture-of-experts block (nn/experts.py)
+    hf_with_experts: str    # the Hugging Face family a model of this one with experts is ("": none)
+    tp_head_offset: bool = False  # the attention module needs its first head's index on this rank
+
+    @property
+    def position_table(self):
+        return self.positions == "learned"
 
 
 ARCHITECTURES = {
-    "gpt2": Parts(TransformerBlock, LayerNorm, "wte.weight", "ln_f", position_table=True, experts=GeluExperts),
-    "llama": Parts(LlamaBlock, RMSNorm, "embed_tokens.weight", "norm", position_table=False, experts=SwiGLUExperts),
+    "gpt2": Parts("GPT-2", TransformerBlock, LayerNorm, "layernorm", "wte.weight", "ln_f", positions="learned",
+                  biases=True, gated=False, grouped_kv=False, dropout=True, own_head_only=False,
+                  hf_prefix="transformer.",
+                  tp=(TPCut("attn", ("c_attn",), ("c_proj",), groups=3), TPCut("mlp", ("c_fc",), ("c_proj",))),
+                  tp_replicated=("ln_1", "ln_2"), experts=GeluExperts, hf_with_experts="",
+                  tp_head_offset=True),
+    "llama": Parts("Llama", LlamaBlock, RMSNorm, "rmsnorm", "embed_tokens.weight", "norm", positions="rotary",
+                   biases=False, gated=True, grouped_kv=True, dropout=False, own_head_only=True, hf_prefix="model.",
+                   tp=(TPCut("attn", ("qkv",), ("o_proj",)), TPCut("mlp", ("gate_up",), ("down_proj",))),
+                   tp_replicated=("ln_1", "ln_2"), experts=SwiGLUExperts,
+                   hf_with_experts="mixtral"),
 }

@@ -5,7 +5,10 @@ balance the work.  The first stage also embeds and the last one computes the hea
 is why a plain even cut is not always best (GPT-2 small: the 50257 x 768 embedding is as large as 3
 blocks).  Methods:
 
-    uniform         blocks spread as evenly as possible (sizes differ by at most one)
+    uniform         blocks spread as evenly as possible (sizes differ by at most one), the first
+                    stages taking the remainder
+    ends-light      as even, the remainder to the middle stages first (Megatron's and DeepSpeed's
+                    published runs: BLOOM's 5 + 6*10 + 5 of 70 layers, Llama 3's 7 + 8*14 + 7 of 126)
     params          balance parameters, counting the embedding on the first and the head on the last
     flops           balance forward FLOPs per token likewise (attention's T-dependent part included)
     "3,3,2"         an explicit list of block counts (may be uneven, may contain 0); must sum to L
@@ -62,6 +65,17 @@ def gpt_block_costs(cfg, method):
     return [gpt_block_forward_flops(cfg)] * cfg.n_layer, 0, gpt_head_forward_flops(cfg)
 
 
+def ends_light(n_layers, n_stages):
+    """Block counts: n // S each, the n % S extra ones to the middle stages first, so the end stages
+    (embedding, head) get the fewest."""
+    base, extra = divmod(n_layers, n_stages)
+    counts = [base] * n_stages
+    order = sorted(range(n_stages), key=lambda i: (abs(i - (n_stages - 1) / 2), i))
+    for i in order[:extra]:
+        counts[i] += 1
+    return counts
+
+
 def partition(n_layers, n_stages, method="uniform", cfg=None):
     """Block index ranges of each of ``n_stages`` virtual stages."""
     if isinstance(method, (list, tuple)) or (isinstance(method, str) and "," in method):
@@ -73,9 +87,11 @@ def partition(n_layers, n_stages, method="uniform", cfg=None):
     if method == "uniform":
         q, r = divmod(n_layers, n_stages)
         return counts_to_ranges([q + (1 if s < r else 0) for s in range(n_stages)])
+    if method == "ends-light":
+        return counts_to_ranges(ends_light(n_layers, n_stages))
     if method in ("params", "flops"):
         if cfg is None or not hasattr(cfg, "vocab_size"):
             return partition(n_layers, n_stages, "uniform")
         costs, first, last = gpt_block_costs(cfg, method)
         return counts_to_ranges(balanced(costs, n_stages, first, last))
-    raise UsageError(f"unknown --partition {method!r}: uniform, params, flops or a list like 3,3,2")
+    raise UsageError(f"unknown --partition {method!r}: uniform, ends-light, params, flops or a list like 3,3,2")

@@ -9,7 +9,8 @@ micro-batches adds exactly p * v * (F + B + W) to the makespan - the warm-up and
 idle time, do not change - and the peak in-flight count grows by a fixed step (0 for 1F1B, p * v for
 GPipe).  So for m > 3p we simulate m1 = 2p + m mod p and m2 = m1 + p (same remainder, so the same
 interleaved grouping) and extrapolate both linearly to m.  tests/test_plan_bubble.py checks this
-against full simulations.  Results are cached: many layouts share p, m, v and costs.
+against full simulations.  Results are cached: many layouts share p, m, v and costs, and more of them
+share the instruction lists (built once per schedule, p, m and v).
 
 Before simulating, the search ranks layouts with the textbook bubbles (``analytic_makespan``):
 (p - 1) * (F + B + W) for GPipe and 1F1B, 1/v of that interleaved, (p - 1) * (F + B - W) for ZB-H1
@@ -29,12 +30,26 @@ class PipelineResult:
     simulated: tuple          # the micro-batch counts actually simulated
 
 
+@lru_cache(maxsize=64)
+def _program(schedule, p, m, v):
+    """The schedule and its instruction lists with messages: the same for every cost of a search."""
+    from hpcpar.pipeline.schedules import build
+    built = build(schedule, p, m, v)
+    return built, built.with_communication()
+
+
 @lru_cache(maxsize=4096)
 def _simulate(schedule, p, m, v, F, B, W, latency):
-    from hpcpar.pipeline.schedules import build
     from hpcpar.pipeline.simulate import Costs, simulate
-    r = simulate(build(schedule, p, m, v), Costs(F=F, B=B, W=W, latency=latency))
+    built, program = _program(schedule, p, m, v)
+    r = simulate(built, Costs(F=F, B=B, W=W, latency=latency), program=program)
     return r.makespan, tuple(r.peak_inflight)
+
+
+def clear_caches():
+    """Forget every simulation and instruction list (a benchmark timing the search from scratch)."""
+    _simulate.cache_clear()
+    _program.cache_clear()
 
 
 def simulate_pipeline(schedule, p, m, v, F, B, W, latency):

@@ -35,7 +35,6 @@ PyTorch's op-level selective policy: every second linear GEMM and the element-wi
 from dataclasses import dataclass, field, replace
 
 from hpcpar.plan.flops import layer_gemms, logits_gemm
-from hpcpar.plan.layout import stage_layers
 from hpcpar.plan.memory import tokens_per_rank
 from hpcpar.plan.network import cp_allgather_seconds, cp_ring_seconds, tp_all_reduce
 
@@ -162,7 +161,7 @@ def end_times(job, layout, first, last):
 def stage_times(job, layout, stage, lt=None):
     """F, B and W of one micro-batch through every layer of ``stage`` (all its chunks);
     ``lt``: the layer's times when already computed (they are the same on every stage)."""
-    n = stage_layers(job.model.layers, layout.pp)[stage]
+    n = job.stage_layers(layout)[stage]
     lt = lt or layer_times(job, layout)
     recompute = sum(v for k, v in lt.items() if k.startswith("recompute"))
     f = n * sum(v for k, v in lt.items() if k.startswith("fwd "))

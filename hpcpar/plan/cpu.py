@@ -53,7 +53,7 @@ REST_UNITS = {"step": 1e-3, "microbatch": 1e-3, "param": 1e-9}          # ms, ms
 @dataclass(frozen=True)
 class Pass:
     """What one pass works on: the stage's blocks and ends, the micro-batch, the TP split."""
-    model: object          # plan.models.ModelShape
+    model: object          # hpcpar.shape.ModelShape
     seq_len: int
     mb: int                # sequences per micro-batch
     blocks: int            # blocks on this stage (chunk)

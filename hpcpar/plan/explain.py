@@ -9,7 +9,6 @@ how much of it shows, the optimizer, and the totals.
 from hpcpar.pipeline.schedules import KINDS
 from hpcpar.plan.compute import elementwise_bytes, gemm_rate, gemm_seconds, layout_engine_job
 from hpcpar.plan.flops import layer_gemms, narayanan_flops, step_flops
-from hpcpar.plan.layout import stage_layers
 from hpcpar.plan.memory import layer_activation_terms, stage_params, state_bytes_per_param
 from hpcpar.plan.network import (cp_allgather_seconds, cp_chunk_bytes, cp_ring_crosses_nodes, cp_ring_seconds,
                                  group_link)
@@ -47,7 +46,7 @@ def memory_section(est):
     w, g, o = state_bytes_per_param(job, lay.zero, lay.shard)
     zero = f" (ZeRO-{lay.zero}: /{lay.shard})" if lay.zero else ""
     act = layer_activation_terms(job, lay)
-    lines = [f"MEMORY per GPU, fullest stage {i} of {lay.pp} ({stage_layers(job.model.layers, lay.pp)[i]} layers, "
+    lines = [f"MEMORY per GPU, fullest stage {i} of {lay.pp} ({job.stage_layers(lay)[i]} layers, "
              f"{params / 1e9:.3f} B parameters on this rank)",
              f"  weights            {params / 1e9:.3f} B * {w:.3g} bytes" + (zero if lay.zero >= 3 else "")
              + f" = {_gib(terms['weights'])}",
@@ -60,7 +59,7 @@ def memory_section(est):
     kept = {"none": "all of it", "selective": "without the attention scores",
             "full": "only the layer input (recompute full)"}[lay.recompute]
     lines.append(f"  activations kept: {kept}; {est.pipeline.peak_inflight[i] if not KINDS[lay.schedule].split_backward else min(job.micro_batches(lay), lay.pp)}"
-                 f" chunk(s) of {stage_layers(job.model.layers, lay.pp)[i] / lay.v:g} layers in flight "
+                 f" chunk(s) of {job.stage_layers(lay)[i] / lay.v:g} layers in flight "
                  f"({lay.schedule}, simulated peak)  = {_gib(terms['activations'])}")
     for name in terms:
         if name not in ("weights", "gradients", "optimizer state", "activations"):

@@ -30,18 +30,26 @@ def kv_heads_per_rank(model, tp):
 
 def layer_gemms(model, b, s, tp, cp=1):
     """The forward GEMMs of one transformer layer for b sequences on one of tp ranks; with context
-    parallelism a rank holds s/cp queries of each sequence and meets all s keys (ring attention)."""
+    parallelism a rank holds s/cp queries of each sequence and meets all s keys (ring attention).  A
+    mixture of experts runs the router, then each token through its top_k routed experts (k rows a
+    token) and the shared experts (one MLP shared_experts * ffn wide)."""
     h, d, f = model.hidden, model.head_dim, model.ffn
     tokens, heads, q = b * s // cp, model.heads // tp, s // cp
     qkv = h // tp + 2 * kv_heads_per_rank(model, tp) * d
-    return [
+
+    def mlp(rows, width):
+        return [Gemm("mlp up", rows, (2 if model.gated else 1) * width // tp, h), Gemm("mlp down", rows, h, width // tp)]
+
+    gemms = [
         Gemm("qkv", tokens, qkv, h),
         Gemm("scores", q, s, d, count=b * heads, weight=False),
         Gemm("context", q, d, s, count=b * heads, weight=False),
         Gemm("attn out", tokens, h, h // tp),
-        Gemm("mlp up", tokens, (2 if model.gated else 1) * f // tp, h),
-        Gemm("mlp down", tokens, h, f // tp),
     ]
+    if not model.experts:
+        return gemms + mlp(tokens, f)
+    gemms += [Gemm("router", tokens, model.experts, h)] + mlp(tokens * model.top_k, f)
+    return gemms + (mlp(tokens, model.shared_experts * f) if model.shared_experts else [])
 
 
 def logits_gemm(model, b, s, tp, cp=1):

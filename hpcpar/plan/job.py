@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 
 from hpcpar.pipeline.schedules import KINDS
 from hpcpar.plan.hardware import DTYPE_BYTES
-from hpcpar.plan.layout import SCHEDULES
+from hpcpar.plan.layout import SCHEDULES, stage_layers
 
 
 @dataclass(frozen=True)
@@ -48,11 +48,15 @@ class Engine:
                                       # eager Composer: published.COMPOSER_EAGER)
     fp8_efficiency: float = 1.0       # the engine's fp8 GEMMs, scaling casts included, against the
                                       # fp8 peak x the hardware's factor (torchao Float8: published.FLOAT8)
+    partition: str = "ends-light"     # how the engine cuts layers into stages (pipeline/partition.py):
+                                      # the published engines' "ends-light" (the same as hpcpar's
+                                      # "uniform" where the layers divide); an hpcpar train run's
+                                      # "uniform" (local.train_partition)
 
 
 @dataclass(frozen=True)
 class Job:
-    model: object                     # ModelShape
+    model: object                     # hpcpar.shape.ModelShape
     hardware: object                  # Hardware
     gpus: int
     gpus_per_node: int
@@ -69,6 +73,10 @@ class Job:
     @property
     def nodes(self):
         return -(-self.gpus // self.gpus_per_node)
+
+    def stage_layers(self, layout):
+        """Layers on each pipeline stage, as the engine cuts them."""
+        return stage_layers(self.model.layers, layout.pp, self.engine.partition)
 
     def micro_batches(self, layout):
         return self.global_batch // (layout.dp * layout.mb)

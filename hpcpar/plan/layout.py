@@ -14,13 +14,15 @@
            well, z3 (FSDP) the weights too (gathered layer by layer when needed)
     rcsel  selective recomputation (attention scores recomputed), rcfull: every layer recomputed
 
-Layers go to stages as evenly as they divide; the remainder goes to the middle stages first, because
-the first stage also holds the embedding and the last the head (BLOOM's 5+6*10+5 split of 70 layers,
-Llama 3's 7+8*14+7 of 126).
+Layers go to stages as the engine cuts them (``stage_layers``, pipeline/partition.py): hpcpar's
+engine evenly with the remainder on the first stages, the published engines with the remainder on the
+middle stages first, because the first stage also holds the embedding and the last the head (BLOOM's
+5+6*10+5 split of 70 layers, Llama 3's 7+8*14+7 of 126).
 """
 from dataclasses import dataclass, replace
 from functools import lru_cache
 
+from hpcpar.pipeline.partition import partition
 from hpcpar.pipeline.schedules import SCHEDULES
 from hpcpar.runtime import UsageError
 
@@ -106,12 +108,7 @@ def parse_layout(text):
 
 
 @lru_cache(maxsize=None)
-def stage_layers(layers, pp):
-    """Layers per stage: l // p each, the l % p extra ones to the middle stages first."""
-    base, extra = divmod(layers, pp)
-    counts = [base] * pp
-    # fill from the middle outwards so the end stages (embedding, head) get the fewest
-    order = sorted(range(pp), key=lambda i: (abs(i - (pp - 1) / 2), i))
-    for i in order[:extra]:
-        counts[i] += 1
-    return tuple(counts)
+def stage_layers(layers, pp, method="ends-light"):
+    """Layers per pipeline stage as an engine cuts them (pipeline/partition.py's ``method``: hpcpar's
+    engine "uniform", the published engines "ends-light" - ``Engine.partition``)."""
+    return tuple(len(r) for r in partition(layers, pp, method))

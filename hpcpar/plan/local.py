@@ -26,7 +26,7 @@ One step of a layout, on the rank that finishes last:
 * rest: cpu.py's time outside the actions for the rank's micro-batches and parameters.
 """
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from hpcpar.pipeline.schedules import KINDS, build
 from hpcpar.plan.bubble import simulate_pipeline
@@ -34,8 +34,7 @@ from hpcpar.plan.cpu import CpuCosts, Pass
 from hpcpar.plan.hardware import load_hardware
 from hpcpar.plan.job import Engine, Job
 from hpcpar.plan.layout import Layout
-from hpcpar.plan.memory import stage_params
-from hpcpar.plan.models import ModelShape
+from hpcpar.plan.memory import memory_per_stage, stage_params
 from hpcpar.runtime import UsageError
 
 DTYPES = {"float32": "fp32", "float64": "fp64"}
@@ -77,11 +76,29 @@ class LocalEstimate:
         return per_mb * self.microbatches
 
 
-def engine_shape(cfg, name):
-    """The planner's ModelShape of an engine GPTConfig; a vocabulary of 0 is the synthetic language's."""
+def train_partition():
+    """How an hpcpar train run cuts layers into stages by default (its --partition; Engine's default
+    is the published engines' cut)."""
     from hpcpar.config import TrainConfig
-    return ModelShape(name, cfg.n_layer, cfg.d_model, cfg.n_head, cfg.vocab_size or TrainConfig().synthetic_vocab,
-                      ffn=cfg.d_ff, tied=cfg.tied)
+    return TrainConfig().partition
+
+
+def engine_shape(cfg, name):
+    """The shape of an engine GPTConfig - the engine's own (``GPTConfig.shape``, from the architecture
+    registry), named; a vocabulary of 0 is the synthetic language's."""
+    from hpcpar.config import TrainConfig
+    return replace(cfg.shape, name=name, vocab=cfg.vocab_size or TrainConfig().synthetic_vocab)
+
+
+def zero_stage(train_cfg):
+    """The ZeRO stage 0-3 of an hpcpar train configuration (its option is ZeRO-1 on or off)."""
+    return int(train_cfg.zero1)
+
+
+def recompute_policy(train_cfg):
+    """The planner's recomputation of an hpcpar train configuration: --recompute recomputes whole
+    blocks, --recompute-attention the attention probabilities (selective)."""
+    return "full" if train_cfg.recompute else "selective" if train_cfg.recompute_attention else "none"
 
 
 def engine_costs(hw, dtype):
@@ -108,8 +125,11 @@ def all_reduce_seconds(hw, sizes, elem_bytes):
 
 
 def predict_local(profile, model="tiny", tp=1, pp=1, dp=1, schedule="1f1b", microbatches=0, chunks=0,
-                  batch_size=16, dtype="float32", bucket_mb=4.0):
-    """The LocalEstimate of one ``hpcpar train`` step with these flags (same names and defaults)."""
+                  batch_size=16, dtype="float32", bucket_mb=4.0, cp=1, recompute="none", zero=0):
+    """The LocalEstimate of one ``hpcpar train`` step with these flags (same names and defaults;
+    ``recompute`` and ``zero`` as the planner reads them: recompute_policy, zero_stage).  cp, the
+    recomputation and ZeRO are part of the layout and of its memory; the CPU time model has no term
+    for them (the times are those of the run without them)."""
     from hpcpar.nn.gpt import PRESETS
     from hpcpar.pipeline.partition import partition
     if model not in PRESETS or dtype not in DTYPES or schedule not in SCHEDULES:
@@ -122,16 +142,16 @@ def predict_local(profile, model="tiny", tp=1, pp=1, dp=1, schedule="1f1b", micr
     hw = load_hardware(profile)
     costs = engine_costs(hw, dtype)
     m, v = microbatches or pp, chunks or KINDS[schedule].default_chunks
-    ranks = tp * pp * dp
+    ranks = tp * cp * pp * dp
     job = Job(engine_shape(preset, model), hw, ranks, ranks, batch_size, seq_len, dtype=DTYPES[dtype],
-              engine=Engine(bucket_bytes=bucket_mb * 2**20))
+              engine=Engine(bucket_bytes=bucket_mb * 2**20, partition=train_partition()))
     if batch_size % (dp * m):
         raise UsageError(f"batch {batch_size} does not divide into dp x micro-batches = {dp} x {m}")
-    layout = Layout(tp, pp, dp, batch_size // (dp * m), v, schedule)
+    layout = Layout(tp, pp, dp, batch_size // (dp * m), v, schedule, recompute, zero, cp=cp)
     reason = job.check(layout)
     if reason:
         raise UsageError(reason)
-    ranges = partition(job.model.layers, pp * v, "uniform")
+    ranges = partition(job.model.layers, pp * v, job.engine.partition)
     held = build(schedule, pp, m, v).holders()        # virtual stage -> (rank, chunk): the schedule's placement
     out = []
     for s, blocks in enumerate(ranges):
@@ -152,7 +172,7 @@ def predict_local(profile, model="tiny", tp=1, pp=1, dp=1, schedule="1f1b", micr
                                    + grad_bytes / (e["dp_GBps"] * 1e9))
     rest = costs.rest_seconds(m * v, params)
     flags = dict(model=model, dtype=dtype, tp=tp, pp=pp, dp=dp, schedule=schedule, microbatches=m,
-                 batch_size=batch_size)
+                 batch_size=batch_size, cp=cp, recompute=recompute, zero=zero)
     return LocalEstimate(flags, costs, job, layout, m, out, (F, B), p2p, pipe, dp_time, rest, params,
                          pipe.makespan + dp_time + rest)
 
@@ -196,6 +216,10 @@ def explain_local(est):
     lines = [f"LOCAL hpcpar train --model {f['model']} --dtype {f['dtype']} --batch-size {f['batch_size']}: "
              f"tp {lay.tp} x pp {lay.pp} x dp {lay.dp}, {lay.schedule}, {m} micro-batch(es) of {lay.mb} x "
              f"{job.seq_len} tokens",
+             f"LAYOUT {lay}: cp {lay.cp}, recomputation {lay.recompute}, ZeRO stage {lay.zero}"
+             + (" (in the memory below; the CPU time model has no term for them)"
+                if (lay.cp, lay.recompute, lay.zero) != (1, "none", 0) else ""),
+             f"MEMORY {max(memory_per_stage(job, lay)) / 1e6:.2f} MB on the fullest rank (memory.py)",
              "",
              f"ONE PASS of a micro-batch, N = {lay.mb * job.seq_len} tokens, through stage {slow.stage}"
              + (f" chunk {slow.chunk}" if lay.v > 1 else "") + f" ({p.blocks} block(s){ends}) on 1 of {lay.tp} "

@@ -38,14 +38,16 @@ def measure_peak(cfg, comm):
 
 
 def planner_view(trainer_cfg, model_cfg):
-    """(Job, Layout) of an hpcpar train run for memory.py (the hardware plays no part in memory)."""
-    from hpcpar.plan.local import engine_shape
+    """(Job, Layout) of an hpcpar train run for memory.py (the hardware plays no part in memory): every
+    option of the run that changes its memory - cp, the recomputation, the ZeRO stage - in the layout."""
+    from hpcpar.plan.local import engine_shape, recompute_policy, train_partition, zero_stage
     c = trainer_cfg
-    job = Job(engine_shape(model_cfg, c.model), None, c.tp * c.pp * c.dp, c.tp * c.pp * c.dp, c.batch_size,
-              model_cfg.seq_len, dtype=DTYPES[c.dtype], engine=Engine())
+    ranks = c.tp * c.cp * c.pp * c.dp
+    job = Job(engine_shape(model_cfg, c.model), None, ranks, ranks, c.batch_size, model_cfg.seq_len,
+              dtype=DTYPES[c.dtype], engine=Engine(partition=train_partition()))
     layout = Layout(c.tp, c.pp, c.dp, mb=c.batch_size // (c.dp * c.microbatches), v=c.chunks,
-                    schedule=c.schedule, recompute="full" if c.recompute else "none", zero=int(c.zero1),
-                    sp=c.sequence_parallel)
+                    schedule=c.schedule, recompute=recompute_policy(c), zero=zero_stage(c),
+                    sp=c.sequence_parallel, cp=c.cp)
     return job, layout
 
 

@@ -48,9 +48,10 @@ Three terms no formula of the papers has, each explicit:
                            of what must fit: on a failed allocation the allocator releases its
                            cache and retries (Estimate.fits leaves it out)
 """
+from dataclasses import dataclass
+
 from hpcpar.pipeline.schedules import KINDS
 from hpcpar.plan.flops import kv_heads_per_rank
-from hpcpar.plan.layout import stage_layers
 from hpcpar.plan.network import cp_chunk_bytes
 
 MASK_BYTES = 1    # a dropout mask element
@@ -73,17 +74,11 @@ def state_bytes_per_param(job, zero=0, shard=1):
 
 
 def stage_params(job, layout, stage):
-    """Parameters held by one rank of pipeline stage ``stage`` (before ZeRO)."""
-    m, t = job.model, layout.tp
-    layers = stage_layers(m.layers, layout.pp)[stage]
-    count = layers * m.layer_params() / t
-    if stage == 0:
-        count += m.vocab * m.hidden / t + (job.seq_len * m.hidden if m.positions == "learned" else 0)
-    if stage == layout.pp - 1:
-        count += (2 if m.biases else 1) * m.hidden          # final norm
-        if not m.tied or layout.pp > 1:                     # the output layer (a copy of a tied embedding)
-            count += m.vocab * m.hidden / t
-    return count
+    """Parameters held by one rank of pipeline stage ``stage`` (before ZeRO): the model shape's count
+    (hpcpar/shape.py) for the layers the engine puts there; a tied head on a later stage is a copy."""
+    m, last = job.model, stage == layout.pp - 1
+    return m.stage_params(job.stage_layers(layout)[stage], stage == 0, last, job.seq_len,
+                          own_head=not m.tied or layout.pp > 1, tp=layout.tp)
 
 
 def tokens_per_rank(job, layout):
@@ -189,21 +184,44 @@ def workspace_bytes(job, layout):
     return max(attention, mlp) + job.engine.gemm_workspace_bytes
 
 
-def stage_memory(job, layout, stage, inflight):
-    """Memory terms (bytes) on one rank of ``stage`` holding ``inflight`` chunk-forwards at its peak."""
+@dataclass(frozen=True)
+class LayoutMemory:
+    """What every stage of a layout shares, computed once per layout (the search asks for every stage)."""
+    state: tuple           # (weights, gradients, optimizer) bytes per parameter under the layout's ZeRO
+    gradient: float        # bytes of one unsharded gradient element
+    per_layer: float       # activation bytes one layer keeps per micro-batch
+    working_set: float     # full recomputation: one layer's whole set, rebuilt for its backward
+    fsdp_units: float
+    comm: float
+    workspace: float
+
+
+def layout_memory(job, layout):
+    lay = layout
+    return LayoutMemory(state_bytes_per_param(job, lay.zero, lay.shard), state_bytes_per_param(job)[1],
+                        layer_activation_bytes(job, lay),
+                        sum(layer_activation_terms(job, lay).values()) if lay.recompute == "full" else 0.0,
+                        fsdp_unit_bytes(job, lay) if lay.zero >= 3 else 0.0,
+                        comm_buffer_bytes(job, lay), workspace_bytes(job, lay))
+
+
+def stage_memory(job, layout, stage, inflight, shared=None):
+    """Memory terms (bytes) on one rank of ``stage`` holding ``inflight`` chunk-forwards at its peak;
+    ``shared``: the layout's LayoutMemory, if the caller has it."""
     m, lay = job.model, layout
+    shared = shared or layout_memory(job, lay)
     params = stage_params(job, lay, stage)
-    w, g, o = state_bytes_per_param(job, lay.zero, lay.shard)
-    layers = stage_layers(m.layers, lay.pp)[stage]
-    chunk = layer_activation_bytes(job, lay) * layers / lay.v
+    w, g, o = shared.state
+    layers = job.stage_layers(lay)[stage]
+    chunk = shared.per_layer * layers / lay.v
     terms = {"weights": params * w, "gradients": params * g, "optimizer state": params * o}
     if lay.zero >= 3 and keeps_stage_gathered(job, lay):
-        terms["FSDP gathered stage"] = params * (job.elem_bytes + state_bytes_per_param(job)[1])
+        terms["FSDP gathered stage"] = params * (job.elem_bytes + shared.gradient)
     elif lay.zero >= 3:
-        terms["FSDP gathered units"] = fsdp_unit_bytes(job, lay)
+        terms["FSDP gathered units"] = shared.fsdp_units
     terms["activations"] = chunk * inflight
     if lay.recompute == "full":   # the layer being back-propagated holds its full set again
-        terms["recompute working set"] = sum(layer_activation_terms(job, lay).values())
+        terms["recompute working set"] = shared.working_set
     sbh = tokens_per_rank(job, lay) * m.hidden / (lay.tp if lay.sp else 1)
     if stage == 0 and m.dropout:   # the embedding's dropout mask, per micro-batch in flight
         terms["embedding dropout"] = sbh * MASK_BYTES * inflight
@@ -214,9 +232,9 @@ def stage_memory(job, layout, stage, inflight):
         logits = max(job.engine.loss_bytes_per_logit, job.elem_bytes) * tokens_per_rank(job, lay) * m.vocab / lay.tp
         terms["head and logits"] = (2 * sbh * job.elem_bytes + logits) * at_once
     if lay.zero in (1, 2) and job.engine.shard_grad_buffer:
-        terms["ZeRO gradient shard"] = params * state_bytes_per_param(job)[1] / lay.shard
-    terms["communication buffers"] = comm_buffer_bytes(job, lay)
-    terms["workspace"] = workspace_bytes(job, lay)
+        terms["ZeRO gradient shard"] = params * shared.gradient / lay.shard
+    terms["communication buffers"] = shared.comm
+    terms["workspace"] = shared.workspace
     dynamic = sum(v for k, v in terms.items() if k not in STATE_TERMS)
     if job.engine.allocator_cache:
         terms[ALLOCATOR_CACHE] = job.engine.allocator_cache * dynamic
@@ -228,4 +246,5 @@ def memory_per_stage(job, layout, inflight=None):
     p, mb = layout.pp, job.micro_batches(layout)
     if inflight is None:
         inflight = [analytic_inflight(layout.schedule, p, mb, layout.v, i) for i in range(p)]
-    return [sum(stage_memory(job, layout, i, inflight[i]).values()) for i in range(p)]
+    shared = layout_memory(job, layout)
+    return [sum(stage_memory(job, layout, i, inflight[i], shared).values()) for i in range(p)]

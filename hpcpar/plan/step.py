@@ -23,14 +23,14 @@
 MFU = model FLOPs (no recomputation) / (step * GPUs * peak); HFU counts the recomputed FLOPs too.
 """
 from dataclasses import dataclass
+from functools import cached_property
 
 from hpcpar.pipeline.schedules import KINDS
 from hpcpar.plan.bubble import PipelineResult, analytic_makespan, simulate_pipeline
 from hpcpar.plan.compute import layer_times, stage_times, tp_comm_seconds
 from hpcpar.plan.flops import step_flops
-from hpcpar.plan.layout import stage_layers
-from hpcpar.plan.memory import (ALLOCATOR_CACHE, analytic_inflight, keeps_stage_gathered, stage_memory,
-                                stage_params, state_bytes_per_param)
+from hpcpar.plan.memory import (ALLOCATOR_CACHE, analytic_inflight, keeps_stage_gathered, layout_memory,
+                                stage_memory, stage_params, state_bytes_per_param)
 from hpcpar.plan.network import dp_gradient_seconds, p2p_seconds, shard_seconds
 
 
@@ -46,9 +46,24 @@ class Estimate:
     dp_total: float            # DP gradient traffic of the critical stage, seconds
     dp_exposed: float          # the part of it the step waits for
     optimizer: float
-    comm: float                # seconds of the step spent in communication (TP, CP, p2p, DP, FSDP)
+    comm_off_pipeline: float   # seconds of communication outside the p2p messages (TP, CP, DP, FSDP)
     step: float
     fsdp: tuple = (0.0, 0.0)   # ZeRO-3 traffic of the step (total, exposed): inside the pipeline's F, B
+
+    @cached_property
+    def p2p_delay(self):
+        """What the p2p latency adds to the pipeline: the simulated makespan without it, subtracted
+        (simulated only when asked: the search ranks by step time, and the table shows a few)."""
+        lay, (F, B, W) = self.layout, self.costs
+        if not self.pipeline.simulated:
+            return 2 * (lay.pp - 1) * self.p2p
+        m = self.job.micro_batches(lay)
+        return self.pipeline.makespan - simulate_pipeline(lay.schedule, lay.pp, m, lay.v, F, B, W, 0.0).makespan
+
+    @property
+    def comm(self):
+        """Seconds of the step spent in communication (TP, CP, p2p, DP, FSDP)."""
+        return self.comm_off_pipeline + max(self.p2p_delay, 0.0)
 
     @property
     def memory_peak(self):
@@ -125,7 +140,7 @@ def fsdp_exposure(job, layout, params, compute):
 
 def stage_times_all(job, layout, lt):
     """StageTimes of every stage; the middle stages with equal layer counts are computed once."""
-    counts = stage_layers(job.model.layers, layout.pp)
+    counts = job.stage_layers(layout)
     seen, out = {}, []
     for i, n in enumerate(counts):
         key = (n, i == 0, i == layout.pp - 1)
@@ -152,18 +167,17 @@ def estimate(job, layout, simulate=True):
         F, B = F + p2p, B + p2p
     if simulate:
         pipe = simulate_pipeline(lay.schedule, lay.pp, m, lay.v, F, B, W, p2p)
-        p2p_delay = pipe.makespan - simulate_pipeline(lay.schedule, lay.pp, m, lay.v, F, B, W, 0.0).makespan
     else:
         t = analytic_makespan(lay.schedule, lay.pp, m, lay.v, F, B, W, p2p)
         peak = [analytic_inflight(lay.schedule, lay.pp, m, lay.v, i) for i in range(lay.pp)]
         pipe = PipelineResult(t, 1 - m * lay.v * (F + B + W) / t, tuple(peak), ())
-        p2p_delay = 2 * (lay.pp - 1) * p2p
     inflight = inflight_for_memory(lay, m, pipe.peak_inflight)
-    memory = [stage_memory(job, lay, i, inflight[i]) for i in range(lay.pp)]
+    shared = layout_memory(job, lay)
+    memory = [stage_memory(job, lay, i, inflight[i], shared) for i in range(lay.pp)]
     grad_total, grad_exposed = dp_exposure(job, lay, stages)
     optimizer = job.hardware.memory_seconds(2 * params * sum(state_bytes_per_param(job, lay.zero, lay.shard)))
     tp_comm = max(tp_comm_seconds(s) for s in stages) * m
     step = pipe.makespan + grad_exposed + optimizer       # the FSDP part is inside the pipeline's F and B
     return Estimate(job, lay, stages, (F, B, W), p2p, pipe, memory, grad_total, grad_exposed, optimizer,
-                    comm=tp_comm + max(p2p_delay, 0.0) + grad_exposed + fsdp_shown * m, step=step,
+                    comm_off_pipeline=tp_comm + grad_exposed + fsdp_shown * m, step=step,
                     fsdp=(fsdp_total * m, fsdp_shown * m))

@@ -13,8 +13,10 @@ Llama block: rmsnorm -> [q_proj, k_proj, v_proj: column, by heads, one input reg
              K/V heads they read, r NKV/tp .., so tp must divide NKV as well as NH
 GPT ends:    embedding -> vocab-parallel; LM head -> vocab-parallel logits and loss
 Deep MLP:    each block column + row; the input and output layers stay replicated.
+
+Which attribute of a block is cut how is the family's tensor-parallel plan (``Parts.tp`` in nn/gpt.py's
+``ARCHITECTURES``); this module only applies it.
 """
-from hpcpar.nn.block import LlamaBlock, TransformerBlock
 from hpcpar.nn.gpt import GPT
 from hpcpar.nn.linear import Projections
 from hpcpar.runtime import UsageError
@@ -47,18 +49,16 @@ def parallelize(stage, comm, sequence_parallel=False):
     if comm.size == 1:
         return stage
     sp = sequence_parallel
+    parts = stage.cfg.parts if isinstance(stage, GPT) else None      # the family's plan (nn/gpt.py)
     for block in stage.blocks:
-        if isinstance(block, LlamaBlock):
-            cut(block.attn, comm, sp, columns=("qkv",), rows=("o_proj",))
-            cut(block.mlp, comm, sp, columns=("gate_up",), rows=("down_proj",))
-        elif isinstance(block, TransformerBlock):
-            cut(block.attn, comm, sp, columns=("c_attn",), rows=("c_proj",), groups=3)
-            block.attn.head_offset = comm.rank * block.attn.n_head // comm.size
-            cut(block.mlp, comm, sp, columns=("c_fc",), rows=("c_proj",))
-        else:
+        if parts is None:                                             # the deep MLP's block
             cut(block, comm, sp, columns=("c_fc",), rows=("c_proj",))
-        if isinstance(block, TransformerBlock):
-            replicate(block.ln_1.parameters() + block.ln_2.parameters(), comm, sp)
+            continue
+        for c in parts.tp:
+            cut(getattr(block, c.module), comm, sp, columns=c.columns, rows=c.rows, groups=c.groups)
+        if parts.tp_head_offset:
+            block.attn.head_offset = comm.rank * block.attn.n_head // comm.size
+        replicate([p for name in parts.tp_replicated for p in getattr(block, name).parameters()], comm, sp)
     if isinstance(stage, GPT):
         if stage.embed is not None:
             stage.embed = VocabParallelEmbedding(stage.embed, comm, sp)

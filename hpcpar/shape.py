@@ -1,0 +1,154 @@
+"""A model's shape: the numbers that decide its parameters, FLOPs and memory - one arithmetic for the
+engine (nn/gpt.py's counts, pipeline/partition.py's cuts, flops.py) and the planner (hpcpar/plan).
+
+The engine builds its shape from the architecture registry (``GPTConfig.shape``, nn/gpt.py's
+``ARCHITECTURES``); the planner reads one from a TOML file or a dims string (plan/models.py).  Either
+way the same methods count.  Parameters of a pre-norm transformer block (h hidden, a heads of size
+d = h/a, kv key/value heads, f the MLP width)::
+
+    attention  h*(h + 2*kv*d)  Q, K, V  +  h*h  output          (kv = a without grouped-query attention)
+    MLP        2*h*f, or 3*h*f for a gated MLP (SwiGLU: gate, up, down)
+    experts    instead of one MLP: the router h*E, E MLPs, the shared experts (one MLP S*f wide), the
+               balancing bias E; a token's FLOPs go through the router and k + S MLPs (active, not total)
+    biases     (h + 2*kv*d) + h + f (2f gated) + h             (GPT-2; Llama has none)
+    norms      two per block: 2h each for LayerNorm (weight and shift), h for RMSNorm (weight)
+
+so a GPT-2 block holds 12h^2 + 13h parameters, and the whole model
+P = 12*l*h^2 * (1 + 13/(12h) + (V + s)/(12*l*h)) with tied embeddings and learned positions.
+
+Forward FLOPs per token of one block (Narayanan et al. 2021, eq. 3, generalised): 2 per weight of its
+GEMMs, 2 * (h*(h + 2*kv*d) + h*h + (2 or 3)*h*f), plus 4*s*h for the attention core (QK^T and PV over
+all a heads after the K/V repeat); the head 2*h*V.  A training step is 3 forwards.
+"""
+from dataclasses import dataclass, field
+
+from hpcpar.runtime import UsageError
+
+NORM_VECTORS = {"layernorm": 2, "rmsnorm": 1}      # parameter vectors of h per normalisation
+
+
+@dataclass(frozen=True)
+class ModelShape:
+    name: str
+    layers: int
+    hidden: int
+    heads: int
+    vocab: int
+    kv_heads: int = 0            # 0: as many as heads (no grouped-query attention)
+    ffn: int = 0                 # 0: 4 * hidden
+    gated: bool = False          # SwiGLU-style MLP: three matrices instead of two
+    tied: bool = True            # the LM head reuses the token embedding
+    positions: str = "learned"   # "learned" (a table of positions x h) or "rotary"/"alibi" (none)
+    biases: bool = True          # GPT has biases; Llama-style models do not
+    norm: str = ""               # "layernorm" or "rmsnorm"; "": LayerNorm with biases, RMSNorm without
+    dropout: bool = False        # dropout stores a 1-byte mask per element it touches
+    experts: int = 0             # routed experts per block (a mixture of experts), each an MLP of width ffn
+    top_k: int = 0               # routed experts a token goes through
+    shared_experts: int = 0      # experts every token goes through: one MLP shared_experts * ffn wide
+    expert_bias: bool = False    # the auxiliary-loss-free balancing bias (one number per expert)
+    source: str = ""
+    _layer: int = field(init=False, repr=False, compare=False, default=0)   # layer_params, counted once
+
+    def __post_init__(self):
+        for f in ("layers", "hidden", "heads"):
+            if not isinstance(getattr(self, f), int) or getattr(self, f) < 1:
+                raise UsageError(f"model {self.name}: {f} must be a positive integer")
+        if not isinstance(self.vocab, int) or self.vocab < 0:
+            raise UsageError(f"model {self.name}: vocab must be a non-negative integer (0: from the data)")
+        if self.hidden % self.heads:
+            raise UsageError(f"model {self.name}: hidden {self.hidden} is not divisible by heads {self.heads}")
+        object.__setattr__(self, "kv_heads", self.kv_heads or self.heads)
+        object.__setattr__(self, "ffn", self.ffn or 4 * self.hidden)
+        object.__setattr__(self, "norm", self.norm or ("layernorm" if self.biases else "rmsnorm"))
+        if self.heads % self.kv_heads:
+            raise UsageError(f"model {self.name}: heads {self.heads} not divisible by kv_heads {self.kv_heads}")
+        if self.norm not in NORM_VECTORS:
+            raise UsageError(f"model {self.name}: norm {self.norm!r} (use {' or '.join(NORM_VECTORS)})")
+        object.__setattr__(self, "_layer", self._count_layer())
+
+    @property
+    def head_dim(self):
+        return self.hidden // self.heads
+
+    @property
+    def qkv_width(self):
+        """Output width of the Q, K, V projections together: h for queries, kv*d each for keys and values."""
+        return self.hidden + 2 * self.kv_heads * self.head_dim
+
+    @property
+    def mlp_matrices(self):
+        return 3 if self.gated else 2
+
+    # --- parameters ----------------------------------------------------------------------------
+
+    def norm_params(self):
+        """One normalisation: LayerNorm's weight and shift, or RMSNorm's weight."""
+        return NORM_VECTORS[self.norm] * self.hidden
+
+    def layer_params(self):
+        """Parameters of one transformer block."""
+        return self._layer
+
+    def _count_layer(self):
+        h = self.hidden
+        attention = h * self.qkv_width + h * h + (self.qkv_width + h if self.biases else 0)
+        return attention + self.feed_forward_params() + 2 * self.norm_params()
+
+    def mlp_params(self, width=None):
+        """One MLP of ``width`` (default ffn): its matrices, and with biases one per column-side output
+        (f each) and the output's h."""
+        h, f = self.hidden, width or self.ffn
+        return self.mlp_matrices * h * f + ((self.mlp_matrices - 1) * f + h if self.biases else 0)
+
+    def feed_forward_params(self):
+        """The block's MLP, or its mixture of experts (module docstring)."""
+        if not self.experts:
+            return self.mlp_params()
+        shared = self.mlp_params(self.shared_experts * self.ffn) if self.shared_experts else 0
+        return self.hidden * self.experts + self.experts * self.mlp_params() + shared \
+            + (self.experts if self.expert_bias else 0)
+
+    def token_params(self):
+        """The (V, h) token embedding, and an output projection of its own."""
+        return self.vocab * self.hidden
+
+    def position_params(self, positions):
+        """A learned table of ``positions`` rows (none for rotary or ALiBi positions)."""
+        return positions * self.hidden if self.positions == "learned" else 0
+
+    def embedding_params(self, positions):
+        return self.token_params() + self.position_params(positions)
+
+    def head_params(self, own_weight=None):
+        """Final norm, plus the output projection when it is not the token embedding (default: untied)."""
+        own = not self.tied if own_weight is None else own_weight
+        return self.norm_params() + (self.token_params() if own else 0)
+
+    def params(self, positions):
+        return self.layers * self.layer_params() + self.embedding_params(positions) + self.head_params()
+
+    def stage_params(self, blocks, first, last, positions, own_head, tp=1):
+        """Parameters on one rank of a pipeline stage of ``blocks`` blocks that holds the embedding
+        (``first``) and/or the head (``last``; ``own_head``: its projection is a matrix of its own, or a
+        copy of the tied embedding on another stage).  Over tp ranks the blocks and the vocabulary are
+        cut; position table and final norm are whole on every rank."""
+        count = blocks * self.layer_params() / tp
+        if first:
+            count += self.token_params() / tp + self.position_params(positions)
+        if last:
+            count += self.norm_params() + (self.token_params() / tp if own_head else 0)
+        return count
+
+    # --- FLOPs ---------------------------------------------------------------------------------
+
+    def block_forward_flops(self, seq_len):
+        """Forward FLOPs of one block per token (module docstring)."""
+        h, f = self.hidden, self.ffn
+        mlp = self.mlp_matrices * h * f
+        if self.experts:                    # the router, and the MLPs a token goes through
+            mlp = h * self.experts + (self.top_k + self.shared_experts) * mlp
+        return 2 * (h * self.qkv_width + h * h + mlp) + 4 * seq_len * h
+
+    def head_forward_flops(self):
+        """Forward FLOPs of the output projection per token."""
+        return 2 * self.hidden * self.vocab

@@ -1,0 +1,100 @@
+"""One model arithmetic for engine and planner (hpcpar/shape.py), and no family test outside the registry.
+
+For every engine preset (GPT-2 and Llama) the planner's view of a run - the shape it builds from the
+run's GPTConfig, its parameters per block and per pipeline stage, its FLOPs per block, its stage split
+- is held to the engine's: the parameter arrays the engine really allocates (counted, not computed), its
+FLOP count, its partition.  The MLP model's stages are cut by the same partition.  Pure: no MPI.
+"""
+import re
+from pathlib import Path
+
+import pytest
+
+from hpcpar.config import TrainConfig, check
+from hpcpar.flops import gpt_block_forward_flops, gpt_head_forward_flops
+from hpcpar.nn.gpt import GPT, PRESETS, preset
+from hpcpar.nn.mlp_model import MLPConfig, MLPModel
+from hpcpar.pipeline.partition import partition
+from hpcpar.plan.flops import layer_gemms, logits_gemm
+from hpcpar.plan.memory import stage_params
+from hpcpar.plan.measured import planner_view
+
+ROOT = Path(__file__).resolve().parent.parent
+LAYERS = 6
+
+
+def engine_cfg(name):
+    """The preset with 6 layers and a small vocabulary (GPT-2's 50257 rows would only cost time)."""
+    return preset(name, n_layer=LAYERS, vocab_size=PRESETS[name].vocab_size and 256 or 32)
+
+
+def run(world=1, **flags):
+    """An hpcpar train configuration as checked for ``world`` ranks (dp, micro-batches, chunks filled in)."""
+    return check(TrainConfig(**flags), world)
+
+
+def arrays(params):
+    return sum(p.data.size for p in params)
+
+
+@pytest.mark.parametrize("name", list(PRESETS))
+def test_planner_counts_a_block_as_the_engine_allocates_it(name):
+    cfg = engine_cfg(name)
+    job, _ = planner_view(run(model=name), cfg)
+    block = GPT(cfg, layers=[0], first=False, last=False).blocks[0]
+    assert job.model.layer_params() == arrays(block.parameters()) == cfg.block_params()
+    per_token = sum(g.flops for g in layer_gemms(job.model, 1, cfg.seq_len, 1)) / cfg.seq_len
+    assert per_token == gpt_block_forward_flops(cfg)
+    assert logits_gemm(job.model, 1, cfg.seq_len, 1).flops / cfg.seq_len == gpt_head_forward_flops(cfg)
+
+
+@pytest.mark.parametrize("name", list(PRESETS))
+@pytest.mark.parametrize("pp", [1, 2, 4])
+def test_planner_stages_are_the_engines(name, pp):
+    """6 layers on pp 4: the engine cuts [2, 2, 1, 1], and so does the planner; each stage's parameters
+    (the tied embedding's copy on the last stage included) are the arrays the engine holds there."""
+    cfg = engine_cfg(name)
+    job, layout = planner_view(run(pp, model=name, pp=pp, batch_size=4 * pp), cfg)
+    ranges = partition(cfg.n_layer, pp, TrainConfig().partition, cfg)
+    assert list(job.stage_layers(layout)) == [len(r) for r in ranges]
+    for s, blocks in enumerate(ranges):
+        stage = GPT(cfg, layers=blocks, first=s == 0, last=s == pp - 1)
+        assert stage_params(job, layout, s) == arrays(stage.parameters())
+
+
+def test_six_layers_on_four_stages():
+    job, layout = planner_view(run(4, model="llama-tiny", pp=4), engine_cfg("llama-tiny"))
+    assert job.stage_layers(layout) == (2, 2, 1, 1)
+    assert job.model.layer_params() == 46_208
+
+
+def test_the_mlp_model_is_cut_by_the_same_partition():
+    cfg = MLPConfig(n_layer=LAYERS)
+    job, layout = planner_view(run(4, model="tiny", pp=4), engine_cfg("tiny"))
+    ranges = partition(cfg.n_layer, 4, TrainConfig().partition, cfg)
+    assert [len(MLPModel(cfg, layers=r, first=i == 0, last=i == 3).blocks) for i, r in enumerate(ranges)] \
+        == list(job.stage_layers(layout))
+
+
+def test_a_run_keeps_cp_recomputation_and_zero_as_the_planner_sees_it():
+    cfg = engine_cfg("tiny")
+    _, layout = planner_view(run(4, model="tiny", cp=2, recompute_attention=True, zero1=True), cfg)
+    assert (layout.cp, layout.recompute, layout.zero) == (2, "selective", 1)
+    assert "-cp2" in str(layout) and "-z1" in str(layout) and "-rcsel" in str(layout)
+    _, layout = planner_view(run(model="tiny", recompute=True), cfg)
+    assert (layout.cp, layout.recompute, layout.zero) == (1, "full", 0)
+
+
+# Family names and block classes may be tested only where the family is defined (the registry) or
+# where its files are read (checkpoint/gpt2.py and llama.py, chosen through checkpoint/hf.FAMILIES).
+FAMILY_TEST = re.compile(r"""(==|!=)\s*["'](gpt2|llama)["']|["'](gpt2|llama)["']\s*(==|!=)"""
+                         r"""|startswith\(["'](gpt2|llama)|\bif\b[^:]*\bin\s*\(\s*["'](gpt2|llama)["']\s*,"""
+                         r"""|isinstance\([^)]*\b(LlamaBlock|TransformerBlock)\b""")
+REGISTRY = {"hpcpar/nn/gpt.py", "hpcpar/checkpoint/gpt2.py", "hpcpar/checkpoint/llama.py"}
+
+
+def test_no_family_test_outside_the_registry():
+    found = [f"{path.relative_to(ROOT)}:{i}: {line.strip()}"
+             for path in sorted((ROOT / "hpcpar").rglob("*.py")) if str(path.relative_to(ROOT)) not in REGISTRY
+             for i, line in enumerate(path.read_text().splitlines(), 1) if FAMILY_TEST.search(line)]
+    assert not found, "a family trait belongs in nn/gpt.py's ARCHITECTURES:\n" + "\n".join(found)
