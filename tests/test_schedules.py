@@ -13,9 +13,8 @@ VARIANTS = [(name, v) for name in SCHEDULES
 
 
 def every_size(name, v, forward_only=False):
-    least = KINDS[name].min_microbatches or (lambda p: 1)
     for p in range(1, 9):
-        for m in range(least(p), 17):
+        for m in range(KINDS[name].fewest_microbatches(p), 17):
             yield build(name, p, m, v, forward_only)
 
 

@@ -303,6 +303,9 @@ class Kind:
     placement: object = virtual_stage   # (rank, chunk, p) -> virtual stage
     min_microbatches: object = None     # p -> the fewest micro-batches its order is written for
 
+    def fewest_microbatches(self, stages):
+        return self.min_microbatches(stages) if self.min_microbatches else 1
+
     @property
     def v_shape(self):
         """Two chunks per rank, placed as a V (exactly two: the V has two arms)."""
@@ -331,7 +334,7 @@ def build(name, stages, microbatches, chunks=1, forward_only=False):
         raise ValueError(f"the {name} schedule needs chunks >= 2 (with 1 chunk it is 1f1b)")
     if kind.v_shape and chunks != 2:
         raise ValueError(f"the {name} schedule places exactly 2 chunks per rank as a V, got chunks = {chunks}")
-    least = kind.min_microbatches(stages) if kind.min_microbatches else 1
+    least = kind.fewest_microbatches(stages)
     if microbatches < least:
         raise ValueError(f"the {name} schedule needs at least {least} micro-batches on {stages} stages "
                          f"(its warm-up alone runs that many), got {microbatches}")
