@@ -48,7 +48,12 @@ class Costs:
 
 
 class DeadlockError(Exception):
-    """No rank can take its next instruction; the message names each stuck rank and why."""
+    """No rank can take its next instruction; the message names each stuck rank and why.
+    ``stopped``: the index of the instruction each rank stands at (its list's length if done)."""
+
+    def __init__(self, message, stopped=()):
+        super().__init__(message)
+        self.stopped = list(stopped)
 
 
 @dataclass
@@ -102,7 +107,7 @@ class SimResult:
             f"peak in-flight micro-batches (activations held for backward): {peak}"])
 
 
-def _message(rank, action, schedule):
+def message_key(rank, action, schedule):
     """Key matching a SEND with its RECV: (kind, mb, source rank, target rank, target stage)."""
     kind = action.op[-1]
     s = schedule.stage(rank, action.chunk)
@@ -144,15 +149,15 @@ def simulate(schedule, costs=Costs(), blocking_sends=False, program=None):
             # rendezvous: both sides leave together once both have arrived and the data has flown
             other = waiting(a.peer, ("RECV_F", "RECV_B") if a.op.startswith("SEND") else
                             ("SEND_F", "SEND_B"))
-            if other is None or _message(a.peer, other, schedule) != _message(r, a, schedule):
+            if other is None or message_key(a.peer, other, schedule) != message_key(r, a, schedule):
                 return False
             sender = r if a.op.startswith("SEND") else a.peer
             clock[r] = clock[a.peer] = max(clock[r], clock[a.peer]) + rank_costs[sender].latency
             pc[a.peer] += 1
         elif a.op.startswith("SEND"):
-            arrival[_message(r, a, schedule)] = clock[r] + rank_costs[r].latency
+            arrival[message_key(r, a, schedule)] = clock[r] + rank_costs[r].latency
         else:
-            key = _message(r, a, schedule)
+            key = message_key(r, a, schedule)
             if key not in arrival:
                 return False
             clock[r] = max(clock[r], arrival.pop(key))
@@ -166,7 +171,7 @@ def simulate(schedule, costs=Costs(), blocking_sends=False, program=None):
             while pc[r] < len(program[r]) and step(r):
                 progress = True
     if any(pc[r] < len(program[r]) for r in range(p)) or arrival:
-        raise DeadlockError(_explain(schedule, program, pc, arrival))
+        raise DeadlockError(_explain(schedule, program, pc, arrival), pc)
 
     makespan = max(clock)
     busy = [sum(e.end - e.start for e in evs) for evs in events]
@@ -204,10 +209,10 @@ def _explain(schedule, program, pc, arrival):
     waits_for = {}
     for r in stuck:
         a = program[r][pc[r]]
-        key = _message(r, a, schedule)
+        key = message_key(r, a, schedule)
         later = program[a.peer][pc[a.peer]:] if 0 <= a.peer < p else []
         partner = ("SEND_" if a.op.startswith("RECV") else "RECV_") + a.op[-1]
-        if not any(b.op == partner and _message(a.peer, b, schedule) == key for b in later):
+        if not any(b.op == partner and message_key(a.peer, b, schedule) == key for b in later):
             verb = "sends it" if partner.startswith("SEND") else "receives it"
             lines.append(f"  rank {r} waits at instruction #{pc[r]} {a}: no matching "
                          f"{partner} anywhere (rank {a.peer} never {verb})")
