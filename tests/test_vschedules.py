@@ -101,3 +101,25 @@ def test_overlapped_pair_costs_fb():
     pairs = sum(a.overlap for a in build("dualpipev", 2, 8, 2).actions[0])
     assert fast.busy[0] == pytest.approx(plain.busy[0] - pairs * 1)
     assert fast.makespan < plain.makespan
+
+
+def test_cli_compare_export_load_check(tmp_path):
+    from mpitools import hpcpar, run
+    proc, _ = run(hpcpar() + ["schedule", "--stages", "4", "--microbatches", "8", "--compare", "--costs", "1,2,1"])
+    assert proc.returncode == 0, proc.stderr
+    rows = {line.split()[0]: line.split()[1:] for line in proc.stdout.splitlines()[2:8]}
+    assert set(rows) == {"gpipe", "1f1b", "interleaved", "zb-h1", "zb-v", "dualpipev"}
+    assert rows["1f1b"][0] == "44" and rows["zb-v"][:3] == ["35", "8.6%", "3"] and rows["zb-v"][3] == "4"
+    csv = tmp_path / "zbv.csv"
+    proc, _ = run(hpcpar() + ["schedule", "--stages", "2", "--microbatches", "4", "--schedule", "zb-v",
+                              "--export", str(csv)])
+    assert proc.returncode == 0 and csv.read_text().startswith("0F0,0F1,0F2,3F0,3I0,3W0,")
+    proc, _ = run(hpcpar() + ["schedule", "--load", str(csv), "--check"])
+    assert proc.returncode == 0 and "no hang" in proc.stdout
+    proc, _ = run(hpcpar() + ["schedule", "--load", str(csv), "--check", "--blocking-sends"])
+    assert proc.returncode == 1 and "refused (blocking)" in proc.stdout
+    assert "cycle of waits: rank 0 -> rank 1 -> rank 0" in proc.stdout
+    proc, _ = run(hpcpar() + ["schedule", "--stages", "4", "--microbatches", "7", "--schedule", "dualpipev"])
+    assert proc.returncode == 2
+    assert proc.stderr.strip().splitlines()[-1].endswith("needs at least 8 micro-batches on 4 stages "
+                                                         "(its warm-up alone runs that many), got 7")
