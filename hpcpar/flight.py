@@ -4,7 +4,8 @@ Every call through hpcpar.comm appends one entry to a ring buffer of fixed size 
 overwritten in turn: no allocation grows, nothing is written to disk while the job is healthy):
 
     id      number of the operation on this rank (0, 1, 2, ...)
-    op      all_reduce, all_gather, reduce_scatter, bcast, barrier, send, recv (a sendrecv: its receive)
+    op      all_reduce, all_gather, reduce_scatter, all_to_all, all_to_allv, bcast, barrier, send, recv (a
+            sendrecv: its receive)
     group   the communicator's name (tp, pp, dp, mp, embed, world)
     seq     collectives only: the how-manieth collective on that group (1, 2, ...).  Every member of a
             group calls its collectives in the same order, so "tp all-reduce #1234" is one and the

@@ -164,7 +164,8 @@ class ParallelGrid(GridLayout):
       dp_cp - every rank holding the same parameters, dp x cp of them: gradients are summed over it
             (context-parallel ranks saw other tokens of the same sequences); the dp group when cp = 1
       mp  - the model-parallel group tp x pp of one replica (global grad norm)
-      embed - first and last stage of one pipeline (tied embedding gradients); None elsewhere
+    and, on demand, ``comm_among(axis, coordinates)``: a part of one group (the pipeline ranks that hold
+    the two ends of a tied embedding - which ones, the schedule's placement says).
     """
 
     def __init__(self, tp=1, pp=1, dp=1, comm=None, order=DEFAULT_ORDER, cp=1):
@@ -178,8 +179,6 @@ class ParallelGrid(GridLayout):
         self.rank_id = comm.rank
         self.coords = c = self.coord(comm.rank)
         self.tp_rank, self.pp_rank, self.dp_rank, self.cp_rank = c.tp, c.pp, c.dp, c.cp or 0
-        self.is_first_stage = self.pp_rank == 0
-        self.is_last_stage = self.pp_rank == pp - 1
         self.prev_rank, self.next_rank = self.pipeline_neighbours(comm.rank)
         k = self.cp_rank
         # Split(color, key): ranks with equal color form a group, ordered by key.
@@ -192,14 +191,29 @@ class ParallelGrid(GridLayout):
         else:
             self.cp_comm, self.dp_cp_comm = Communicator(MPI.COMM_SELF, "cp"), self.dp_comm
         self.mp_comm = Communicator(comm.Split(c.dp * cp + k, c.pp * tp + c.tp), "mp")
-        in_embed = pp > 1 and (self.is_first_stage or self.is_last_stage)
-        embed = comm.Split(self.rank(c.tp, 0, c.dp, k) if in_embed else MPI.UNDEFINED, c.pp)
-        self.embed_comm = Communicator(embed, "embed") if in_embed else None
+        self.parts = []         # the communicators comm_among made
+
+    def comm_among(self, axis, coordinates, name):
+        """Collective over the world: a Communicator of the ranks of this rank's ``axis`` group whose
+        ``axis`` coordinate is in ``coordinates`` (ranked in that order); None on the other ranks."""
+        from mpi4py import MPI
+        from hpcpar.comm import Communicator
+        coordinates = list(coordinates)
+        mine = getattr(self.coords, axis)
+        inside = mine in coordinates
+        at = {a: getattr(self.coords, a) or 0 for a in AXES}
+        at[axis] = coordinates[0]
+        part = self.world_comm.mpi.Split(self.rank(**at) if inside else MPI.UNDEFINED,
+                                         coordinates.index(mine) if inside else 0)
+        if not inside:
+            return None
+        self.parts.append(Communicator(part, name))
+        return self.parts[-1]
 
     def communicators(self):
         comms = [self.tp_comm, self.pp_comm, self.dp_comm, self.mp_comm, self.world_comm]
         comms += [self.cp_comm, self.dp_cp_comm] if self.cp > 1 else []
-        return comms + ([self.embed_comm] if self.embed_comm else [])
+        return comms + self.parts
 
     def free(self):
         """Release the sub-communicators (tests build many grids in one job)."""

@@ -39,7 +39,8 @@ OPS_CATEGORY = {"hpcpar.ops.linear": "GEMM", "hpcpar.ops.attention": "attention"
                 "hpcpar.ops.embedding": "embedding/loss", "hpcpar.ops.cross_entropy": "embedding/loss"}
 CATEGORIES = ("GEMM", "attention", "elementwise", "embedding/loss", "optimizer", "data")
 COMM_METHODS = ("all_reduce", "all_reduce_", "iall_reduce_", "all_gather", "reduce_scatter", "ireduce_scatter",
-                "iall_gather_", "bcast_", "barrier", "send", "recv_", "isend", "irecv_", "sendrecv")
+                "all_to_all", "all_to_allv", "iall_gather_", "bcast_", "barrier", "send", "recv_", "isend", "irecv_",
+                "sendrecv")
 
 
 def op_functions():

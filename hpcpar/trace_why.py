@@ -22,7 +22,8 @@ from collections import defaultdict
 from hpcpar.flight import read_records
 
 NAMES = {"all_reduce": "all-reduce", "all_gather": "all-gather", "reduce_scatter": "reduce-scatter",
-         "bcast": "broadcast", "barrier": "barrier", "send": "send", "recv": "recv"}
+         "all_to_all": "all-to-all", "all_to_allv": "all-to-all-v", "bcast": "broadcast", "barrier": "barrier",
+         "send": "send", "recv": "recv"}
 
 
 def rank_list(ranks):

@@ -33,9 +33,9 @@ from hpcpar.nn import GPT, Context, MLPConfig, MLPModel
 from hpcpar.nn.gpt import preset
 from hpcpar.ops.ring_attention import balanced_positions
 from hpcpar.optim import clip_coefficient, learning_rate, make_optimizer
+from hpcpar.pipeline.choice import schedule_for
 from hpcpar.pipeline.engine import PipelineEngine
 from hpcpar.pipeline.partition import partition
-from hpcpar.pipeline.choice import schedule_for
 from hpcpar.pipeline.schedules import KINDS
 from hpcpar.runtime import UsageError
 from hpcpar.tensor_parallel import parallelize
@@ -131,10 +131,17 @@ class Trainer:
             if cfg.tf32:
                 precision.allow_tf32(self.xp)
         self.schedule = schedule_for(cfg)
+        # the schedule's placement says which pipeline ranks read the inputs (virtual stage 0) and the
+        # targets (the last stage, which computes the loss)
+        first, last = self.schedule.ends()
+        self.reads_inputs, self.computes_loss = g.pp_rank == first, g.pp_rank == last
         self.chunks = self._build_chunks()
         params = self.parameters()
-        # both copies of a tied embedding split over the pipeline: the first stage's and the last's
-        self.tied = [p for p in params if cfg.pp > 1 and p.name == "wte.weight" and not cfg.untied]
+        # both copies of a tied embedding, when the two ends sit on two pipeline ranks; their gradients
+        # are summed over those two ranks (one rank holding both ends ties them in _build_chunks)
+        split_ends = first != last and cfg.model != "mlp" and mcfg.tied
+        self.embed_comm = g.comm_among("pp", (first, last), "embed") if split_ends else None
+        self.tied = [p for p in params if self.embed_comm and p.name == "wte.weight"]
         partial = [p for p in params if p.tp_partial]
         uses = {}
         for chunk in self.chunks:
@@ -161,13 +168,13 @@ class Trainer:
         S = cfg.pp * cfg.chunks
         ranges = partition(mcfg.n_layer, S, cfg.partition, mcfg)
         Model = MLPModel if cfg.model == "mlp" else GPT
-        chunks = []
+        chunks, ends = [], {}
         for c in range(cfg.chunks):
             s = self.schedule.stage(g.pp_rank, c)
             chunks.append(Model(mcfg, cfg.seed, self.dtype, layers=ranges[s], first=s == 0, last=s == S - 1))
-        if cfg.model != "mlp" and mcfg.tied and chunks[0].embed is not None and chunks[-1].head is not None \
-                and chunks[-1] is not chunks[0]:
-            chunks[-1].head.weight = chunks[0].embed.wte    # pp = 1, interleaved: one rank holds both ends
+            ends.update({s: chunks[-1]} if s in (0, S - 1) else {})
+        if cfg.model != "mlp" and mcfg.tied and len(ends) == 2 and S > 1:
+            ends[S - 1].head.weight = ends[0].embed.wte     # one rank holds both ends (pp = 1 interleaved, a V)
         for chunk in chunks:
             parallelize(chunk, g.tp_comm, cfg.sequence_parallel)
             parallelize_context(chunk, g.cp_comm)
@@ -186,13 +193,13 @@ class Trainer:
         inputs, targets, contexts = [], [], []
         for j in range(cfg.microbatches):
             ids = range(base + j * self.micro, base + (j + 1) * self.micro)
-            x, y = data.batch(step, ids) if (g.is_first_stage or g.is_last_stage) else (None, None)
+            x, y = data.batch(step, ids) if (self.reads_inputs or self.computes_loss) else (None, None)
             ctx = Context(step=step, sample_ids=list(ids), seed=cfg.seed, training=training)
             if cfg.cp > 1:                                    # this CP rank's tokens: (B, T) -> (B, T/cp)
                 ctx.positions = balanced_positions(self.mcfg.seq_len, cfg.cp, g.cp_rank)
                 x, y = (None if a is None else a[:, ctx.positions] for a in (x, y))
-            inputs.append(self._device(x, self.compute) if g.is_first_stage else None)
-            targets.append(self._device(y, self.dtype) if g.is_last_stage else None)
+            inputs.append(self._device(x, self.compute) if self.reads_inputs else None)
+            targets.append(self._device(y, self.dtype) if self.computes_loss else None)
             if cfg.sequence_parallel:
                 T = self.mcfg.seq_len // cfg.cp                # the tokens this rank holds, cut over TP
                 k = T // cfg.tp
@@ -259,7 +266,7 @@ class Trainer:
         One all-reduce gives every rank all three, so all of them finish this step and stop together.
         The numbers stay on the device until after the reduction: the step's only device-to-host copy."""
         g, xp = self.grid, self.xp
-        mine = sum(losses) if (g.is_last_stage and g.tp_rank == 0) else 0.0      # the last stage, once
+        mine = sum(losses) if (self.computes_loss and g.tp_rank == 0) else 0.0   # the last stage, once
         totals = xp.stack([xp.asarray(v, dtype=np.float64) for v in (mine, norm_sq, float(stop_requested))])
         totals = backend.to_numpy(g.world_comm.all_reduce(totals))
         return float(totals[0]) / self.loss_terms, math.sqrt(totals[1]), totals[2] > 0
@@ -276,7 +283,7 @@ class Trainer:
         for k in range(batches):
             inputs, targets, contexts = self._contexts_and_batches(k, self.val_data, training=False)
             losses = self.eval_engine.run(inputs, targets, contexts, None)
-            if g.is_last_stage and g.tp_rank == 0:
+            if self.computes_loss and g.tp_rank == 0:
                 total += sum(float(loss) for loss in losses)
         total = g.world_comm.all_reduce(np.array([total]))
         return float(total[0]) / (batches * self.loss_terms)
@@ -285,7 +292,7 @@ class Trainer:
         """Gradients that are not final when the backward ends (see data_parallel.py)."""
         g = self.grid
         if self.tied:                                   # the two copies of the tied embedding
-            g.embed_comm.all_reduce_(self.dp.late_grads(self.tied))
+            self.embed_comm.all_reduce_(self.dp.late_grads(self.tied))
         if self.partial:                                # sequence-parallel partial sums over TP
             g.tp_comm.all_reduce_(self.dp.late_grads(self.partial))
         self.dp.release_late()

@@ -21,9 +21,10 @@ def test_every_factorisation_builds_matching_communicators(comm):
         assert grid.mp_comm.size == tp * pp
         mp_members = grid.mp_comm.mpi.allgather(comm.rank)
         assert all(layout.coord(r).dp == c.dp for r in mp_members)
-        assert (grid.embed_comm is not None) == (pp > 1 and c.pp in (0, pp - 1))
-        if grid.embed_comm is not None:
-            firstlast = grid.embed_comm.mpi.allgather(comm.rank)
+        embed = grid.comm_among("pp", (0, pp - 1), "embed") if pp > 1 else None
+        assert (embed is not None) == (pp > 1 and c.pp in (0, pp - 1))
+        if embed is not None:
+            firstlast = embed.mpi.allgather(comm.rank)
             assert firstlast == [layout.rank(c.tp, 0, c.dp), layout.rank(c.tp, pp - 1, c.dp)]
         # pipeline neighbours are really reachable: pass my rank down the pipeline
         if grid.next_rank is not None:

@@ -29,7 +29,7 @@ def step_loss(t):
     """Mean loss of step 0's batch over the whole layout (the last stage's TP rank 0 holds the sums)."""
     g = t.grid
     losses = t.gradients(0)
-    mine = sum(float(v) for v in losses) if (g.is_last_stage and g.tp_rank == 0) else 0.0
+    mine = sum(float(v) for v in losses) if (t.computes_loss and g.tp_rank == 0) else 0.0
     return float(g.world_comm.all_reduce(np.array([mine]))[0]) / t.loss_terms
 
 

@@ -102,7 +102,7 @@ def test_every_send_has_one_receive(name, v):
                 stage = s.stage(r, a.chunk)
                 if a.op.startswith("SEND"):
                     step = 1 if a.op == "SEND_F" else -1
-                    assert a.peer == s.holder(stage + step)
+                    assert a.peer == s.holders()[stage + step][0]
                     sends[a.op[-1], a.mb, stage + step] += 1
                 elif a.op.startswith("RECV"):
                     recvs[a.op[-1], a.mb, stage] += 1
@@ -110,7 +110,7 @@ def test_every_send_has_one_receive(name, v):
         assert all(n == 1 for n in sends.values())
         # messages cross every stage boundary, once per micro-batch and direction
         # (but for a hop between two stages of one rank, the turn of a V, which stays in memory)
-        hops = sum(s.holder(t) != s.holder(t + 1) for t in range(p * v - 1))
+        hops = sum(s.holders()[t][0] != s.holders()[t + 1][0] for t in range(p * v - 1))
         assert len(sends) == (1 if s.forward_only else 2) * s.microbatches * hops
 
 

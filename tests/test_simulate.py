@@ -91,7 +91,7 @@ def test_simulated_times_respect_every_dependency(name):
             for e in evs:
                 end[e.action.op, e.action.mb, r.schedule.stage(e.rank, e.action.chunk)] = e
         # a message between ranks takes the latency; a hop on one rank (p = 1, a V's turn) does not
-        hop = lambda s, t: costs.latency if r.schedule.holder(s) != r.schedule.holder(t) else 0
+        hop = lambda s, t: costs.latency if r.schedule.holders()[s][0] != r.schedule.holders()[t][0] else 0
         for (op, mb, s), e in end.items():
             if op == "F" and s > 0:
                 assert e.start >= end["F", mb, s - 1].end + hop(s - 1, s)

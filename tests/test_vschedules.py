@@ -17,7 +17,7 @@ SIZES = [(p, m) for p in (1, 2, 3, 4, 5, 8, 16)
 def test_v_placement_puts_both_ends_on_rank_0():
     s = build("zb-v", 4, 8, 2)
     assert [[s.stage(r, c) for c in (0, 1)] for r in range(4)] == [[0, 7], [1, 6], [2, 5], [3, 4]]
-    assert s.holder(0) == s.holder(7) == 0
+    assert s.holders()[0][0] == s.holders()[7][0] == 0
     programs = s.with_communication()
     # the turn of the V: stage 3 -> stage 4 stays on rank 3, no message
     assert not any(a.op == "SEND_F" and a.chunk == 0 for a in programs[3])

@@ -82,7 +82,7 @@ def _schedule(args):
         return schedule
     if args.stages is None or args.microbatches is None:
         raise UsageError("give --stages and --microbatches (or --load FILE)")
-    chunks = args.chunks or (2 if KINDS[args.schedule].chunked else 1)
+    chunks = args.chunks or KINDS[args.schedule].default_chunks
     try:
         return build(args.schedule, args.stages, args.microbatches, chunks, args.forward_only)
     except ValueError as err:

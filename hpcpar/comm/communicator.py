@@ -9,8 +9,10 @@ hooks.py), ``_collective`` (a blocking collective: its buffers, then ``_blocking
 cost tens of nanoseconds: no decorator around the methods (a call through a wrapper's ``*args,
 **kwargs`` costs ~0.2 us), counters updated in place, one set lookup for the buffers.
 """
+import math
 import time
 
+import numpy as np
 from mpi4py import MPI
 
 from hpcpar import backend, flight, trace
@@ -200,6 +202,60 @@ class Communicator:
         _, buf, finish = self.buffers.pair(IN_PLACE, y, "iall_gather_")
         return self._posted("all_gather", y.nbytes // self.size, None,
                             Request(self.mpi.Iallgather(IN_PLACE, buf), (y, buf), finish, self.stats))
+
+    def all_to_all(self, x, out=None):
+        """Rank i's j-th block of x (``size`` equal blocks along axis 0) goes to rank j, which keeps it as
+        the i-th block of the result: a transpose of (rank, block) over the group, x's shape on every
+        rank.  ``out``: a contiguous array of x's shape and dtype to receive into."""
+        if x.shape[0] % self.size:
+            raise ValueError(f"all_to_all: dimension 0 of length {x.shape[0]} is not divisible by the group "
+                             f"size {self.size}")
+        if out is not None and (out.shape != x.shape or out.dtype != x.dtype or not out.flags.c_contiguous):
+            raise ValueError(f"all_to_all: out must be a contiguous {x.dtype} array of shape {x.shape} "
+                             f"(got {out.dtype}, {out.shape})")
+        if self.size == 1:
+            if out is None:
+                return x
+            out[...] = x
+            return out
+        if not x.flags.c_contiguous:
+            x = self._copy(x)
+        y = backend.array_module(x).empty_like(x) if out is None else out
+        return self._collective("all_to_all", self.mpi.Alltoall, x, y)
+
+    def all_to_allv(self, x, send_counts, recv_counts=None, out=None):
+        """Rank i sends ``send_counts[j]`` consecutive rows of x (along axis 0, in rank order) to rank j;
+        the result holds the rows from rank 0, then rank 1, ...: ``recv_counts[j]`` from rank j.  Unknown
+        ``recv_counts`` (None) are learnt first by an all_to_all of the counts (one more, small, call).
+        ``out``: a contiguous array of x's dtype and (sum(recv_counts), *x.shape[1:]) to receive into."""
+        send_counts = np.asarray(send_counts, dtype=np.int64)
+        if send_counts.shape != (self.size,) or send_counts.min() < 0 or send_counts.sum() != x.shape[0]:
+            raise ValueError(f"all_to_allv: send_counts must be {self.size} non-negative row counts adding up "
+                             f"to the {x.shape[0]} rows of x (got {send_counts.tolist()})")
+        if recv_counts is None:
+            recv_counts = self.all_to_all(send_counts)
+        recv_counts = np.asarray(recv_counts, dtype=np.int64)
+        shape = (int(recv_counts.sum()),) + x.shape[1:]
+        if out is not None and (out.shape != shape or out.dtype != x.dtype or not out.flags.c_contiguous):
+            raise ValueError(f"all_to_allv: out must be a contiguous {x.dtype} array of shape {shape} "
+                             f"(got {out.dtype}, {out.shape})")
+        if self.size == 1:
+            if out is None:
+                return x
+            out[...] = x
+            return out
+        if not x.flags.c_contiguous:
+            x = self._copy(x)
+        y = backend.array_module(x).empty(shape, x.dtype) if out is None else out
+        row = math.prod(x.shape[1:])                    # MPI counts elements: rows x elements per row
+        sends, recvs = send_counts * row, recv_counts * row
+        at = (np.cumsum(sends) - sends, np.cumsum(recvs) - recvs)     # where each rank's rows start
+        send, recv, finish = self.buffers.pair(x, y, "all_to_allv")
+        self._blocking("all_to_allv", x.nbytes, None, self.mpi.Alltoallv,
+                       ([send, (sends, at[0])], [recv, (recvs, at[1])]))
+        if finish:
+            finish()
+        return y
 
     def bcast_(self, x, root=0):
         """In-place broadcast of a contiguous array from ``root``."""

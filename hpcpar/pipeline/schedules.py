@@ -79,6 +79,16 @@ class Schedule:
         """The virtual stage ``rank`` runs as its local chunk ``chunk``."""
         return self.placement(rank, chunk, self.stages)
 
+    def holders(self):
+        """Virtual stage -> the (rank, chunk) that runs it: the placement read backwards."""
+        return {self.stage(r, c): (r, c) for r in range(self.stages) for c in range(self.chunks)}
+
+    def ends(self):
+        """(the rank holding virtual stage 0, the rank holding the last one): who reads the inputs, and
+        who reads the targets and computes the loss.  The same rank under a V placement."""
+        held = self.holders()
+        return held[0][0], held[self.stages * self.chunks - 1][0]
+
     def table(self):
         """The action lists, one row per rank, in aligned columns."""
         cell = lambda a: f"{a}&" if a.overlap else str(a)     # "F3& B1.1": one F&B pair
@@ -90,10 +100,6 @@ class Schedule:
                 for r, acts in enumerate(self.actions)]
         return "\n".join([head] + rows)
 
-    def holder(self, stage):
-        """The rank that holds virtual stage ``stage``."""
-        return next(r for r in range(self.stages) for c in range(self.chunks) if self.stage(r, c) == stage)
-
     def with_communication(self):
         """The same lists with the messages inserted: the activation is received right before the
         F that needs it and sent right after the F that made it, the gradient likewise around B.
@@ -102,7 +108,7 @@ class Schedule:
         rank (the turn of a V), which stays in memory.  An F&B pair (``Action.overlap``) is one
         group: both receives, both computes, both sends."""
         last = self.stages * self.chunks - 1
-        holder = {self.stage(r, c): r for r in range(self.stages) for c in range(self.chunks)}
+        holder = {s: r for s, (r, _) in self.holders().items()}
         programs = []
         for rank, acts in enumerate(self.actions):
             program, group = [], []
@@ -302,6 +308,12 @@ class Kind:
     chunked: bool = False               # v >= 2 chunks per rank (every other schedule runs v = 1)
     placement: object = virtual_stage   # (rank, chunk, p) -> virtual stage
     min_microbatches: object = None     # p -> the fewest micro-batches its order is written for
+    all_forwards_first: bool = False    # every forward before any backward: all m micro-batches in flight
+
+    @property
+    def default_chunks(self):
+        """v when the user gives none: two chunks per rank for a chunked schedule."""
+        return 2 if self.chunked else 1
 
     def fewest_microbatches(self, stages):
         return self.min_microbatches(stages) if self.min_microbatches else 1
@@ -312,8 +324,8 @@ class Kind:
         return self.placement is v_stage
 
 
-KINDS = {"gpipe": Kind(_gpipe), "1f1b": Kind(_1f1b), "interleaved": Kind(_interleaved, chunked=True),
-         "zb-h1": Kind(_zb_h1, split_backward=True),
+KINDS = {"gpipe": Kind(_gpipe, all_forwards_first=True), "1f1b": Kind(_1f1b),
+         "interleaved": Kind(_interleaved, chunked=True), "zb-h1": Kind(_zb_h1, split_backward=True),
          "zb-v": Kind(_zb_v, split_backward=True, chunked=True, placement=v_stage),
          "dualpipev": Kind(_dualpipev, split_backward=True, chunked=True, placement=v_stage,
                            min_microbatches=lambda p: 2 * p)}

@@ -18,6 +18,8 @@ Before simulating, the search ranks layouts with the textbook bubbles (``analyti
 from dataclasses import dataclass
 from functools import lru_cache
 
+from hpcpar.pipeline.schedules import KINDS
+
 
 @dataclass(frozen=True)
 class PipelineResult:
@@ -39,7 +41,7 @@ def simulate_pipeline(schedule, p, m, v, F, B, W, latency):
     """Makespan, bubble and peak in-flight of one step; F, B, W are per micro-batch *chunk*."""
     work = m * v * (F + B + W)              # busy time of every stage
     if p == 1:
-        return PipelineResult(work, 0.0, (m * v if schedule == "gpipe" else 1,), (m,))
+        return PipelineResult(work, 0.0, (m * v if KINDS[schedule].all_forwards_first else 1,), (m,))
     if m <= 3 * p:
         makespan, peak = _simulate(schedule, p, m, v, F, B, W, latency)
         sims = (m,)
@@ -58,9 +60,9 @@ def simulate_pipeline(schedule, p, m, v, F, B, W, latency):
 def analytic_makespan(schedule, p, m, v, F, B, W, latency):
     """The textbook estimate used to pre-rank layouts (F, B, W per chunk)."""
     stage = v * (F + B + W)
-    if schedule == "interleaved":
+    if KINDS[schedule].chunked:
         idle = (p - 1) * stage / v
-    elif schedule == "zb-h1":
+    elif KINDS[schedule].split_backward:
         idle = (p - 1) * max(F + B - W, 0.0)
     else:
         idle = (p - 1) * stage

@@ -6,6 +6,7 @@ slowest stage (GEMMs, element-wise passes, tensor-parallel all-reduces, recomput
 (simulated makespan and bubble next to the textbook formula), the data-parallel gradient traffic and
 how much of it shows, the optimizer, and the totals.
 """
+from hpcpar.pipeline.schedules import KINDS
 from hpcpar.plan.compute import elementwise_bytes, gemm_rate, gemm_seconds, layout_engine_job
 from hpcpar.plan.flops import layer_gemms, narayanan_flops, step_flops
 from hpcpar.plan.layout import stage_layers
@@ -58,7 +59,7 @@ def memory_section(est):
         lines.append(f"      {name:34s} {value / 2**20:10.1f} MiB")
     kept = {"none": "all of it", "selective": "without the attention scores",
             "full": "only the layer input (recompute full)"}[lay.recompute]
-    lines.append(f"  activations kept: {kept}; {est.pipeline.peak_inflight[i] if lay.schedule != 'zb-h1' else min(job.micro_batches(lay), lay.pp)}"
+    lines.append(f"  activations kept: {kept}; {est.pipeline.peak_inflight[i] if not KINDS[lay.schedule].split_backward else min(job.micro_batches(lay), lay.pp)}"
                  f" chunk(s) of {stage_layers(job.model.layers, lay.pp)[i] / lay.v:g} layers in flight "
                  f"({lay.schedule}, simulated peak)  = {_gib(terms['activations'])}")
     for name in terms:
@@ -127,7 +128,7 @@ def pipeline_section(est):
     job, lay, pipe = est.job, est.layout, est.pipeline
     m = job.micro_batches(lay)
     F, B, W = est.costs
-    textbook = (lay.pp - 1) / (m * lay.v) if lay.schedule != "zb-h1" else (lay.pp - 1) * (F + B - W) / (m * (F + B + W))
+    textbook = (lay.pp - 1) / (m * lay.v) if not KINDS[lay.schedule].split_backward else (lay.pp - 1) * (F + B - W) / (m * (F + B + W))
     sims = " and ".join(str(x) for x in pipe.simulated)
     return [f"PIPELINE {lay.schedule}, p={lay.pp}, m={m} micro-batches, v={lay.v}",
             f"  p2p: one activation {'(1/t with sp or scatter/gather) ' if lay.sp or job.engine.scatter_gather_p2p else ''}"
@@ -135,7 +136,7 @@ def pipeline_section(est):
             f"  simulated (hpcpar.pipeline.simulate, m = {sims}, extrapolated linearly in m): makespan "
             f"{pipe.makespan:.3f} s, bubble {pipe.bubble:.1%}",
             f"  textbook bubble (p-1)/(v*m) of the ideal time = {textbook:.1%} (Narayanan et al. 2021"
-            + ("; ZB-H1: (p-1)(F+B-W), Qi et al. 2024)" if lay.schedule == "zb-h1" else ")")]
+            + ("; ZB-H1: (p-1)(F+B-W), Qi et al. 2024)" if KINDS[lay.schedule].split_backward else ")")]
 
 
 def totals_section(est):

@@ -74,15 +74,17 @@ class Layout:
 def parse_layout(text):
     """Parse the string form above (order of the optional tags is free)."""
     parts = text.strip().lower().split("-")
-    # "zb-h1" contains the separator: glue it back
-    if "zb" in parts:
-        i = parts.index("zb")
-        parts[i:i + 2] = ["zb-h1"]
     numbers, flags = {}, {"sp": False, "zero": 0, "recompute": "none", "schedule": None}
+    # a schedule's name may contain the separator ("zb-h1"): only a whole name counts, the longest first
+    for name in sorted(SCHEDULES, key=lambda n: -n.count("-")):
+        k = name.count("-") + 1
+        at = [i for i in range(len(parts) - k + 1) if "-".join(parts[i:i + k]) == name]
+        if at:
+            flags["schedule"] = name
+            del parts[at[0]:at[0] + k]
+            break
     for part in parts:
-        if part in SCHEDULES:
-            flags["schedule"] = part
-        elif part == "sp":
+        if part == "sp":
             flags["sp"] = True
         elif part in ("z1", "z2", "z3"):
             flags["zero"] = int(part[1])
@@ -93,7 +95,7 @@ def parse_layout(text):
             value = part[len(key):]
             if key not in ("tp", "pp", "dp", "mb", "v", "cp") or not value:
                 raise UsageError(f"layout {text!r}: cannot read {part!r} (expected e.g. "
-                                 f"tp8-pp8-dp16-mb1-v1-1f1b, see hpcpar plan --help)")
+                                 f"tp8-pp8-dp16-mb1-v1-1f1b, schedules {', '.join(SCHEDULES)}; see hpcpar plan --help)")
             numbers[key] = int(value)
     missing = [k for k in ("tp", "pp", "dp") if k not in numbers]
     if missing:

@@ -28,7 +28,7 @@ One step of a layout, on the rank that finishes last:
 import math
 from dataclasses import dataclass
 
-from hpcpar.pipeline.schedules import KINDS
+from hpcpar.pipeline.schedules import KINDS, build
 from hpcpar.plan.bubble import simulate_pipeline
 from hpcpar.plan.cpu import CpuCosts, Pass
 from hpcpar.plan.hardware import load_hardware
@@ -119,7 +119,7 @@ def predict_local(profile, model="tiny", tp=1, pp=1, dp=1, schedule="1f1b", micr
     seq_len = preset.seq_len
     hw = load_hardware(profile)
     costs = engine_costs(hw, dtype)
-    m, v = microbatches or pp, chunks or (2 if schedule == "interleaved" else 1)
+    m, v = microbatches or pp, chunks or KINDS[schedule].default_chunks
     ranks = tp * pp * dp
     job = Job(engine_shape(preset, model), hw, ranks, ranks, batch_size, seq_len, dtype=DTYPES[dtype],
               engine=Engine(bucket_bytes=bucket_mb * 2**20))
@@ -130,6 +130,7 @@ def predict_local(profile, model="tiny", tp=1, pp=1, dp=1, schedule="1f1b", micr
     if reason:
         raise UsageError(reason)
     ranges = partition(job.model.layers, pp * v, "uniform")
+    held = build(schedule, pp, m, v).holders()        # virtual stage -> (rank, chunk): the schedule's placement
     out = []
     for s, blocks in enumerate(ranges):
         work = Pass(job.model, seq_len, layout.mb, len(blocks), tp, first=s == 0, last=s == pp * v - 1)
@@ -137,7 +138,7 @@ def predict_local(profile, model="tiny", tp=1, pp=1, dp=1, schedule="1f1b", micr
         bwd = costs.pass_terms(work, backward=True)
         calls = tp_all_reduces(work)
         fwd["TP all-reduce"], bwd["TP all-reduce"] = (all_reduce_seconds(hw, c, job.elem_bytes) for c in calls)
-        out.append(Chunk(s % pp, s // pp, work, fwd, bwd))
+        out.append(Chunk(*held[s], work, fwd, bwd))
     F = max(sum(c.forward.values()) for c in out)
     B = max(sum(c.backward.values()) for c in out)
     p2p = hw.intra.seconds(layout.mb * seq_len * job.model.hidden * job.elem_bytes) if pp > 1 else 0.0

@@ -48,6 +48,7 @@ Three terms no formula of the papers has, each explicit:
                            of what must fit: on a failed allocation the allocator releases its
                            cache and retries (Estimate.fits leaves it out)
 """
+from hpcpar.pipeline.schedules import KINDS
 from hpcpar.plan.flops import kv_heads_per_rank
 from hpcpar.plan.layout import stage_layers
 from hpcpar.plan.network import cp_chunk_bytes
@@ -143,9 +144,9 @@ def layer_activation_bytes(job, layout):
 def analytic_inflight(schedule, p, m, v, stage):
     """Chunk-forwards a stage holds at its peak: GPipe all, 1F1B p - stage (PipeDream-Flush),
     interleaved Megatron's warm-up count 2*(p - stage - 1) + (v - 1)*p, plus the one in progress."""
-    if schedule == "gpipe":
+    if KINDS[schedule].all_forwards_first:
         return m * v
-    if schedule == "interleaved":
+    if KINDS[schedule].chunked:
         return min(m * v, 2 * (p - stage - 1) + (v - 1) * p + 1)
     return min(m, p - stage)
 
@@ -209,7 +210,7 @@ def stage_memory(job, layout, stage, inflight):
     if stage == lay.pp - 1:        # final norm input, head input and the loss's logits
         # one micro-batch's: the loss's backward follows the last chunk's forward at once, except in
         # GPipe, where every forward comes first
-        at_once = inflight if lay.schedule == "gpipe" else 1
+        at_once = inflight if KINDS[lay.schedule].all_forwards_first else 1
         logits = max(job.engine.loss_bytes_per_logit, job.elem_bytes) * tokens_per_rank(job, lay) * m.vocab / lay.tp
         terms["head and logits"] = (2 * sbh * job.elem_bytes + logits) * at_once
     if lay.zero in (1, 2) and job.engine.shard_grad_buffer:

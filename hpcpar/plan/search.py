@@ -17,6 +17,7 @@ the only choice for tp > 1; the other options compete on time and memory.
 from dataclasses import dataclass
 from itertools import product
 
+from hpcpar.pipeline.schedules import KINDS
 from hpcpar.plan.layout import SCHEDULES, Layout
 from hpcpar.plan.step import estimate
 
@@ -62,7 +63,7 @@ def candidates(job, space=Space()):
             for mb, schedule in product(free("mb", space.micro_batch_sizes), free("schedule", space.schedules)):
                 if pp == 1 and schedule != "1f1b":     # without a pipeline every schedule is the same
                     continue
-                chunks = free("v", space.chunks if schedule == "interleaved" else (1,))
+                chunks = free("v", space.chunks if KINDS[schedule].chunked else (1,))
                 for v, rc, zero in product(chunks, free("recompute", space.recompute), free("zero", space.zero)):
                     lay = Layout(tp, pp, dp, mb, v, schedule, rc, zero, sp_choices[0] and tp > 1, cp)
                     if job.check(lay) is None:

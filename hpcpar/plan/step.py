@@ -24,6 +24,7 @@ MFU = model FLOPs (no recomputation) / (step * GPUs * peak); HFU counts the reco
 """
 from dataclasses import dataclass
 
+from hpcpar.pipeline.schedules import KINDS
 from hpcpar.plan.bubble import PipelineResult, analytic_makespan, simulate_pipeline
 from hpcpar.plan.compute import layer_times, stage_times, tp_comm_seconds
 from hpcpar.plan.flops import step_flops
@@ -81,7 +82,7 @@ class Estimate:
 def inflight_for_memory(layout, m, peak):
     """Chunk-forwards each stage holds.  ZB-H1 keeps activations until W, so every stage may hold up to
     p micro-batches - 1F1B's first stage (Qi et al. 2024); the simulator counts only until B."""
-    if layout.schedule == "zb-h1":
+    if KINDS[layout.schedule].split_backward:
         return [min(m, layout.pp)] * layout.pp
     return list(peak)
 
