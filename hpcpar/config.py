@@ -7,6 +7,7 @@ the same one-line message on every rank, before any rank communicates (hpcpar/ru
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 
+from hpcpar.pipeline.choice import file_chunks, schedule_for
 from hpcpar.pipeline.schedules import KINDS, SCHEDULES
 from hpcpar.runtime import UsageError
 
@@ -29,6 +30,8 @@ class TrainConfig:
     microbatches: int = opt(0, "micro-batches per step and DP rank (0: pp)", group="layout")
     chunks: int = opt(0, "model chunks per rank for the interleaved schedule (0: 2 if interleaved, else 1)",
                       group="layout")
+    schedule_file: str = opt("", "run the schedule in this CSV file (torch.distributed.pipelining's action "
+                                 "format, `hpcpar schedule --export`) instead of --schedule", group="layout")
     partition: str = opt("uniform", "blocks per stage: uniform, params, flops or a list like 3,3,2", group="layout")
     sequence_parallel: bool = opt(False, "shard LayerNorm/dropout activations along the sequence over TP",
                                   group="layout")
@@ -226,9 +229,10 @@ def check(cfg, world):
             raise UsageError(f"{names} = {sizes} = {model_parallel} does not divide the world size {world}")
         cfg.dp = world // model_parallel
     GridLayout(cfg.tp, cfg.pp, cfg.dp, world, cfg.order, cfg.cp)        # world mismatch, bad order
-    chunked = KINDS[cfg.schedule].chunked
+    from_file = file_chunks(cfg)                                         # 0 without --schedule-file
+    chunked = from_file > 1 if from_file else KINDS[cfg.schedule].chunked
     if cfg.chunks == 0:
-        cfg.chunks = 2 if chunked else 1
+        cfg.chunks = from_file or (2 if chunked else 1)
     if chunked and cfg.chunks < 2:
         raise UsageError(f"the {cfg.schedule} schedule needs --chunks >= 2")
     if not chunked and cfg.chunks != 1:
@@ -236,6 +240,7 @@ def check(cfg, world):
                          + " or ".join(name for name, kind in KINDS.items() if kind.chunked))
     if cfg.microbatches == 0:
         cfg.microbatches = cfg.pp
+    schedule_for(cfg)                                                     # a hang refused before launch
     if cfg.batch_size % (cfg.dp * cfg.microbatches):
         raise UsageError(f"--batch-size {cfg.batch_size} must divide into dp x microbatches = {cfg.dp} x "
                          f"{cfg.microbatches} = {cfg.dp * cfg.microbatches} equal micro-batches")

@@ -36,9 +36,10 @@ from hpcpar.nn.gpt import preset
 from hpcpar.nn.moe import check_moe, moe_options
 from hpcpar.ops.ring_attention import balanced_positions
 from hpcpar.optim import clip_coefficient, learning_rate, make_optimizer
+from hpcpar.pipeline.choice import schedule_for
 from hpcpar.pipeline.engine import PipelineEngine
 from hpcpar.pipeline.partition import partition
-from hpcpar.pipeline.schedules import KINDS, build
+from hpcpar.pipeline.schedules import KINDS
 from hpcpar.runtime import UsageError
 from hpcpar.tensor_parallel import parallelize
 from hpcpar.tensor_parallel.parallelize import check_divisible
@@ -135,7 +136,7 @@ class Trainer:
             select_device(comm)
             if cfg.tf32:
                 precision.allow_tf32(self.xp)
-        self.schedule = build(cfg.schedule, cfg.pp, cfg.microbatches, cfg.chunks)
+        self.schedule = schedule_for(cfg)
         # the schedule's placement says which pipeline ranks read the inputs (virtual stage 0) and the
         # targets (the last stage, which computes the loss)
         first, last = self.schedule.ends()
@@ -290,7 +291,7 @@ class Trainer:
         split like a training batch, so every layout prints the single-rank number."""
         cfg, g = self.cfg, self.grid
         if self.eval_engine is None:
-            forward = build(cfg.schedule, cfg.pp, cfg.microbatches, cfg.chunks, forward_only=True)
+            forward = schedule_for(cfg, forward_only=True)
             self.eval_engine = PipelineEngine(forward, self.chunks, g.pp_comm, self._act_shape, self.compute)
         total = 0.0
         for k in range(batches):

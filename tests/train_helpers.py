@@ -32,6 +32,7 @@ def reference(comm, **kw):
     kw = dict(kw, tp=1, cp=1, pp=1, dp=1, ep=1, microbatches=1, schedule="1f1b", sequence_parallel=False, zero1=False,
               partition="uniform")
     kw.pop("chunks", None)
+    kw.pop("schedule_file", None)
     return trainer(MPI.COMM_SELF, **kw)
 
 

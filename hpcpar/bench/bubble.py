@@ -1,6 +1,7 @@
 """The pipeline engine measured against the simulator fed with the measured costs.
 
-Two ranks run the benchmark GPT as a 2-stage pipeline, 8 micro-batches, 1F1B and GPipe taking turns.
+Two ranks run the benchmark GPT as a 2-stage pipeline, 8 micro-batches, 1F1B, GPipe and ZB-V (4 stages
+as a V) taking turns.
 Each step, each rank's engine records what it ran and when (``PipelineEngine.timeline``, from
 ``PipelineEngine.started``, one perf_counter clock for the machine).  Measured, per step, as
 ``hpcpar train`` and ``hpcpar trace summary`` measure it (pipeline/bubble.py):
@@ -25,8 +26,8 @@ from hpcpar.comm import Communicator
 from hpcpar.pipeline.bubble import engine_window, mean_costs, pipeline_bubble
 from hpcpar.plan.pingpong import half_round_trip
 
-SCHEDULES = ("1f1b", "gpipe")
-QUICK_MODEL = dict(hidden=32, layers=2, heads=2, seq_len=16, vocab=64, batch_size=8)
+SCHEDULES = ("1f1b", "gpipe", "zb-v")
+QUICK_MODEL = dict(hidden=32, layers=4, heads=2, seq_len=16, vocab=64, batch_size=8)   # 4 layers: zb-v's 4 stages
 
 
 def measured(ranks):

@@ -1,4 +1,4 @@
-"""(e) Our pipeline (GPipe, 1F1B, interleaved; pp = 2), tensor-parallel (tp = 2) and data-parallel
+"""(e) Our pipeline (GPipe, 1F1B, interleaved, ZB-V, DualPipeV; pp = 2), tensor-parallel (tp = 2) and data-parallel
 (dp = 2) steps against PyTorch's own, ``torch.distributed.pipelining``, DTensor tensor parallelism and
 DistributedDataParallel on the gloo backend: same model, same batch, same two ranks (the PyTorch build has no MPI backend, so its ranks talk over gloo's TCP).
 
@@ -28,9 +28,12 @@ from hpcpar.bench.common import (BENCH_MODEL, Result, import_torch, interleave, 
 LAYOUTS = {"pp 2, GPipe": dict(pp=2, schedule="gpipe", microbatches=8),
            "pp 2, 1F1B": dict(pp=2, schedule="1f1b", microbatches=8),
            "pp 2, interleaved": dict(pp=2, schedule="interleaved", microbatches=8, chunks=2),
+           "pp 2, ZB-V": dict(pp=2, schedule="zb-v", microbatches=8, chunks=2),
+           "pp 2, DualPipeV": dict(pp=2, schedule="dualpipev", microbatches=8, chunks=2),
            "tp 2": dict(tp=2),
            "dp 2": dict(dp=2)}
-TARGETS = {"pp 2, 1F1B": 0.85, "dp 2": 0.85, "tp 2": 0.75}     # others: faster than PyTorch
+TARGETS = {"pp 2, 1F1B": 0.85, "pp 2, ZB-V": 0.85, "pp 2, DualPipeV": 0.85, "dp 2": 0.85,
+           "tp 2": 0.75}                                          # others: faster than PyTorch
 QUICK_MODEL = dict(hidden=32, layers=4, heads=2, seq_len=16, vocab=64, batch_size=8)
 
 
@@ -59,29 +62,33 @@ def init_gloo(torch, world):
 
 
 def torch_pipeline_step(torch, trainer, schedule_name, rank):
-    """PyTorch's pipeline over 2 ranks; interleaved: 4 stages, rank r holding stages r and r + 2."""
-    from torch.distributed.pipelining import PipelineStage, Schedule1F1B, ScheduleGPipe, ScheduleInterleaved1F1B
+    """PyTorch's pipeline over 2 ranks; interleaved: 4 stages, rank r holding stages r and r + 2; the V
+    schedules: 4 stages, rank r holding stages r and 3 - r (the loss on rank 0)."""
+    from torch.distributed import pipelining as pipe
+    from torch.distributed.pipelining import PipelineStage
 
     from hpcpar.bench.torch_gpt import Stage, adamw, loss_fn
     m, cfg = trainer.mcfg, trainer.cfg
-    n = 4 if schedule_name == "interleaved" else 2
+    n = 2 if schedule_name in ("gpipe", "1f1b") else 4
     per = m.n_layer // n
-    ids_of = [rank] + ([rank + 2] if n == 4 else [])
-    models = [Stage(m, range(s * per, (s + 1) * per), first=s == 0, last=s == n - 1) for s in ids_of]
-    stages = [PipelineStage(model, s, n, torch.device("cpu")) for model, s in zip(models, ids_of)]
+    ids_of = trainer.schedule.holders()                 # virtual stage -> (rank, chunk): ours, and theirs
+    mine = sorted(s for s, (r, _) in ids_of.items() if r == rank)
+    models = [Stage(m, range(s * per, (s + 1) * per), first=s == 0, last=s == n - 1) for s in mine]
+    stages = [PipelineStage(model, s, n, torch.device("cpu")) for model, s in zip(models, mine)]
+    multi = {"interleaved": pipe.ScheduleInterleaved1F1B, "zb-v": pipe.ScheduleZBVZeroBubble,
+             "dualpipev": pipe.ScheduleDualPipeV}
     if n == 4:
-        schedule = ScheduleInterleaved1F1B(stages, n_microbatches=cfg.microbatches, loss_fn=loss_fn)
+        schedule = multi[schedule_name](stages, n_microbatches=cfg.microbatches, loss_fn=loss_fn)
     else:
-        Schedule = ScheduleGPipe if schedule_name == "gpipe" else Schedule1F1B
+        Schedule = pipe.ScheduleGPipe if schedule_name == "gpipe" else pipe.Schedule1F1B
         schedule = Schedule(stages[0], n_microbatches=cfg.microbatches, loss_fn=loss_fn)
+    first, last = trainer.schedule.ends()
     opt = adamw(torch.nn.ModuleList(models), cfg)
     ids, targets = (torch_tensor(torch, a).long() for a in trainer.data.batch(0, range(cfg.batch_size)))
 
     def step():
-        if rank == 0:
-            schedule.step(ids)
-        else:
-            schedule.step(target=targets, losses=[])
+        inputs = (ids,) if rank == first else ()
+        schedule.step(*inputs, **(dict(target=targets, losses=[]) if rank == last else {}))
         opt.step()
         opt.zero_grad()
     return step
@@ -171,7 +178,8 @@ def run(quick):
               ["layout", "ours (MPI)", "PyTorch (gloo)", "ours / PyTorch", "median of the rounds' ratios"]
               if torch else ["layout", "ours (MPI)"],
               rows, ["pipeline: 8 micro-batches of 2 sequences (interleaved: 2 chunks per rank, PyTorch's "
-                     "ScheduleInterleaved1F1B on 4 stages); tensor parallel: the whole batch at once; data "
+                     "ScheduleInterleaved1F1B on 4 stages; ZB-V and DualPipeV: 2 chunks per rank as a V, PyTorch's "
+                     "ScheduleZBVZeroBubble and ScheduleDualPipeV); tensor parallel: the whole batch at once; data "
                      "parallel: 8 sequences per rank, PyTorch's DistributedDataParallel.",
                      "The last column pairs each round's two steps: a second opinion when the machine is busy.",
                      "Both ranks share the machine's two cores; gloo waits in blocking socket calls, MPI spins."])

@@ -56,6 +56,7 @@ class PipelineEngine:
             from hpcpar.runtime import UsageError
             raise UsageError(f"{schedule.microbatches} micro-batches x {self.n_stages} stages need message tags "
                              f"up to {top}, beyond this MPI's limit {limit}")
+        self.local = {self.stage(c): c for c in range(self.v)}   # virtual stage -> local chunk
         self.pool = BufferPool(backend.xp())
         # the last backward action of each chunk (W when split): after it the chunk's gradients are final
         last = "W" if schedule.split_backward else "B"
@@ -101,7 +102,8 @@ class PipelineEngine:
                 received[(a.op, key)] = buf
             elif a.op == "F":
                 s = self.stage(a.chunk)
-                x = inputs[a.mb] if s == 0 else received[("RECV_F", key)]
+                x = (inputs[a.mb] if s == 0 else received[("RECV_F", key)] if ("RECV_F", key) in received
+                     else outputs.pop((a.mb, self.local[s - 1])))       # the turn of a V: same rank
                 y, caches[key] = self.chunks[a.chunk].forward(x, contexts[a.mb],
                                                               targets[a.mb] if s == self.n_stages - 1 else None)
                 if s == self.n_stages - 1:
@@ -110,7 +112,8 @@ class PipelineEngine:
                     outputs[key] = y
             elif a.op == "B":
                 s = self.stage(a.chunk)
-                dy = dloss if s == self.n_stages - 1 else received[("RECV_B", key)]
+                dy = (dloss if s == self.n_stages - 1 else received[("RECV_B", key)] if ("RECV_B", key) in received
+                      else outputs.pop((a.mb, self.local[s + 1])))
                 ready = on_grads_ready if self.final_mb.get(a.chunk) == a.mb else None
                 work = [] if self.schedule.split_backward else None
                 dx = self.chunks[a.chunk].backward(dy, caches.pop(key), work, ready)

@@ -27,20 +27,33 @@ from hpcpar.pipeline.schedules import COMPUTE
 
 @dataclass
 class Costs:
-    """Time of one action (one micro-batch through one chunk) and of one message's flight."""
+    """Time of one action (one micro-batch through one chunk) and of one message's flight.  ``FB``:
+    the time of an F&B pair (``Action.overlap``: a forward overlapped with a whole backward, B and
+    the W right after it, of another micro-batch); None runs the three one after the other."""
     F: float = 1.0
     B: float = 1.0
     W: float = 1.0
     latency: float = 0.0
+    FB: float | None = None
 
     def of(self, action, split_backward):
         if action.op == "B" and not split_backward:
             return self.B + self.W   # an unsplit backward computes both gradients
         return getattr(self, action.op)
 
+    def pair_share(self):
+        """How much of its own cost each part of an F&B pair takes when the pair costs FB: all
+        shrink in proportion, so the pair ends FB after it starts."""
+        return 1.0 if self.FB is None else self.FB / (self.F + self.B + self.W)
+
 
 class DeadlockError(Exception):
-    """No rank can take its next instruction; the message names each stuck rank and why."""
+    """No rank can take its next instruction; the message names each stuck rank and why.
+    ``stopped``: the index of the instruction each rank stands at (its list's length if done)."""
+
+    def __init__(self, message, stopped=()):
+        super().__init__(message)
+        self.stopped = list(stopped)
 
 
 @dataclass
@@ -61,6 +74,14 @@ class SimResult:
     busy_share: list      # busy / makespan
     bubble: float         # 1 - sum(busy) / (p * makespan)
     peak_inflight: list   # per rank, most (mb, chunk) holding activations for a backward at once
+    idle: list            # per rank, time idle between its first start and its last end
+
+    def bubble_per_rank(self):
+        """The zero-bubble paper's and DualPipe's "bubble": the most any rank idles between its
+        own first start and last end.  Unlike ``bubble`` it leaves out the ramps at either end
+        of a rank that starts late or ends early, which the next step's first forwards (ZB's
+        optimizer step without a synchronisation) would fill."""
+        return max(self.idle, default=0.0)
 
     def rows(self):
         """The timeline as ``plot.plot_timeline`` draws it: per rank (start, end, op, mb, chunk)."""
@@ -86,7 +107,7 @@ class SimResult:
             f"peak in-flight micro-batches (activations held for backward): {peak}"])
 
 
-def _message(rank, action, schedule):
+def message_key(rank, action, schedule):
     """Key matching a SEND with its RECV: (kind, mb, source rank, target rank, target stage)."""
     kind = action.op[-1]
     s = schedule.stage(rank, action.chunk)
@@ -107,6 +128,7 @@ def simulate(schedule, costs=Costs(), blocking_sends=False, program=None):
     arrival = {}                    # message key -> time it arrives (posted, not yet received)
     events = [[] for _ in range(p)]
     inflight, peak = [0] * p, [0] * p
+    paired = [_pairs(prog) for prog in program]
 
     def waiting(r, ops):
         """The instruction rank r stands at, if it is one of ``ops``."""
@@ -116,7 +138,8 @@ def simulate(schedule, costs=Costs(), blocking_sends=False, program=None):
         """Execute rank r's next instruction if it can run now; return whether it did."""
         a = program[r][pc[r]]
         if a.op in COMPUTE:
-            end = clock[r] + rank_costs[r].of(a, schedule.split_backward)
+            share = rank_costs[r].pair_share() if pc[r] in paired[r] else 1.0
+            end = clock[r] + share * rank_costs[r].of(a, schedule.split_backward)
             events[r].append(Event(r, clock[r], end, a))
             clock[r] = end
             if not schedule.forward_only and a.op != "W":
@@ -126,15 +149,15 @@ def simulate(schedule, costs=Costs(), blocking_sends=False, program=None):
             # rendezvous: both sides leave together once both have arrived and the data has flown
             other = waiting(a.peer, ("RECV_F", "RECV_B") if a.op.startswith("SEND") else
                             ("SEND_F", "SEND_B"))
-            if other is None or _message(a.peer, other, schedule) != _message(r, a, schedule):
+            if other is None or message_key(a.peer, other, schedule) != message_key(r, a, schedule):
                 return False
             sender = r if a.op.startswith("SEND") else a.peer
             clock[r] = clock[a.peer] = max(clock[r], clock[a.peer]) + rank_costs[sender].latency
             pc[a.peer] += 1
         elif a.op.startswith("SEND"):
-            arrival[_message(r, a, schedule)] = clock[r] + rank_costs[r].latency
+            arrival[message_key(r, a, schedule)] = clock[r] + rank_costs[r].latency
         else:
-            key = _message(r, a, schedule)
+            key = message_key(r, a, schedule)
             if key not in arrival:
                 return False
             clock[r] = max(clock[r], arrival.pop(key))
@@ -148,13 +171,28 @@ def simulate(schedule, costs=Costs(), blocking_sends=False, program=None):
             while pc[r] < len(program[r]) and step(r):
                 progress = True
     if any(pc[r] < len(program[r]) for r in range(p)) or arrival:
-        raise DeadlockError(_explain(schedule, program, pc, arrival))
+        raise DeadlockError(_explain(schedule, program, pc, arrival), pc)
 
     makespan = max(clock)
     busy = [sum(e.end - e.start for e in evs) for evs in events]
+    idle = [evs[-1].end - evs[0].start - b if evs else 0.0 for evs, b in zip(events, busy)]
     return SimResult(schedule, costs, events, makespan, busy,
                      [b / makespan if makespan else 0.0 for b in busy],
-                     1 - sum(busy) / (p * makespan) if makespan else 0.0, peak)
+                     1 - sum(busy) / (p * makespan) if makespan else 0.0, peak, idle)
+
+
+def _pairs(program):
+    """Indices of the instructions that form F&B pairs: an F marked ``overlap``, the B after it
+    and, when it follows at once, that B's W (together a whole backward)."""
+    compute = [i for i, a in enumerate(program) if a.op in COMPUTE]
+    out = set()
+    for k, i in enumerate(compute[:-1]):
+        if program[i].overlap:
+            b = program[compute[k + 1]]
+            out |= {i, compute[k + 1]}
+            if k + 2 < len(compute) and program[compute[k + 2]] == type(b)("W", b.mb, b.chunk):
+                out.add(compute[k + 2])
+    return out
 
 
 def _explain(schedule, program, pc, arrival):
@@ -171,10 +209,10 @@ def _explain(schedule, program, pc, arrival):
     waits_for = {}
     for r in stuck:
         a = program[r][pc[r]]
-        key = _message(r, a, schedule)
+        key = message_key(r, a, schedule)
         later = program[a.peer][pc[a.peer]:] if 0 <= a.peer < p else []
         partner = ("SEND_" if a.op.startswith("RECV") else "RECV_") + a.op[-1]
-        if not any(b.op == partner and _message(a.peer, b, schedule) == key for b in later):
+        if not any(b.op == partner and message_key(a.peer, b, schedule) == key for b in later):
             verb = "sends it" if partner.startswith("SEND") else "receives it"
             lines.append(f"  rank {r} waits at instruction #{pc[r]} {a}: no matching "
                          f"{partner} anywhere (rank {a.peer} never {verb})")
