@@ -54,6 +54,7 @@ class DataParallel:
         self.late = Bucket(list(late), align, compute_dtype) if late else None
         if self.late:
             self.buckets.append(self.late)
+        self.dtype = self.buckets[0].data.dtype          # of the master weights, gradients, optimizer state
         self._bucket_of = {id(p): i for i, b in enumerate(self.buckets) for p in b.params}
         xp = backend.array_module(self.buckets[0].data)
         self._owned_grads = [xp.empty(b.size // dp_comm.size, dtype=b.grad.dtype) for b in self.buckets] \
@@ -174,6 +175,15 @@ class DataParallel:
 
     # --- whole tensors, for checkpoints and tests (collective over the group when sharded) -----------
 
+    @property
+    def flats(self):
+        return self.buckets
+
+    def owned_range(self, i):
+        """[lo, hi) of bucket i whose optimizer state this rank keeps."""
+        b = self.buckets[i]
+        return b.zero_range(self.comm.rank, self.comm.size) if self.sharded else (0, b.size)
+
     def whole(self, i, owned):
         """The flat array of bucket i whose ZeRO range on each rank is that rank's ``owned`` (all-gathered)."""
         b = self.buckets[i]
@@ -184,6 +194,15 @@ class DataParallel:
         full[lo:hi] = owned
         wait_all([self.comm.iall_gather_(full)])
         return full
+
+    def master(self, i):
+        """Bucket i's whole flat master values (every rank holds them)."""
+        return self.buckets[i].data
+
+    def load(self, i, whole):
+        """Set bucket i's master values (and their compute copy) from its whole flat array."""
+        self.buckets[i].data[...] = whole
+        self.buckets[i].refresh()
 
     def gathered(self, what="data"):
         """{parameter name: this rank's (TP-shard) values} of the master weights ("data") or the summed

@@ -52,11 +52,11 @@ class Unit:
         k = self.size // n
         self.lo, self.hi = rank * k, (rank + 1) * k
         flat = xp.zeros(self.size, dtype=dtype)                 # (size,) only while building
-        self.segments, start = [], 0                            # (param, start, stop, shape)
+        self.segments, start = [], 0                            # (param, start, stop)
         for p in params:
             stop = start + p.data.size
             flat[start:stop] = p.data.reshape(-1)
-            self.segments.append((p, start, stop, p.data.shape))
+            self.segments.append((p, start, stop))
             start = stop
         self.params = list(params)
         self.shard = flat[self.lo:self.hi].copy()               # (k,) master values of this rank's slice
@@ -82,8 +82,8 @@ class Unit:
         if self.gathering is not None:
             self.gathering.wait()
             self.gathering = None
-        for p, a, b, shape in self.segments:
-            p.data = self.full[a:b].reshape(shape)
+        for p, a, b in self.segments:
+            p.data = self.full[a:b].reshape(p.data.shape)
 
     def free(self):
         """Drop the gathered values (a gather in flight is finished first: MPI still writes into it)."""
@@ -91,24 +91,24 @@ class Unit:
             self.gathering.wait()
             self.gathering = None
         self.full = None
-        for p, _, _, _ in self.segments:
+        for p, _, _ in self.segments:
             p.data = placeholder(p.data)
 
     def new_grad(self):
         xp = backend.array_module(self.shard)
         self.grad = xp.zeros(self.size, dtype=self.shard.dtype)
-        for p, a, b, shape in self.segments:
-            p.grad = self.grad[a:b].reshape(shape)
+        for p, a, b in self.segments:
+            p.grad = self.grad[a:b].reshape(p.grad.shape)
 
     def drop_grad(self):
         self.grad = None
-        for p, _, _, _ in self.segments:
+        for p, _, _ in self.segments:
             p.grad = placeholder(p.grad)
 
     def owned(self, predicate):
         """(a, b) ranges of this rank's slice, relative to it, covered by parameters with ``predicate``."""
         out = []
-        for p, a, b, _ in self.segments:
+        for p, a, b in self.segments:
             a, b = max(a, self.lo), min(b, self.hi)
             if a < b and predicate(p):
                 out.append((a - self.lo, b - self.lo))
@@ -157,6 +157,7 @@ class FullyShardedDataParallel:
                     if id(p) in alone:
                         add([p])
                 add([p for p in params if id(p) not in alone])
+        self.dtype = self.units[0].shard.dtype          # of the master weights, gradients, optimizer state
         self._module_units = {}
         for chunk in chunks:
             chunk.sharding = self
@@ -299,6 +300,13 @@ class FullyShardedDataParallel:
 
     # --- whole tensors, for checkpoints and tests (collective over the group) ----------------------
 
+    @property
+    def flats(self):
+        return self.units
+
+    def owned_range(self, i):
+        return self.units[i].lo, self.units[i].hi
+
     def whole(self, i, owned):
         """The flat array of unit i whose slice on each rank is that rank's ``owned`` (all-gathered)."""
         u = self.units[i]
@@ -307,11 +315,20 @@ class FullyShardedDataParallel:
         wait_all([self.comm.iall_gather_(full)])
         return full
 
+    def master(self, i):
+        """Unit i's whole flat master values (all-gathered)."""
+        return self.whole(i, self.units[i].shard)
+
+    def load(self, i, whole):
+        """Set unit i's master values from its whole flat array (this rank keeps its slice)."""
+        u = self.units[i]
+        u.shard[...] = whole[u.lo:u.hi]
+
     def gathered(self, what="data"):
         """Collective: {parameter name: this rank's (TP-shard) values} of the master weights ("data")
         or the reduce-scattered gradients ("grad")."""
         out = {}
         for i, u in enumerate(self.units):
-            full = self.whole(i, u.shard if what == "data" else u.shard_grad)
-            out.update((p.name, full[a:b].reshape(shape)) for p, a, b, shape in u.segments)
+            full = self.master(i) if what == "data" else self.whole(i, u.shard_grad)
+            out.update((p.name, full[a:b].reshape(p.data.shape)) for p, a, b in u.segments)
         return out
