@@ -277,3 +277,5 @@ def check_zero(cfg):
         raise UsageError("--fsdp-blocks and --no-reshard-after-forward shape ZeRO-3's units: they need --zero 3")
     if cfg.memory_budget < 0:
         raise UsageError(f"--memory-budget must not be negative, got {cfg.memory_budget}")
+    if cfg.memory_budget and cfg.model == "mlp":
+        raise UsageError("--memory-budget needs a GPT model (the planner's memory formula knows no MLP)")

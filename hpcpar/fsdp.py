@@ -222,7 +222,7 @@ class FullyShardedDataParallel:
         self._waiting = {id(u): len(u.params) for u in self.units}
         self._pending_uses = dict(self._uses)
         self._launched = set()
-        self._requests = []
+        self._in_flight = []                # (unit, its reduce-scatter's request)
         self.gathers = 0
         self.launch_times = []
 
@@ -236,7 +236,18 @@ class FullyShardedDataParallel:
             self._waiting[id(u)] -= 1
             if self._waiting[id(u)] == 0:
                 self._launch(u)
-        test_all(self._requests)
+        self._reap()
+
+    def _reap(self):
+        """Free the full gradient of every unit whose reduce-scatter has completed (one MPI_Test each)."""
+        still = []
+        for u, r in self._in_flight:
+            if r is None or r.test():
+                u.drop_grad()
+            else:
+                still.append((u, r))
+        self._in_flight = still
+        self._account()
 
     def _launch(self, u):
         if id(u) in self._launched:
@@ -245,8 +256,8 @@ class FullyShardedDataParallel:
         self.launch_times.append(time.perf_counter())
         if u.grad is None:                  # a unit no backward touched this step (not in practice)
             u.new_grad()
-        self._requests.append(self.comm.ireduce_scatter(u.grad, u.shard_grad))
-        progress.install(lambda: test_all(self._requests))
+        self._in_flight.append((u, self.comm.ireduce_scatter(u.grad, u.shard_grad)))
+        progress.install(lambda: test_all([r for _, r in self._in_flight]))
 
     def finish(self, late=()):
         """Launch what is left (in unit order, the same on every rank), wait, free the full gradients;
@@ -255,8 +266,8 @@ class FullyShardedDataParallel:
             self._launch(u)
         start = time.perf_counter()
         progress.install(None)
-        wait_all(self._requests)
-        self._requests = []
+        wait_all([r for _, r in self._in_flight])
+        self._in_flight = []
         for u in self.units:
             u.drop_grad()
             if u.gathered:                  # kept for a backward that did not come (forward only)

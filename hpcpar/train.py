@@ -40,6 +40,7 @@ from hpcpar.pipeline.schedules import KINDS, build
 from hpcpar.runtime import UsageError
 from hpcpar.tensor_parallel import parallelize
 from hpcpar.tensor_parallel.parallelize import check_divisible
+from hpcpar.zero_memory import check_budget
 
 
 StepResult = namedtuple("StepResult", "loss grad_norm lr skipped stop")
@@ -124,6 +125,7 @@ class Trainer:
         self.data = make_data(cfg, getattr(mcfg, "seq_len", 0))
         self.val_data = make_validation_data(cfg, getattr(mcfg, "seq_len", 0))
         self.mcfg = mcfg = with_vocab(cfg, mcfg, self.data)
+        check_budget(cfg, mcfg)
         # --- all checks done: from here on, ranks communicate --------------------------------------
         self.grid = g = ParallelGrid(cfg.tp, cfg.pp, cfg.dp, comm, cfg.order, cfg.cp)
         if cfg.backend == "cupy":
