@@ -166,14 +166,17 @@ class FullyShardedDataParallel:
                                                   for p in m.parameters()}.values())
         self.peak_gathered = 0              # the most bytes of gathered units and full gradients at once
         self.gathers = 0                    # all-gathers started this step
-        self.start_step()
+        self.wait_seconds = 0.0             # time blocked waiting for gathers this step (their exposed part)
+        self.prefetch = True                # off: each gather starts when its module needs it (benchmarks
+        #                                     measure what prefetching hides)
+        self._in_flight = []                # (unit, its reduce-scatter's request)
 
     # --- the hooks around a module (nn/stage.py) -------------------------------------------------
 
     def _units(self, modules, i):
         return self._module_units[id(modules[i])] if 0 <= i < len(modules) else []
 
-    def _prefetch(self, units):
+    def _post(self, units):
         for u in units:
             if not u.gathered:
                 u.start_gather(self.comm)
@@ -181,9 +184,15 @@ class FullyShardedDataParallel:
         self._account()
 
     def _acquire(self, units):
-        self._prefetch(units)
+        self._post(units)
+        start = time.perf_counter()
         for u in units:
             u.finish_gather()
+        end = time.perf_counter()
+        self.wait_seconds += end - start
+        tracer = trace.active()
+        if tracer is not None and end - start > 1e-5:
+            tracer.span("fsdp gather wait", "collective", start, end, "comm")
 
     def _release(self, units, keep_for):
         for u in units:
@@ -192,7 +201,8 @@ class FullyShardedDataParallel:
 
     def before_forward(self, modules, i):
         self._acquire(self._units(modules, i))
-        self._prefetch(self._units(modules, i + 1))           # travels while module i computes
+        if self.prefetch:
+            self._post(self._units(modules, i + 1))       # travels while module i computes
 
     def after_forward(self, modules, i, training):
         if self.reshard or not training:
@@ -204,7 +214,8 @@ class FullyShardedDataParallel:
         for u in units:
             if u.grad is None:
                 u.new_grad()
-        self._prefetch(self._units(modules, i - 1))
+        if self.prefetch:
+            self._post(self._units(modules, i - 1))
         self._account()
 
     def after_backward(self, modules, i, final):
@@ -223,8 +234,9 @@ class FullyShardedDataParallel:
         self._pending_uses = dict(self._uses)
         self._launched = set()
         self._in_flight = []                # (unit, its reduce-scatter's request)
-        self.gathers = 0
+        self.gathers, self.wait_seconds = 0, 0.0
         self.launch_times = []
+        progress.install(self._poll)
 
     def grads_ready(self, params):
         for p in params:
@@ -257,7 +269,11 @@ class FullyShardedDataParallel:
         if u.grad is None:                  # a unit no backward touched this step (not in practice)
             u.new_grad()
         self._in_flight.append((u, self.comm.ireduce_scatter(u.grad, u.shard_grad)))
-        progress.install(lambda: test_all([r for _, r in self._in_flight]))
+
+    def _poll(self):
+        """MPICH moves non-blocking collectives on only inside MPI calls (progress.py): between the
+        GEMMs, test the gathers and reduce-scatters in flight."""
+        test_all([u.gathering for u in self.units if u.gathering is not None] + [r for _, r in self._in_flight])
 
     def finish(self, late=()):
         """Launch what is left (in unit order, the same on every rank), wait, free the full gradients;

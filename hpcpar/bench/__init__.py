@@ -53,5 +53,8 @@ BENCHMARKS = {
     "overlap-rd": Spec("or", "overlap", "The same with MPICH's recursive-doubling Iallreduce (fewer rounds)",
                        ranks=(2,), timeout=600,
                        env=(("MPIR_CVAR_IALLREDUCE_INTRA_ALGORITHM", "sched_recursive_doubling"),)),
+    "zero": Spec("z", "zero", "ZeRO 0-3: model state per rank counted against the planner (8 ranks); ZeRO-3's "
+                 "step against ZeRO-1's and the gathers prefetching hides (2 ranks)", ranks=(2, 8), quick_ranks=(2,),
+                 timeout=900),
     "watchdog": Spec("wd", "watchdog", "Watchdog and flight recorder: their share of a 2x2x2 step", ranks=(8,)),
 }
