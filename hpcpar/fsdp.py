@@ -9,7 +9,8 @@ flat buffer of ``size`` numbers, padded to a multiple of n, of which a rank keep
 
     before its forward     all-gather the unit (in the compute dtype): every rank's slice, in place
     after its forward      free the gathered buffer (--reshard-after-forward; or keep it until the
-                           unit's last backward of the step: fewer gathers, more memory)
+                           unit's last backward of the step: fewer gathers, more memory); the
+                           stage's last module keeps it anyway: its backward needs it first
     before its backward    all-gather again (if freed), allocate the unit's full gradient buffer
     after its backward     free the gathered buffer; once the unit's last backward of the step has
                            finished its gradients, reduce-scatter them into this rank's slice and
@@ -205,7 +206,9 @@ class FullyShardedDataParallel:
             self._post(self._units(modules, i + 1))       # travels while module i computes
 
     def after_forward(self, modules, i, training):
-        if self.reshard or not training:
+        """The last module's units stay gathered in training: its backward is the first to need them."""
+        last = i == len(modules) - 1
+        if not training or (self.reshard and not last):
             self._release(self._units(modules, i), self._units(modules, i + 1))
 
     def before_backward(self, modules, i):
@@ -285,7 +288,8 @@ class FullyShardedDataParallel:
         wait_all([r for _, r in self._in_flight])
         self._in_flight = []
         for u in self.units:
-            u.drop_grad()
+            if u.grad is not None:
+                u.drop_grad()
             if u.gathered:                  # kept for a backward that did not come (forward only)
                 u.free()
         tracer = trace.active()
