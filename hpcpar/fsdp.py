@@ -167,7 +167,7 @@ class FullyShardedDataParallel:
                                                   for p in m.parameters()}.values())
         self.peak_gathered = 0              # the most bytes of gathered units and full gradients at once
         self.gathers = 0                    # all-gathers started this step
-        self.wait_seconds = 0.0             # time blocked waiting for gathers this step (their exposed part)
+        self.waits = []                     # seconds blocked in each wait for gathers this step
         self.prefetch = True                # off: each gather starts when its module needs it (benchmarks
         #                                     measure what prefetching hides)
         self._in_flight = []                # (unit, its reduce-scatter's request)
@@ -190,7 +190,7 @@ class FullyShardedDataParallel:
         for u in units:
             u.finish_gather()
         end = time.perf_counter()
-        self.wait_seconds += end - start
+        self.waits.append(end - start)
         tracer = trace.active()
         if tracer is not None and end - start > 1e-5:
             tracer.span("fsdp gather wait", "collective", start, end, "comm")
@@ -216,6 +216,7 @@ class FullyShardedDataParallel:
         self._acquire(units)
         for u in units:
             if u.grad is None:
+                self._reap(keep=1)
                 u.new_grad()
         if self.prefetch:
             self._post(self._units(modules, i - 1))
@@ -237,7 +238,7 @@ class FullyShardedDataParallel:
         self._pending_uses = dict(self._uses)
         self._launched = set()
         self._in_flight = []                # (unit, its reduce-scatter's request)
-        self.gathers, self.wait_seconds = 0, 0.0
+        self.gathers, self.waits = 0, []
         self.launch_times = []
         progress.install(self._poll)
 
@@ -253,8 +254,15 @@ class FullyShardedDataParallel:
                 self._launch(u)
         self._reap()
 
-    def _reap(self):
-        """Free the full gradient of every unit whose reduce-scatter has completed (one MPI_Test each)."""
+    def _reap(self, keep=None):
+        """Free the full gradient of every unit whose reduce-scatter has completed (one MPI_Test each);
+        with ``keep``, first wait for the oldest until at most ``keep`` are in flight - a bound on the
+        full gradients alive at once, however slowly the reduce-scatters move."""
+        while keep is not None and len(self._in_flight) > keep:
+            u, r = self._in_flight.pop(0)
+            if r is not None:
+                r.wait()
+            u.drop_grad()
         still = []
         for u, r in self._in_flight:
             if r is None or r.test():
