@@ -1,23 +1,27 @@
-"""The model state a rank holds under ZeRO 0-3: counted from the engine's own arrays, and predicted by the
-planner's formula (plan/memory.py) - which ``--memory-budget`` checks before anything is allocated.
+"""The model state a rank holds under ZeRO 0-3: counted from the engine's own arrays, and the formula for it,
+which ``--memory-budget`` checks before anything is allocated.
 
-Counted (``held``), per rank, in bytes:
-    weights           the flat buffers of master weights (and their compute copy under mixed precision);
-                      ZeRO-3: this rank's slices only
-    gradients         between steps: the full gradient buffers (ZeRO 0, 1) and the reduce-scattered slices
-                      (ZeRO 1, 2, 3)
-    optimizer state   every array the optimizer keeps: its state of this rank's slices and its scratch
-    working set       the most bytes held at once during a step beyond those: ZeRO-2's full gradient
-                      buffers in the backward, ZeRO-3's gathered units and their full gradients
+Per rank, P numbers of its pipeline stage (its TP shard), n = dp x cp, b bytes a number (c under mixed
+precision: the compute copy's), U the largest unit (ZeRO-3: a block, --fsdp-blocks of them, or the
+token embedding):
+
+    term              ZeRO 0    ZeRO 1          ZeRO 2     ZeRO 3
+    weights           P b (+ P c: the compute copy)         P b / n
+    gradients         P b       P b + P b / n   P b / n    P b / n
+    optimizer state   k P b     k P b / n       k P b / n  k P b / n    (AdamW k = 3: two moments and a
+                                                                         scratch array; SGD k = 1 or 0)
+    working set       0         0               P b        U (2 c + 2 b), or P c + 2 U b without
+                                                                         --reshard-after-forward
+
+The working set is what a step adds at once: ZeRO-2's full gradient buffers during the backward;
+ZeRO-3's unit in use and the prefetched one (gathered, compute dtype), the gradient being computed
+and the one being reduce-scattered (fsdp.py keeps at most one in flight).  ``held`` counts the same
+terms from the arrays; ``hpcpar bench --only zero`` sets the two, and the planner, side by side.
 """
-from dataclasses import replace
-
 from hpcpar.runtime import UsageError
 
 GB = 1e9
-# the planner's terms that are model state (the rest of its prediction - activations, buffers - is not)
-STATE_TERMS = ("weights", "gradients", "optimizer state", "ZeRO gradient shard", "FSDP gathered units",
-               "FSDP gathered stage")
+TERMS = ("weights", "gradients", "optimizer state", "working set")
 
 
 def held(trainer):
@@ -37,17 +41,43 @@ def held(trainer):
     return {"weights": weights, "gradients": grads, "optimizer state": optimizer, "working set": working}
 
 
-def predicted(cfg, mcfg):
-    """The planner's state terms {term: bytes} on a rank of each pipeline stage of this run."""
-    from hpcpar.plan.measured import planner_view
-    from hpcpar.plan.memory import stage_memory
-    job, layout = planner_view(cfg, mcfg)
-    layout = replace(layout, zero=cfg.zero, cp=cfg.cp)
-    out = []
-    for stage in range(cfg.pp):
-        terms = stage_memory(job, layout, stage, 1)
-        out.append({k: v for k, v in terms.items() if k in STATE_TERMS})
-    return out
+def rank_params(cfg, mcfg, pp_rank):
+    """(P, U): the numbers a rank of pipeline rank ``pp_rank`` holds (its TP shard, replicated norms
+    and biases counted as cut too), and its largest ZeRO-3 unit."""
+    from hpcpar.pipeline.partition import partition
+    from hpcpar.pipeline.schedules import build
+    schedule = build(cfg.schedule, cfg.pp, cfg.microbatches, cfg.chunks)
+    S = cfg.pp * cfg.chunks
+    ranges = partition(mcfg.n_layer, S, cfg.partition, mcfg)
+    stages = [schedule.stage(pp_rank, c) for c in range(cfg.chunks)]
+    total, unit = 0, 0
+    for s in stages:
+        blocks = len(ranges[s])
+        total += blocks * mcfg.block_params()
+        unit = max(unit, min(blocks, cfg.fsdp_blocks) * mcfg.block_params())
+        if s == 0:
+            total += mcfg.embedding_params()
+            unit = max(unit, mcfg.vocab_size * mcfg.d_model)
+        if s == S - 1:
+            copy = not mcfg.tied or 0 not in stages          # a tied weight on another rank: a copy here
+            total += mcfg.head_params(copy)
+            unit = max(unit, mcfg.vocab_size * mcfg.d_model if copy else mcfg.head_params(False))
+    return total / cfg.tp, unit / cfg.tp
+
+
+def formula(cfg, mcfg, pp_rank=0):
+    """{term: bytes} on a rank of pipeline rank ``pp_rank``, by the table above."""
+    import numpy as np
+    P, U = rank_params(cfg, mcfg, pp_rank)
+    n, z = cfg.dp * cfg.cp, cfg.zero
+    b = np.dtype(cfg.dtype).itemsize
+    c = {"fp16": 2, "bf16": 2}.get(cfg.precision, b)
+    k = 3 if cfg.optimizer == "adamw" else (1 if cfg.momentum else 0)
+    weights = P * b / n if z == 3 else P * b + (P * c if c != b else 0)
+    grads = {0: P * b, 1: P * b + P * b / n}.get(z, P * b / n)
+    working = {2: P * b, 3: U * (2 * c + 2 * b) if cfg.reshard_after_forward else P * c + 2 * U * b}.get(z, 0)
+    return {"weights": weights, "gradients": grads, "optimizer state": k * P * b / (n if z else 1),
+            "working set": working}
 
 
 def check_budget(cfg, mcfg):
@@ -55,9 +85,9 @@ def check_budget(cfg, mcfg):
     --memory-budget GB (options only: every rank decides the same, before any communication)."""
     if not cfg.memory_budget:
         return
-    stages = predicted(cfg, mcfg)
-    worst = max(range(len(stages)), key=lambda s: sum(stages[s].values()))
-    terms = stages[worst]
+    totals = [formula(cfg, mcfg, r) for r in range(cfg.pp)]
+    worst = max(range(cfg.pp), key=lambda r: sum(totals[r].values()))
+    terms = totals[worst]
     total = sum(terms.values())
     if total > cfg.memory_budget * GB:
         parts = ", ".join(f"{k} {v / GB:.3g}" for k, v in terms.items() if v)

@@ -3,8 +3,9 @@
 At 8 ranks, memory: the small model (4 blocks, C = 256, T = 128, float32, AdamW) trained for two steps
 at dp 1, 2, 4 and 8 (the world cut into 8 / dp groups that each train it) and ZeRO 0 to 3.  Per rank,
 the engine's own count of its arrays (hpcpar/zero_memory.py: weights, gradients, optimizer state
-between steps, and the working set a step adds) against the planner's state terms for the same run
-(plan/memory.py).  ZeRO-2 and 3 need dp > 1.
+between steps, and the working set a step adds) against its formula (the same module: what
+--memory-budget checks) and against the planner's state terms for the same run (plan/memory.py).
+ZeRO-2 and 3 need dp > 1.
 
 At 2 ranks, speed: a step at dp 2 under ZeRO-1 and ZeRO-3 side by side (wall time, slowest rank, best
 round), and ZeRO-3 with and without prefetching: **blocked** is the time a step waits for its gathers,
@@ -26,8 +27,24 @@ def trainer(comm, **kw):
     return Trainer(TrainConfig(progress=False, steps=10 ** 6, warmup=0, **kw), comm)
 
 
+def planner(cfg, mcfg):
+    """The planner's state terms (plan/memory.py) on a rank of the first pipeline stage of this run."""
+    from dataclasses import replace
+
+    from hpcpar.plan.measured import planner_view
+    from hpcpar.plan.memory import stage_memory
+    job, layout = planner_view(cfg, mcfg)
+    terms = stage_memory(job, replace(layout, zero=cfg.zero, cp=cfg.cp), 0, 1)
+    return {k: v for k, v in terms.items() if k in PLANNER_STATE}
+
+
+# the planner's terms that are model state (the rest of its prediction - activations, buffers - is not)
+PLANNER_STATE = ("weights", "gradients", "optimizer state", "ZeRO gradient shard", "FSDP gathered units",
+                 "FSDP gathered stage")
+
+
 def memory(world, quick, res):
-    from hpcpar.zero_memory import held, predicted
+    from hpcpar.zero_memory import TERMS, formula, held
     dims = dict(MEMORY_MODEL, **(QUICK if quick else {}))
     rows = []
     for dp in (1, 2, 4, 8):
@@ -38,24 +55,28 @@ def memory(world, quick, res):
             t = trainer(sub, dp=dp, zero=zero, **dims)
             for s in range(2):
                 t.step(s)
-            got, want = held(t), predicted(t.cfg, t.mcfg)[0]
+            got, want, plan = held(t), formula(t.cfg, t.mcfg), planner(t.cfg, t.mcfg)
             t.grid.free()
-            total, planned = sum(got.values()), sum(want.values())
+            total, expected, planned = sum(got.values()), sum(want.values()), sum(plan.values())
             rows.append([dp, zero, size(got["weights"]), size(got["gradients"]), size(got["optimizer state"]),
-                         size(got["working set"]), size(total), size(planned), ratio(planned / total)])
-            res.figures[f"dp{dp}_zero{zero}"] = dict(got, planned=planned, planned_terms=want)
+                         size(got["working set"]), size(total), ratio(expected / total), ratio(planned / total)])
+            res.figures[f"dp{dp}_zero{zero}"] = dict(got, formula=want, planner=plan)
         sub.Free()
     res.table("Model state per rank, ZeRO 0-3 (the small model, float32, AdamW): counted by the engine and "
-              "predicted by the planner", ["dp", "ZeRO", "weights", "gradients", "optimizer", "working set",
-                                           "counted", "planner", "planner / counted"], rows,
+              "predicted", ["dp", "ZeRO", "weights", "gradients", "optimizer", "working set", "counted",
+                             "formula / counted", "planner / counted"], rows,
               ["weights, gradients, optimizer: held between steps (optimizer: AdamW's two moments of this "
                "rank's slices and its scratch array); working set: the most a step adds at once (ZeRO-2: the "
-               "full gradient buffers in the backward; ZeRO-3: gathered units and their full gradients)."])
+               "full gradient buffers in the backward; ZeRO-3: gathered units and their full gradients). formula: "
+               "hpcpar/zero_memory.py's (what --memory-budget checks); planner: plan/memory.py's state terms."])
     z3, z0 = res.figures["dp8_zero3"], res.figures["dp1_zero0"]
     state = sum(z3[k] for k in ("weights", "gradients", "optimizer state"))
     whole = sum(z0[k] for k in ("weights", "gradients", "optimizer state"))
     res.target("ZeRO-3 at dp 8 holds an eighth of the state between steps", "1/8 (padding aside)",
                ratio(state / whole), abs(state / whole - 1 / 8) < 0.01)
+    off = max(abs(sum(f["formula"].values()) / sum(v for k, v in f.items() if k in TERMS) - 1)
+              for f in res.figures.values())
+    res.target("the formula within 10% of the count on every row", "<= 10 %", pct(off), off <= 0.1)
 
 
 def speed(world, quick, res):
