@@ -239,7 +239,6 @@ class FullyShardedDataParallel:
         self._launched = set()
         self._in_flight = []                # (unit, its reduce-scatter's request)
         self.gathers, self.waits = 0, []
-        self.launch_times = []
         progress.install(self._poll)
 
     def grads_ready(self, params):
@@ -276,9 +275,6 @@ class FullyShardedDataParallel:
         if id(u) in self._launched:
             return
         self._launched.add(id(u))
-        self.launch_times.append(time.perf_counter())
-        if u.grad is None:                  # a unit no backward touched this step (not in practice)
-            u.new_grad()
         self._in_flight.append((u, self.comm.ireduce_scatter(u.grad, u.shard_grad)))
 
     def _poll(self):

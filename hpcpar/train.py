@@ -296,7 +296,7 @@ class Trainer:
         """Gradients that are not final when the backward ends (see data_parallel.py): (communicator,
         parameters) pairs whose gradients are summed over it."""
         g = self.grid
-        return ([(g.embed_comm, self.tied)] if self.tied else []) + ([(g.tp_comm, self.partial)] if self.partial else [])
+        return [(comm, params) for comm, params in ((g.embed_comm, self.tied), (g.tp_comm, self.partial)) if params]
 
     def _grad_groups(self):
         """This rank's parameters as its chunks' backward passes report them final (Stage.grad_groups),
