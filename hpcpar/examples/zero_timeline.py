@@ -68,4 +68,5 @@ def main():
 
 
 if __name__ == "__main__":
-    main()
+    from hpcpar.runtime import run_guarded
+    sys.exit(run_guarded(main))
