@@ -53,6 +53,20 @@ class Bucket:
         self.params = list(params)
         self.refresh()
 
+    def drop_grad(self):
+        """Free the full gradient buffer (ZeRO-2, after its reduce-scatter); the parameters' ``grad``
+        become placeholders that refuse a write."""
+        self.grad = None
+        for p, _, _ in self.segments:
+            p.grad = placeholder(p.grad)
+
+    def new_grad(self):
+        """A zeroed full gradient buffer again, the parameters' ``grad`` views into it."""
+        xp = backend.array_module(self.data)
+        self.grad = xp.zeros(self.size, dtype=self.data.dtype)
+        for p, a, b in self.segments:
+            p.grad = self.grad[a:b].reshape(p.grad.shape)
+
     def refresh(self):
         """Round the master weights into the compute copy (mixed precision; else nothing to do)."""
         if self.compute is not self.data:
@@ -71,6 +85,13 @@ class Bucket:
             if a < b and predicate(p):
                 out.append((a, b))
         return out
+
+
+def placeholder(like):
+    """An array of ``like``'s shape and dtype that holds no memory (one zero, broadcast) and refuses a
+    write: what a parameter's data or gradient is while ZeRO has freed it."""
+    xp = backend.array_module(like)
+    return xp.broadcast_to(xp.zeros((), dtype=like.dtype), like.shape)
 
 
 def make_buckets(groups, bucket_bytes, align=1, compute_dtype=None):

@@ -39,7 +39,15 @@ class TrainConfig:
                           group="layout")
     recompute_attention: bool = opt(False, "selective recomputation: keep attention's q, k, v but not its (B, NH, "
                                            "T, T) probabilities, recompute them in backward", group="layout")
-    zero1: bool = opt(False, "ZeRO-1: shard optimizer state over DP (reduce-scatter + all-gather)", group="layout")
+    zero: int = opt(0, "ZeRO stage over DP x CP: 1 shards the optimizer state, 2 also the gradients, 3 also the "
+                       "parameters (FSDP: each unit gathered before use, docs/zero.md)", group="layout")
+    zero1: bool = opt(False, "the same as --zero 1", group="layout")
+    reshard_after_forward: bool = opt(True, "--zero 3: free each unit's gathered parameters after its forward "
+                                            "(gather again for the backward); off: keep them until its last "
+                                            "backward of the step", group="layout")
+    fsdp_blocks: int = opt(1, "--zero 3: blocks per unit (gathered and freed together)", group="layout")
+    memory_budget: float = opt(0.0, "refuse to start when a rank would hold more than this many GB of parameters, "
+                                    "gradients, optimizer state and gathered units (0: no limit)", group="layout")
     bucket_mb: float = opt(4.0, "data-parallel gradient bucket size in MB", group="layout")
     # --- model ------------------------------------------------------------------------------
     model: str = opt("tiny", "model preset (GPT-2 blocks, or llama-*: RMSNorm, RoPE, SwiGLU, grouped-query "
@@ -263,6 +271,7 @@ def check(cfg, world):
                              f"use --dropout 0")
         if cfg.precision != "fp32":
             raise UsageError(f"--cp {cfg.cp}: ring attention computes in the parameters' dtype; use --precision fp32")
+    check_zero(cfg)
     if cfg.model == "mlp":
         if cfg.recompute_attention:
             raise UsageError("--recompute-attention needs a GPT model (the MLP has no attention)")
@@ -271,3 +280,25 @@ def check(cfg, world):
         if cfg.data != "synthetic":
             raise UsageError("--model mlp trains on its synthetic regression task only (--data synthetic)")
     return cfg
+
+
+def check_zero(cfg):
+    """The ZeRO options (stage, units, budget) against the layout; sets cfg.zero from the --zero1 alias."""
+    if cfg.zero1:
+        if cfg.zero not in (0, 1):
+            raise UsageError(f"--zero1 is --zero 1: it contradicts --zero {cfg.zero}")
+        cfg.zero = 1
+    if cfg.zero not in (0, 1, 2, 3):
+        raise UsageError(f"--zero must be 0, 1, 2 or 3, not {cfg.zero}")
+    group = cfg.dp * cfg.cp
+    if cfg.zero >= 2 and group == 1:
+        raise UsageError(f"--zero {cfg.zero} shards over dp x cp = {cfg.dp} x {cfg.cp} = 1 rank: there is nothing "
+                         f"to shard; use --zero 0 (or more ranks: --dp)")
+    if cfg.fsdp_blocks < 1:
+        raise UsageError(f"--fsdp-blocks must be at least 1, got {cfg.fsdp_blocks}")
+    if cfg.zero != 3 and (cfg.fsdp_blocks != 1 or not cfg.reshard_after_forward):
+        raise UsageError("--fsdp-blocks and --no-reshard-after-forward shape ZeRO-3's units: they need --zero 3")
+    if cfg.memory_budget < 0:
+        raise UsageError(f"--memory-budget must not be negative, got {cfg.memory_budget}")
+    if cfg.memory_budget and cfg.model == "mlp":
+        raise UsageError("--memory-budget needs a GPT model (the planner's memory formula knows no MLP)")

@@ -13,12 +13,16 @@ ZeRO-1 (Rajbhandari et al. 2020): instead of an all-reduce, each bucket is *redu
 rank i receives the summed gradient of its 1/dp slice only; it keeps optimizer state for that slice
 only and updates it; an all-gather of the parameters then gives every replica the whole new model.
 Same bytes on the wire as one all-reduce (which *is* a reduce-scatter followed by an all-gather),
-1/dp of the optimizer memory.
+1/dp of the optimizer memory.  ZeRO-2 also frees each bucket's full gradient buffer once its
+reduce-scatter is done and allocates it again, zeroed, at the next step's start: between steps a
+rank holds only its slice of the gradients.  The buffer itself must live through the backward (every
+micro-batch of a pipeline adds into it), so each bucket is reduce-scattered once, after the last
+micro-batch.  ZeRO-3 shards the parameters too: hpcpar/fsdp.py.
 
 Some gradients are not final when the backward ends: the two copies of a tied embedding (first and
 last pipeline stage) must first be summed, and under sequence parallelism the replicated LayerNorm
-and bias gradients are partial sums over the TP group.  Those go into a *late* bucket that the trainer
-releases once it has done that (``release_late``).
+and bias gradients are partial sums over the TP group.  Those go into a *late* bucket, summed and
+reduced in ``finish``.
 """
 import time
 
@@ -28,7 +32,7 @@ from hpcpar.comm import test_all, wait_all
 
 
 class DataParallel:
-    def __init__(self, params, dp_comm, bucket_mb=4.0, zero1=False, late=(), uses=None, compute_dtype=None,
+    def __init__(self, params, dp_comm, bucket_mb=4.0, zero=0, late=(), uses=None, compute_dtype=None,
                  groups=None):
         """``uses``: {id(param): how many model chunks report it ready} - a parameter that two chunks
         of this rank share (the tied embedding when one rank holds both ends of an interleaved model)
@@ -36,10 +40,11 @@ class DataParallel:
         low precision of the weights' compute copy under mixed precision (buckets.py).  ``groups``:
         ``params`` as the backward reports them ready, in that order (Stage.grad_groups); buckets are
         cut along them and filled with each group's parameters in reverse order (the backward's).
-        Default: one parameter at a time, in the reverse of ``params``."""
-        self.comm, self.zero1 = dp_comm, zero1
+        Default: one parameter at a time, in the reverse of ``params``.  ``zero``: the ZeRO stage, 0, 1 or 2."""
+        self.comm, self.zero = dp_comm, zero
+        self.sharded = zero >= 1                        # each rank updates (and owns the state of) its slice
         self._uses = uses or {}
-        align = dp_comm.size if zero1 else 1
+        align = dp_comm.size if self.sharded else 1
         groups = [[p] for p in reversed(params)] if groups is None else groups
         if sorted(id(p) for g in groups for p in g) != sorted(id(p) for p in params):
             raise ValueError("the groups must hold every parameter exactly once")
@@ -49,10 +54,11 @@ class DataParallel:
         self.late = Bucket(list(late), align, compute_dtype) if late else None
         if self.late:
             self.buckets.append(self.late)
+        self.dtype = self.buckets[0].data.dtype          # of the master weights, gradients, optimizer state
         self._bucket_of = {id(p): i for i, b in enumerate(self.buckets) for p in b.params}
         xp = backend.array_module(self.buckets[0].data)
         self._owned_grads = [xp.empty(b.size // dp_comm.size, dtype=b.grad.dtype) for b in self.buckets] \
-            if zero1 else None
+            if self.sharded else None
         self.launch_times = []          # perf_counter() of each bucket launch (overlap is measurable)
         # MPICH moves a non-blocking all-reduce on only inside MPI calls, and it needs several of them
         # (one per round of its algorithm): the buckets in flight are tested (MPI_Testall) so that
@@ -62,6 +68,9 @@ class DataParallel:
         self.start_step()
 
     def start_step(self):
+        for b in self.buckets:
+            if b.grad is None:                          # ZeRO-2 freed it after the last step's reduce-scatter
+                b.new_grad()
         self._waiting = [len(b.params) for b in self.buckets]
         self._pending_uses = dict(self._uses)
         self._launched = [False] * len(self.buckets)
@@ -87,11 +96,7 @@ class DataParallel:
     def _progress(self):
         test_all(self._requests)
 
-    def release_late(self):
-        if self.late is not None:
-            self._launch(len(self.buckets) - 1)
-
-    def late_grads(self, params):
+    def _late_grads(self, params):
         """The late bucket's gradients of ``params`` as one contiguous view (they were placed together)."""
         spans = [(a, b) for p, a, b in self.late.segments if any(p is q for q in params)]
         lo, hi = spans[0][0], spans[-1][1]
@@ -105,15 +110,20 @@ class DataParallel:
         self._launched[i] = True
         self.launch_times.append(time.perf_counter())
         b = self.buckets[i]
-        if self.zero1:
+        if self.sharded:
             self._requests.append(self.comm.ireduce_scatter(b.grad, self._owned_grads[i]))
         else:
             self._requests.append(self.comm.iall_reduce_(b.grad))
         if self.poll == "gemms":
             progress.install(self._progress)
 
-    def finish(self):
-        """Launch what is left (in bucket order, the same on every DP rank) and wait for everything."""
+    def finish(self, late=()):
+        """``late``: (communicator, parameters) pairs whose gradients are summed over that communicator
+        first (the tied embedding's two copies, sequence parallelism's partial sums; they sit together
+        in the late bucket).  Then launch what is left (in bucket order, the same on every DP rank) and
+        wait for everything; ZeRO-2 frees the full gradient buffers."""
+        for comm, params in late:
+            comm.all_reduce_(self._late_grads(params))
         for i in range(len(self.buckets)):
             self._launch(i)
         start = time.perf_counter()
@@ -125,13 +135,16 @@ class DataParallel:
             tracer.span("dp wait", "collective", start, time.perf_counter(), "comm")
             for i, t in enumerate(self.launch_times):        # in flight from launch to the end of the wait
                 tracer.span(f"bucket {i}", "dp-overlap", t, time.perf_counter(), "dp")
+        if self.zero >= 2:
+            for b in self.buckets:
+                b.drop_grad()
 
     def slices(self):
         """The flat slices this rank updates: whole buckets, or its ZeRO range of each (ZeRO-1)."""
         out = []
         for i, b in enumerate(self.buckets):
-            lo, hi = b.zero_range(self.comm.rank, self.comm.size) if self.zero1 else (0, b.size)
-            grad = self._owned_grads[i] if self.zero1 else b.grad
+            lo, hi = b.zero_range(self.comm.rank, self.comm.size) if self.sharded else (0, b.size)
+            grad = self._owned_grads[i] if self.sharded else b.grad
             decay = [(a - lo, c - lo) for a, c in b.ranges(lo, hi, lambda p: p.decay)]
             out.append(FlatSlice(i, b.data[lo:hi], grad, decay))
         return out
@@ -141,7 +154,7 @@ class DataParallel:
         0-d array on the gradients' device (no copy to the host here)."""
         total = 0.0
         for s, b in zip(slices, self.buckets):
-            lo = b.zero_range(self.comm.rank, self.comm.size)[0] if self.zero1 else 0
+            lo = b.zero_range(self.comm.rank, self.comm.size)[0] if self.sharded else 0
             for a, c in b.ranges(lo, lo + s.grad.size, lambda p: p.counted):
                 g = s.grad[a - lo:c - lo]
                 total = total + g @ g
@@ -150,11 +163,52 @@ class DataParallel:
     def gather_params(self):
         """ZeRO-1: every rank receives every other rank's updated slice.  Then (mixed precision) the
         compute copies are rounded from the updated masters."""
-        if self.zero1:
+        if self.sharded:
             wait_all([self.comm.iall_gather_(b.data) for b in self.buckets])
         for b in self.buckets:
             b.refresh()
 
     def zero_grad(self):
         for b in self.buckets:
-            b.grad[...] = 0
+            if b.grad is not None:
+                b.grad[...] = 0
+
+    # --- whole tensors, for checkpoints and tests (collective over the group when sharded) -----------
+
+    @property
+    def flats(self):
+        return self.buckets
+
+    def owned_range(self, i):
+        """[lo, hi) of bucket i whose optimizer state this rank keeps."""
+        b = self.buckets[i]
+        return b.zero_range(self.comm.rank, self.comm.size) if self.sharded else (0, b.size)
+
+    def whole(self, i, owned):
+        """The flat array of bucket i whose ZeRO range on each rank is that rank's ``owned`` (all-gathered)."""
+        b = self.buckets[i]
+        if not self.sharded:
+            return owned
+        full = backend.array_module(owned).zeros(b.size, dtype=owned.dtype)
+        lo, hi = b.zero_range(self.comm.rank, self.comm.size)
+        full[lo:hi] = owned
+        wait_all([self.comm.iall_gather_(full)])
+        return full
+
+    def master(self, i):
+        """Bucket i's whole flat master values (every rank holds them)."""
+        return self.buckets[i].data
+
+    def load(self, i, whole):
+        """Set bucket i's master values (and their compute copy) from its whole flat array."""
+        self.buckets[i].data[...] = whole
+        self.buckets[i].refresh()
+
+    def gathered(self, what="data"):
+        """{parameter name: this rank's (TP-shard) values} of the master weights ("data") or the summed
+        gradients ("grad", after ``finish``)."""
+        out = {}
+        for i, b in enumerate(self.buckets):
+            full = b.data if what == "data" else self.whole(i, self._owned_grads[i] if self.sharded else b.grad)
+            out.update((p.name, full[a:c].reshape(p.grad.shape)) for p, a, c in b.segments)
+        return out

@@ -11,7 +11,7 @@ One step, on every rank (docs/3d.md walks through it):
  3. sum the tied-embedding gradients of the first and last stage, and (sequence parallelism) the
     partial gradients of the replicated parameters over TP; then wait for every DP bucket
  4. one all-reduce of (loss, squared gradient norm) over the world; clip; optimizer step on this
-    rank's flat slices; (ZeRO-1) all-gather the parameters
+    rank's flat slices; (ZeRO-1, 2) all-gather the parameters (ZeRO-3 gathers each unit when it is used)
 
 Every rank therefore ends the step with its shard of exactly the parameters one rank alone would have.
 """
@@ -28,6 +28,7 @@ from hpcpar.config import check
 from hpcpar.context_parallel import check_context_parallel, parallelize_context
 from hpcpar.data import MarkovLanguage, Regression, TokenFile, validation_file
 from hpcpar.data_parallel import DataParallel
+from hpcpar.fsdp import FullyShardedDataParallel
 from hpcpar.grid import ParallelGrid
 from hpcpar.nn import GPT, Context, MLPConfig, MLPModel
 from hpcpar.expert_load import ExpertLoad
@@ -43,6 +44,7 @@ from hpcpar.pipeline.schedules import KINDS
 from hpcpar.runtime import UsageError
 from hpcpar.tensor_parallel import parallelize
 from hpcpar.tensor_parallel.parallelize import check_divisible
+from hpcpar.zero_memory import check_budget
 
 
 StepResult = namedtuple("StepResult", "loss grad_norm lr skipped stop")
@@ -130,6 +132,7 @@ class Trainer:
         self.data = make_data(cfg, getattr(mcfg, "seq_len", 0))
         self.val_data = make_validation_data(cfg, getattr(mcfg, "seq_len", 0))
         self.mcfg = mcfg = with_vocab(cfg, mcfg, self.data)
+        check_budget(cfg, mcfg)
         # --- all checks done: from here on, ranks communicate --------------------------------------
         self.grid = g = ParallelGrid(cfg.tp, cfg.pp, cfg.dp, comm, cfg.order, cfg.cp)
         if cfg.backend == "cupy":
@@ -153,8 +156,13 @@ class Trainer:
         for chunk in self.chunks:
             for p in chunk.parameters():
                 uses[id(p)] = uses.get(id(p), 0) + 1
-        self.dp = DataParallel(params, g.dp_cp_comm, cfg.bucket_mb, cfg.zero1, late=self.tied + partial, uses=uses,
-                               compute_dtype=self.compute, groups=self._grad_groups())
+        if cfg.zero == 3:
+            self.dp = FullyShardedDataParallel(self.chunks, g.dp_cp_comm, uses, self.compute, alone=self.tied,
+                                               blocks_per_unit=cfg.fsdp_blocks,
+                                               reshard_after_forward=cfg.reshard_after_forward)
+        else:
+            self.dp = DataParallel(params, g.dp_cp_comm, cfg.bucket_mb, cfg.zero, late=self.tied + partial,
+                                   uses=uses, compute_dtype=self.compute, groups=self._grad_groups())
         self.partial = partial
         self.optimizer = make_optimizer(cfg.optimizer, cfg.lr, cfg.momentum, cfg.beta1, cfg.beta2, cfg.eps,
                                         cfg.weight_decay)
@@ -237,8 +245,7 @@ class Trainer:
         self.dp.start_step()
         dloss = self.scaler.scale / self.loss_terms         # fp16: the loss scaled up (precision.py)
         losses = self.engine.run(inputs, targets, contexts, dloss, self.dp.grads_ready)
-        self._sync_late_gradients()
-        self.dp.finish()
+        self.dp.finish(self._late_sums())
         return losses
 
     def step(self, step, stop_requested=False):
@@ -250,8 +257,13 @@ class Trainer:
         # numpy's to warn about
         with np.errstate(over="ignore", invalid="ignore") if self.scaler.dynamic else contextlib.nullcontext():
             losses = self.gradients(step)
+        return self.update(step, losses, stop_requested)
+
+    def update(self, step, losses, stop_requested=False):
+        """The second half of ``step``, after ``gradients``: norm, clipping, the optimizer step."""
+        cfg, g = self.cfg, self.grid
         slices = self.dp.slices()
-        norm_sq = self.dp.norm_sq(slices) if (cfg.zero1 or g.dp_cp_comm.rank == 0) else 0.0
+        norm_sq = self.dp.norm_sq(slices) if (self.dp.sharded or g.dp_cp_comm.rank == 0) else 0.0
         loss, norm, stop = self.world_totals(losses, norm_sq, stop_requested)
         scale = self.scaler.scale
         norm /= scale                                   # the norm of the unscaled gradients
@@ -302,14 +314,11 @@ class Trainer:
         total = g.world_comm.all_reduce(np.array([total]))
         return float(total[0]) / (batches * self.loss_terms)
 
-    def _sync_late_gradients(self):
-        """Gradients that are not final when the backward ends (see data_parallel.py)."""
+    def _late_sums(self):
+        """Gradients that are not final when the backward ends (see data_parallel.py): (communicator,
+        parameters) pairs whose gradients are summed over it."""
         g = self.grid
-        if self.tied:                                   # the two copies of the tied embedding
-            self.embed_comm.all_reduce_(self.dp.late_grads(self.tied))
-        if self.partial:                                # sequence-parallel partial sums over TP
-            g.tp_comm.all_reduce_(self.dp.late_grads(self.partial))
-        self.dp.release_late()
+        return [(comm, params) for comm, params in ((self.embed_comm, self.tied), (g.tp_comm, self.partial)) if params]
 
     def _grad_groups(self):
         """This rank's parameters as its chunks' backward passes report them final (Stage.grad_groups),

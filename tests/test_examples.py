@@ -19,7 +19,7 @@ from mpitools import run, run_mpi
 
 EXAMPLES = sorted(m.name for m in pkgutil.iter_modules(hpcpar.examples.__path__) if not m.name.startswith("_"))
 RANKS = {"one_step": 1, "caches": 1, "tp_split": 2, "tp_gpt": 2, "pipeline_by_hand": 2,
-         "data_parallel_by_hand": 2, "collectives": 4, "ring_by_hand": 2}
+         "data_parallel_by_hand": 2, "collectives": 4, "ring_by_hand": 2, "zero_timeline": 2}
 MPI_EXAMPLES = sorted(name for name, n in RANKS.items() if n > 1)
 
 
@@ -27,7 +27,7 @@ MPI_EXAMPLES = sorted(name for name, n in RANKS.items() if n > 1)
 QUOTED_IN = {"one_step": "engine.md", "caches": "engine.md", "tp_split": "tensor_parallel.md",
              "tp_gpt": "tensor_parallel.md", "pipeline_by_hand": "pipeline.md",
              "data_parallel_by_hand": "data_parallel.md", "collectives": "collectives.md",
-             "ring_by_hand": "context_parallel.md"}
+             "ring_by_hand": "context_parallel.md", "zero_timeline": "zero.md"}
 DOCS = Path(__file__).resolve().parent.parent / "docs"
 
 

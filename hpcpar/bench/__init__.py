@@ -56,5 +56,8 @@ BENCHMARKS = {
     "moe": Spec("moe", "moe", "The mixture-of-experts block, forward + backward, against PyTorch eager "
                 "(transformers' loop over experts)"),
     "planner": Spec("pl", "planner", "The planner's search: GPT-3 175B on 1024 GPUs (hpcpar plan)"),
+    "zero": Spec("z", "zero", "ZeRO 0-3: model state per rank counted against the planner (8 ranks); ZeRO-3's "
+                 "step against ZeRO-1's and the gathers prefetching hides (2 ranks)", ranks=(2, 8), quick_ranks=(2,),
+                 timeout=900),
     "watchdog": Spec("wd", "watchdog", "Watchdog and flight recorder: their share of a 2x2x2 step", ranks=(8,)),
 }

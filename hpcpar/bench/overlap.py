@@ -50,13 +50,13 @@ def run(quick):
     launched_before_end, in_flight = [], []       # per step of the default mode: one entry per bucket
     finish = t.dp.finish
 
-    def finish_observed():
+    def finish_observed(late=()):
         """finish(), noting first when each bucket was launched and whether it is still in flight."""
         now = time.perf_counter()
         if t.dp.poll == "gemms":
             launched_before_end.append([now - x for x in t.dp.launch_times])
             in_flight.append([not r.mpi_request.Get_status() for r in t.dp._requests])
-        finish()
+        finish(late)
     t.dp.finish = finish_observed
 
     def step(mode):

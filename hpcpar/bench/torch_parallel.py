@@ -1,6 +1,6 @@
 """(e) Our pipeline (GPipe, 1F1B, interleaved, ZB-V, DualPipeV; pp = 2), tensor-parallel (tp = 2) and data-parallel
-(dp = 2) steps against PyTorch's own, ``torch.distributed.pipelining``, DTensor tensor parallelism and
-DistributedDataParallel on the gloo backend: same model, same batch, same two ranks (the PyTorch build has no MPI backend, so its ranks talk over gloo's TCP).
+(dp = 2, and dp = 2 with ZeRO-3) steps against PyTorch's own, ``torch.distributed.pipelining``, DTensor
+tensor parallelism, DistributedDataParallel and FSDP2's ``fully_shard`` on the gloo backend: same model, same batch, same two ranks (the PyTorch build has no MPI backend, so its ranks talk over gloo's TCP).
 
 Both sides live in the same two processes: rank r of our MPI job is rank r of PyTorch's gloo group,
 and the ten steps (ours and PyTorch's, for each of the five layouts) take turns round after round,
@@ -31,7 +31,8 @@ LAYOUTS = {"pp 2, GPipe": dict(pp=2, schedule="gpipe", microbatches=8),
            "pp 2, ZB-V": dict(pp=2, schedule="zb-v", microbatches=8, chunks=2),
            "pp 2, DualPipeV": dict(pp=2, schedule="dualpipev", microbatches=8, chunks=2),
            "tp 2": dict(tp=2),
-           "dp 2": dict(dp=2)}
+           "dp 2": dict(dp=2),
+           "dp 2, ZeRO-3": dict(dp=2, zero=3)}
 TARGETS = {"pp 2, 1F1B": 0.85, "pp 2, ZB-V": 0.85, "pp 2, DualPipeV": 0.85, "dp 2": 0.85,
            "tp 2": 0.75}                                          # others: faster than PyTorch
 QUICK_MODEL = dict(hidden=32, layers=4, heads=2, seq_len=16, vocab=64, batch_size=8)
@@ -114,6 +115,29 @@ def torch_data_parallel_step(torch, trainer, rank):
     return step
 
 
+def torch_fully_sharded_step(torch, trainer, rank):
+    """FSDP2 (``fully_shard``) over 2 ranks: each block a unit, the rest (embeddings, head) the root's,
+    gathered before use and resharded after the forward - the counterpart of our --zero 3."""
+    from torch.distributed.fsdp import fully_shard
+
+    from hpcpar.bench.torch_gpt import Stage, adamw, loss_fn
+    m, cfg = trainer.mcfg, trainer.cfg
+    model = Stage(m)
+    for block in model.h:
+        fully_shard(block)
+    fully_shard(model)
+    opt = adamw(model, cfg)
+    half = cfg.batch_size // 2
+    ids, targets = (torch_tensor(torch, a).long()
+                    for a in trainer.data.batch(0, range(rank * half, (rank + 1) * half)))
+
+    def step():
+        loss_fn(model(ids), targets).backward()
+        opt.step()
+        opt.zero_grad()
+    return step
+
+
 def torch_tensor_parallel_step(torch, trainer):
     from torch.distributed.device_mesh import init_device_mesh
     from torch.distributed.tensor import Replicate, Shard
@@ -151,6 +175,7 @@ def run(quick):
         if torch is None:
             continue
         cases[f"PyTorch {name}"] = torch_tensor_parallel_step(torch, trainer) if "tp" in layout else \
+            torch_fully_sharded_step(torch, trainer, world.rank) if layout.get("zero") == 3 else \
             torch_data_parallel_step(torch, trainer, world.rank) if "dp" in layout else \
             torch_pipeline_step(torch, trainer, layout["schedule"], world.rank)
     times = slowest_rank(world, interleave(cases, 2 if quick else 6, time.perf_counter, world.Barrier))
@@ -180,7 +205,8 @@ def run(quick):
               rows, ["pipeline: 8 micro-batches of 2 sequences (interleaved: 2 chunks per rank, PyTorch's "
                      "ScheduleInterleaved1F1B on 4 stages; ZB-V and DualPipeV: 2 chunks per rank as a V, PyTorch's "
                      "ScheduleZBVZeroBubble and ScheduleDualPipeV); tensor parallel: the whole batch at once; data "
-                     "parallel: 8 sequences per rank, PyTorch's DistributedDataParallel.",
+                     "parallel: 8 sequences per rank, PyTorch's DistributedDataParallel; ZeRO-3: ours with --zero 3, "
+                     "PyTorch's FSDP2 fully_shard on each block and the root.",
                      "The last column pairs each round's two steps: a second opinion when the machine is busy.",
                      "Both ranks share the machine's two cores; gloo waits in blocking socket calls, MPI spins."])
     return res

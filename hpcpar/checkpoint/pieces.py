@@ -3,12 +3,12 @@
 What a rank saves: the parameters it holds, once per model - rank 0 of the DP x CP group only (replicas
 and context-parallel ranks hold identical parameters),
 TP rank 0 only for a replicated parameter, never the last stage's copy of a tied embedding - and, for
-each, the optimizer state of the same numbers (AdamW's two moments, SGD's momentum).  With ZeRO-1 the
-optimizer state is spread over the DP group, so it is gathered first.
+each, the optimizer state of the same numbers (AdamW's two moments, SGD's momentum).  With ZeRO the
+optimizer state (ZeRO-3: the parameters too) is spread over the DP x CP group, so it is gathered first.
 
 What a rank loads: for every parameter it holds, the full tensor (assembled by the reader from
 whatever layout wrote it), cut to its own shard; the optimizer state likewise, then laid back into
-its flat buckets (and cut to its ZeRO-1 slice).
+its flat buffers (and cut to its ZeRO slice).
 """
 import numpy as np
 
@@ -22,35 +22,26 @@ def writes(trainer, p):
     return g.dp_cp_comm.rank == 0 and not p.tied_copy and (p.shard is not None or g.tp_rank == 0)
 
 
-def _whole_bucket_state(trainer, i):
-    """{state name: array over the whole bucket i} (gathered over DP x CP under ZeRO-1), or None."""
-    dp, opt = trainer.dp, trainer.optimizer
-    state = opt.state.get(i)
+def _whole_state(trainer, i):
+    """{state name: array over the whole flat buffer i} (gathered over DP x CP under ZeRO), or None."""
+    state = trainer.optimizer.state.get(i)
     if state is None:
         return None
-    if not dp.zero1:
-        return state
-    out, requests = {}, []
-    lo, hi = dp.buckets[i].zero_range(dp.comm.rank, dp.comm.size)
-    for name, owned in state.items():
-        whole = backend.array_module(owned).zeros(dp.buckets[i].size, dtype=owned.dtype)
-        whole[lo:hi] = owned
-        requests.append(dp.comm.iall_gather_(whole))
-        out[name] = whole
-    wait_all(requests)
-    return out
+    return {name: trainer.dp.whole(i, owned) for name, owned in state.items()}
 
 
 def rank_tensors(trainer, optimizer=True):
     """Collective over DP. -> (tensors {key: host array}, layout {name: (shard, full_shape)}) of this rank;
     the optimizer state too unless ``optimizer`` is False (weights alone need no gather of it)."""
     tensors, layout = {}, {}
-    for i, bucket in enumerate(trainer.dp.buckets):
-        state = _whole_bucket_state(trainer, i) if optimizer else None
-        for p, a, b in bucket.segments:
+    dp = trainer.dp
+    for i, flat in enumerate(dp.flats):
+        state = _whole_state(trainer, i) if optimizer else None
+        master = backend.to_numpy(dp.master(i))                # (ZeRO-3: gathered)
+        for p, a, b in flat.segments:
             if not writes(trainer, p):
                 continue
-            tensors[p.name] = backend.to_numpy(p.master_data()).copy()
+            tensors[p.name] = master[a:b].reshape(p.data.shape).copy()
             layout[p.name] = (p.shard, p.full_shape)
             for name, arr in (state or {}).items():
                 tensors[f"optimizer/{name}/{p.name}"] = backend.to_numpy(arr[a:b]).reshape(p.data.shape).copy()
@@ -70,16 +61,20 @@ def apply(trainer, read_full, state_names):
         if tuple(full.shape) != p.full_shape:
             raise CheckpointError(f"{p.name} has shape {tuple(full.shape)} in the checkpoint but "
                                   f"{p.full_shape} in this model")
-        p.master_data()[...] = xp.asarray(_local(p, full), dtype=p.master_data().dtype)
-    for bucket in dp.buckets:
-        bucket.refresh()
+    for i, flat in enumerate(dp.flats):
+        dp.load(i, xp.asarray(_flat(flat, lambda p: read_full(p.name), dp.dtype)))
     if not state_names:
         opt.state.clear()
         return
-    for i, bucket in enumerate(dp.buckets):
-        whole = {n: np.zeros(bucket.size, dtype=bucket.data.dtype) for n in state_names}
-        for p, a, b in bucket.segments:
-            for n in state_names:
-                whole[n][a:b] = _local(p, read_full(f"optimizer/{n}/{p.name}")).reshape(-1)
-        lo, hi = bucket.zero_range(dp.comm.rank, dp.comm.size) if dp.zero1 else (0, bucket.size)
-        opt.state[i] = {n: xp.asarray(whole[n][lo:hi]) for n in state_names}
+    for i, flat in enumerate(dp.flats):
+        lo, hi = dp.owned_range(i)
+        opt.state[i] = {n: xp.asarray(_flat(flat, lambda p: read_full(f"optimizer/{n}/{p.name}"), dp.dtype)[lo:hi])
+                        for n in state_names}
+
+
+def _flat(flat, read, dtype):
+    """Flat buffer ``flat``'s whole host array of the tensors ``read(p)`` returns, cut to this rank's shards."""
+    whole = np.zeros(flat.size, dtype=dtype)
+    for p, a, b in flat.segments:
+        whole[a:b] = _local(p, read(p)).reshape(-1)
+    return whole

@@ -44,7 +44,7 @@ def manifest(trainer, step, layouts, files, state_names):
         "format": FORMAT,
         "step": step,
         "layout": {"tp": cfg.tp, "cp": cfg.cp, "pp": cfg.pp, "dp": cfg.dp, "schedule": cfg.schedule,
-                   "microbatches": cfg.microbatches, "chunks": cfg.chunks, "zero1": cfg.zero1,
+                   "microbatches": cfg.microbatches, "chunks": cfg.chunks, "zero": cfg.zero,
                    "sequence_parallel": cfg.sequence_parallel},
         "config": {k: v for k, v in vars(cfg).items()},
         "optimizer": {"name": cfg.optimizer, "t": trainer.optimizer.t, "states": list(state_names)},

@@ -5,7 +5,8 @@
     backward(dy, caches) -> dx                   dy: the loss scale on the last stage, else d(hidden);
                                                 dx: None on the first stage (inputs need no gradient)
 
-The single-rank model is the stage that holds everything.
+The single-rank model is the stage that holds everything.  Under ZeRO-3 ``sharding`` (hpcpar/fsdp.py)
+gathers each module's parameters before its forward and backward and frees them after.
 """
 from hpcpar.nn.module import Module, run_or_defer
 
@@ -14,6 +15,7 @@ class Stage(Module):
     embed = None      # input layer, first stage only
     blocks = ()       # this stage's blocks
     head = None       # output layer and loss, last stage only
+    sharding = None   # ZeRO-3's hooks around each module (hpcpar/fsdp.py), or None
 
     def modules(self):
         """The stage's parts in forward order."""
@@ -28,10 +30,14 @@ class Stage(Module):
                 b.attn.selective = attention
 
     def forward(self, x, ctx=None, targets=None):
-        caches = []
-        for module in self.modules():
+        caches, modules, hooks = [], self.modules(), self.sharding
+        for i, module in enumerate(modules):
+            if hooks:
+                hooks.before_forward(modules, i)
             x, c = module.forward(x, targets, ctx) if module is self.head else module.forward(x, ctx)
             caches.append(c)
+            if hooks:
+                hooks.after_forward(modules, i, ctx is not None and ctx.training)
         return x, caches
 
     def backward(self, dy, caches, defer=None, on_grads_ready=None):
@@ -42,8 +48,13 @@ class Stage(Module):
         parameter shared by two parts (a tied embedding) is final only after the backward of the
         earlier one, so each part reports only the parameters no earlier part holds.
         """
-        for module, cache, params in zip(reversed(self.modules()), reversed(caches), self.grad_groups()):
-            dy = module.backward(dy, cache, defer)
+        modules, hooks = self.modules(), self.sharding
+        for i, cache, params in zip(reversed(range(len(modules))), reversed(caches), self.grad_groups()):
+            if hooks:
+                hooks.before_backward(modules, i)
+            dy = modules[i].backward(dy, cache, defer)
+            if hooks:         # the last backward of the step is the one that reports gradients final
+                hooks.after_backward(modules, i, on_grads_ready is not None)
             if on_grads_ready is not None and params:
                 run_or_defer(lambda ps=params: on_grads_ready(ps), defer)
         return dy

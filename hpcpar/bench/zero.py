@@ -1,0 +1,147 @@
+"""(z) ZeRO 0-3: the model state a rank holds, counted against the planner, and ZeRO-3's step against ZeRO-1's.
+
+At 8 ranks, memory: the small model (4 blocks, C = 256, T = 128, float32, AdamW) trained for two steps
+at dp 1, 2, 4 and 8 (the world cut into 8 / dp groups that each train it) and ZeRO 0 to 3.  Per rank,
+the engine's own count of its arrays (hpcpar/zero_memory.py: weights, gradients, optimizer state
+between steps, and the working set a step adds) against its formula (the same module: what
+--memory-budget checks) and against the planner's state terms for the same run (plan/memory.py).
+ZeRO-2 and 3 need dp > 1.
+
+At 2 ranks, speed: a step at dp 2 under ZeRO-1 and ZeRO-3 side by side (wall time, slowest rank, best
+round), and ZeRO-3 with and without prefetching: **blocked** is the time a step waits for its gathers,
+per wait on the rank that arrived last (the others wait for that rank too: imbalance, not communication);
+hidden = 1 - blocked / the same all-gathers run alone, blocking, one after the other.
+"""
+import numpy as np
+from mpi4py import MPI
+
+from hpcpar.bench.common import BENCH_MODEL, Result, best, interleave, ms, pct, ratio, size, slowest_rank
+
+QUICK = dict(hidden=64, layers=2, heads=2, seq_len=32, batch_size=8)
+MEMORY_MODEL = dict(model="small", batch_size=8)
+
+
+def trainer(comm, **kw):
+    from hpcpar.config import TrainConfig
+    from hpcpar.train import Trainer
+    return Trainer(TrainConfig(progress=False, steps=10 ** 6, warmup=0, **kw), comm)
+
+
+def planner(cfg, mcfg):
+    """The planner's state terms (plan/memory.py) on a rank of the first pipeline stage of this run."""
+    from dataclasses import replace
+
+    from hpcpar.plan.measured import planner_view
+    from hpcpar.plan.memory import stage_memory
+    job, layout = planner_view(cfg, mcfg)
+    terms = stage_memory(job, replace(layout, zero=cfg.zero, cp=cfg.cp), 0, 1)
+    return {k: v for k, v in terms.items() if k in PLANNER_STATE}
+
+
+# the planner's terms that are model state (the rest of its prediction - activations, buffers - is not)
+PLANNER_STATE = ("weights", "gradients", "optimizer state", "ZeRO gradient shard", "FSDP gathered units",
+                 "FSDP gathered stage")
+
+
+def memory(world, quick, res):
+    from hpcpar.zero_memory import TERMS, formula, held
+    dims = dict(MEMORY_MODEL, **(QUICK if quick else {}))
+    rows = []
+    for dp in (1, 2, 4, 8):
+        sub = world.Split(world.rank // dp, world.rank)
+        for zero in (0, 1, 2, 3):
+            if zero >= 2 and dp == 1:
+                continue
+            t = trainer(sub, dp=dp, zero=zero, **dims)
+            for s in range(2):
+                t.step(s)
+            got, want, plan = held(t), formula(t.cfg, t.mcfg), planner(t.cfg, t.mcfg)
+            t.grid.free()
+            total, expected, planned = sum(got.values()), sum(want.values()), sum(plan.values())
+            rows.append([dp, zero, size(got["weights"]), size(got["gradients"]), size(got["optimizer state"]),
+                         size(got["working set"]), size(total), ratio(expected / total), ratio(planned / total)])
+            res.figures[f"dp{dp}_zero{zero}"] = dict(got, formula=want, planner=plan)
+        sub.Free()
+    res.table("Model state per rank, ZeRO 0-3 (the small model, float32, AdamW): counted by the engine and "
+              "predicted", ["dp", "ZeRO", "weights", "gradients", "optimizer", "working set", "counted",
+                             "formula / counted", "planner / counted"], rows,
+              ["weights, gradients, optimizer: held between steps (optimizer: AdamW's two moments of this "
+               "rank's slices and its scratch array); working set: the most a step adds at once (ZeRO-2: the "
+               "full gradient buffers in the backward; ZeRO-3: gathered units and their full gradients). formula: "
+               "hpcpar/zero_memory.py's (what --memory-budget checks); planner: plan/memory.py's state terms."])
+    z3, z0 = res.figures["dp8_zero3"], res.figures["dp1_zero0"]
+    state = sum(z3[k] for k in ("weights", "gradients", "optimizer state"))
+    whole = sum(z0[k] for k in ("weights", "gradients", "optimizer state"))
+    res.target("ZeRO-3 at dp 8 holds an eighth of the state between steps", "1/8 (padding aside)",
+               ratio(state / whole), abs(state / whole - 1 / 8) < 0.01)
+    off = max(abs(sum(f["formula"].values()) / sum(v for k, v in f.items() if k in TERMS) - 1)
+              for f in res.figures.values())
+    res.target("the formula within 10% of the count on every row", "<= 10 %", pct(off), off <= 0.1)
+
+
+def speed(world, quick, res):
+    dims = QUICK if quick else BENCH_MODEL
+    rounds = 2 if quick else 4
+    dims = dict(dims, model="small")
+    runs = {"ZeRO-1": trainer(world, dp=world.size, zero=1, **dims),
+            "ZeRO-3": trainer(world, dp=world.size, zero=3, **dims),
+            "ZeRO-3, no prefetch": trainer(world, dp=world.size, zero=3, **dims)}
+    runs["ZeRO-3, no prefetch"].dp.prefetch = False
+    counter = iter(range(10 ** 6))
+    exposed = {"ZeRO-3": [], "ZeRO-3, no prefetch": []}
+
+    def step(name):
+        def go():
+            t = runs[name]
+            t.step(next(counter))
+            if name in exposed:         # per wait, the rank that waited least: it came last, so its
+                waits = np.array(t.dp.waits)    # wait is communication, not waiting for the others
+                world.Allreduce(MPI.IN_PLACE, waits, op=MPI.MIN)
+                exposed[name].append(float(waits.sum()))
+        return go
+    fsdp = runs["ZeRO-3"].dp
+
+    def gathers_alone():
+        """The same step's all-gathers, one after the other, blocking, with nothing to hide behind."""
+        for _ in range(fsdp.gathers // len(fsdp.units)):
+            for u in fsdp.units:
+                u.start_gather(world_comm)
+                u.finish_gather()
+                u.free()
+    world_comm = fsdp.comm
+    cases = {n: step(n) for n in runs}
+    cases["all-gathers alone"] = gathers_alone
+    times = slowest_rank(world, interleave(cases, rounds, time_wall, world.Barrier))
+    alone = best(times.pop("all-gathers alone"))
+    for name, values in exposed.items():
+        exposed[name] = min(values)
+    for t in runs.values():
+        t.grid.free()
+    hidden = max(0.0, 1 - exposed["ZeRO-3"] / alone)
+    rows = [[n, ms(best(ts)), ratio(best(ts) / best(times["ZeRO-1"])), ms(exposed[n]) if n in exposed else "-"]
+            for n, ts in times.items()]
+    res.table(f"A step at dp {world.size}: ZeRO-3 against ZeRO-1 ({dims['layers']} layers, C = {dims['hidden']}, "
+              f"T = {dims['seq_len']}, B = {dims['batch_size']}, float32)",
+              ["", "step (best)", "vs ZeRO-1", "blocked on gathers"], rows,
+              [f"the step's all-gathers alone (blocking, one after the other): {ms(alone)}; hidden: {pct(hidden)} "
+               "(1 - blocked with prefetch / alone; blocked: per wait, the shortest over the ranks - the rank that "
+               "arrived last waits for the communication alone, the others for it too - summed, best round)"])
+    res.figures["speed"] = {n: best(ts) for n, ts in times.items()}
+    res.figures["gathers_alone_s"] = alone
+    res.figures["gather_hidden"] = hidden
+    res.target(f"dp {world.size}: at least half of ZeRO-3's all-gather time hidden", ">= 50 %", pct(hidden),
+               hidden >= 0.5)
+
+
+def time_wall():
+    return MPI.Wtime()
+
+
+def run(quick):
+    world = MPI.COMM_WORLD
+    res = Result()
+    if world.size >= 8:
+        memory(world, quick, res)
+    else:
+        speed(world, quick, res)
+    return res if world.rank == 0 else None

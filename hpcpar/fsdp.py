@@ -1,0 +1,369 @@
+"""ZeRO-3 / fully sharded data parallelism: each rank keeps only its slice of the parameters.
+
+ZeRO-1 shards the optimizer state over the n = dp x cp ranks that hold the same parameters, ZeRO-2
+the gradients too (data_parallel.py); ZeRO-3 (Rajbhandari et al. 2020; PyTorch's FSDP) shards the
+parameters themselves.  The model is cut into *units* - the embedding, each block (or ``--fsdp-blocks``
+consecutive blocks), the head - and each unit's parameters (this rank's TP shard of them) live in one
+flat buffer of ``size`` numbers, padded to a multiple of n, of which a rank keeps only its slice
+[rank k, (rank + 1) k), k = size / n: the master values and their gradient.  Around a module:
+
+    before its forward     all-gather the unit (in the compute dtype): every rank's slice, in place
+    after its forward      free the gathered buffer (--reshard-after-forward; or keep it until the
+                           unit's last backward of the step: fewer gathers, more memory); the
+                           stage's last module keeps it anyway: its backward needs it first
+    before its backward    all-gather again (if freed), allocate the unit's full gradient buffer
+    after its backward     free the gathered buffer; once the unit's last backward of the step has
+                           finished its gradients, reduce-scatter them into this rank's slice and
+                           free the full gradient buffer
+
+Gathers are *prefetched*: before a module's forward the next module's gather is posted (before its
+backward, the previous module's), non-blocking, and waited for only when that module starts - so
+it travels while this module computes.
+
+Per rank, with P the stage's parameters (its TP shard), n = dp x cp, b bytes a number:
+
+    ZeRO-0   P b params + P b grads + 2 P b AdamW state
+    ZeRO-1   P b        + P b       + 2 P b / n
+    ZeRO-2   P b        + P b / n   + 2 P b / n   (between steps; the full gradient lives in the backward)
+    ZeRO-3   P b / n    + P b / n   + 2 P b / n   + the gathered units (at most two, or all of them
+                                                    with reshard-after-forward off) and their gradients
+
+Some gradients are final only after a sum over another group: the two copies of a tied embedding
+(first and last pipeline stage, each a unit of its own, so that their slices line up) and, under
+sequence parallelism, the replicated parameters' partial sums over TP (every TP rank has the same
+units, so the slices line up too).  Those are summed *after* the reduce-scatter, on the slices:
+the sums commute.
+"""
+import time
+
+from hpcpar import backend, progress, trace
+from hpcpar.buckets import FlatSlice, placeholder
+from hpcpar.comm import test_all, wait_all
+
+
+class Unit:
+    """Parameters gathered and freed together; this rank keeps slice [lo, hi) of their flat buffer."""
+
+    def __init__(self, params, n, rank, compute_dtype):
+        xp = backend.array_module(params[0].data)
+        dtype = params[0].data.dtype
+        self.compute_dtype = compute_dtype if compute_dtype is not None else dtype
+        total = sum(p.data.size for p in params)
+        self.size = -(-total // n) * n                          # padded to a multiple of n
+        k = self.size // n
+        self.lo, self.hi = rank * k, (rank + 1) * k
+        flat = xp.zeros(self.size, dtype=dtype)                 # (size,) only while building
+        self.segments, start = [], 0                            # (param, start, stop)
+        for p in params:
+            stop = start + p.data.size
+            flat[start:stop] = p.data.reshape(-1)
+            self.segments.append((p, start, stop))
+            start = stop
+        self.params = list(params)
+        self.shard = flat[self.lo:self.hi].copy()               # (k,) master values of this rank's slice
+        self.shard_grad = xp.zeros(k, dtype=dtype)              # (k,) their reduce-scattered gradient
+        self.full = None                                        # (size,) compute dtype, while gathered
+        self.grad = None                                        # (size,) while the backward runs
+        self.gathering = None                                   # the all-gather's request, until waited
+        for p in params:
+            p.master = None
+            p.data, p.grad = placeholder(p.data), placeholder(p.grad)
+
+    @property
+    def gathered(self):
+        return self.full is not None
+
+    def start_gather(self, comm):
+        xp = backend.array_module(self.shard)
+        self.full = xp.empty(self.size, dtype=self.compute_dtype)
+        self.full[self.lo:self.hi] = self.shard                 # (rounded to the compute dtype)
+        self.gathering = comm.iall_gather_(self.full)
+
+    def finish_gather(self):
+        if self.gathering is not None:
+            self.gathering.wait()
+            self.gathering = None
+        for p, a, b in self.segments:
+            p.data = self.full[a:b].reshape(p.data.shape)
+
+    def free(self):
+        """Drop the gathered values (a gather in flight is finished first: MPI still writes into it)."""
+        if self.gathering is not None:
+            self.gathering.wait()
+            self.gathering = None
+        self.full = None
+        for p, _, _ in self.segments:
+            p.data = placeholder(p.data)
+
+    def new_grad(self):
+        xp = backend.array_module(self.shard)
+        self.grad = xp.zeros(self.size, dtype=self.shard.dtype)
+        for p, a, b in self.segments:
+            p.grad = self.grad[a:b].reshape(p.grad.shape)
+
+    def drop_grad(self):
+        self.grad = None
+        for p, _, _ in self.segments:
+            p.grad = placeholder(p.grad)
+
+    def owned(self, predicate):
+        """(a, b) ranges of this rank's slice, relative to it, covered by parameters with ``predicate``."""
+        out = []
+        for p, a, b in self.segments:
+            a, b = max(a, self.lo), min(b, self.hi)
+            if a < b and predicate(p):
+                out.append((a - self.lo, b - self.lo))
+        return out
+
+    def gathered_bytes(self):
+        return (self.full.nbytes if self.full is not None else 0) + (self.grad.nbytes if self.grad is not None else 0)
+
+
+def module_groups(chunk, blocks_per_unit):
+    """The chunk's modules cut into units' worth: the embedding, runs of ``blocks_per_unit`` blocks, the head."""
+    blocks = list(chunk.blocks)
+    groups = [[chunk.embed]] if chunk.embed else []
+    groups += [blocks[i:i + blocks_per_unit] for i in range(0, len(blocks), blocks_per_unit)]
+    return groups + ([[chunk.head]] if chunk.head else [])
+
+
+class FullyShardedDataParallel:
+    """ZeRO-3 over ``comm`` (dp x cp) for the model ``chunks`` of this rank; DataParallel's interface
+    for the trainer, and the hooks a Stage calls around each module's forward and backward."""
+
+    zero, sharded = 3, True
+
+    def __init__(self, chunks, comm, uses=None, compute_dtype=None, alone=(), blocks_per_unit=1,
+                 reshard_after_forward=True):
+        """``alone``: parameters that get a unit of their own (the tied embedding: its two copies'
+        slices must line up); so does a parameter two modules share.  ``uses``: as DataParallel's."""
+        self.comm, self.reshard = comm, reshard_after_forward
+        self._uses = uses or {}
+        holders = {}
+        for chunk in chunks:
+            for m in chunk.modules():
+                for p in m.parameters():
+                    holders[id(p)] = holders.get(id(p), 0) + 1
+        alone = {id(p) for p in alone} | {k for k, v in holders.items() if v > 1}
+        self.units, self._unit_of = [], {}
+
+        def add(params):
+            if params:
+                self.units.append(Unit(params, comm.size, comm.rank, compute_dtype))
+                self._unit_of.update((id(p), self.units[-1]) for p in params)
+        for chunk in chunks:
+            for group in module_groups(chunk, blocks_per_unit):
+                params = [p for m in group for p in m.parameters() if id(p) not in self._unit_of]
+                for p in params:
+                    if id(p) in alone:
+                        add([p])
+                add([p for p in params if id(p) not in alone])
+        self.dtype = self.units[0].shard.dtype          # of the master weights, gradients, optimizer state
+        self._module_units = {}
+        for chunk in chunks:
+            chunk.sharding = self
+            for m in chunk.modules():
+                self._module_units[id(m)] = list({id(self._unit_of[id(p)]): self._unit_of[id(p)]
+                                                  for p in m.parameters()}.values())
+        self.peak_gathered = 0              # the most bytes of gathered units and full gradients at once
+        self.gathers = 0                    # all-gathers started this step
+        self.waits = []                     # seconds blocked in each wait for gathers this step
+        self.prefetch = True                # off: each gather starts when its module needs it (benchmarks
+        #                                     measure what prefetching hides)
+        self._in_flight = []                # (unit, its reduce-scatter's request)
+
+    # --- the hooks around a module (nn/stage.py) -------------------------------------------------
+
+    def _units(self, modules, i):
+        return self._module_units[id(modules[i])] if 0 <= i < len(modules) else []
+
+    def _post(self, units):
+        for u in units:
+            if not u.gathered:
+                u.start_gather(self.comm)
+                self.gathers += 1
+        self._account()
+
+    def _acquire(self, units):
+        self._post(units)
+        start = time.perf_counter()
+        for u in units:
+            u.finish_gather()
+        end = time.perf_counter()
+        self.waits.append(end - start)
+        tracer = trace.active()
+        if tracer is not None and end - start > 1e-5:
+            tracer.span("fsdp gather wait", "collective", start, end, "comm")
+
+    def _release(self, units, keep_for):
+        for u in units:
+            if u not in keep_for:
+                u.free()
+
+    def before_forward(self, modules, i):
+        self._acquire(self._units(modules, i))
+        if self.prefetch:
+            self._post(self._units(modules, i + 1))       # travels while module i computes
+
+    def after_forward(self, modules, i, training):
+        """The last module's units stay gathered in training: its backward is the first to need them."""
+        last = i == len(modules) - 1
+        if not training or (self.reshard and not last):
+            self._release(self._units(modules, i), self._units(modules, i + 1))
+
+    def before_backward(self, modules, i):
+        units = self._units(modules, i)
+        self._acquire(units)
+        for u in units:
+            if u.grad is None:
+                self._reap(keep=1)
+                u.new_grad()
+        if self.prefetch:
+            self._post(self._units(modules, i - 1))
+        self._account()
+
+    def after_backward(self, modules, i, final):
+        """``final``: the module's last backward of the step (its units are not needed again)."""
+        if self.reshard or final:
+            self._release(self._units(modules, i), self._units(modules, i - 1))
+
+    def _account(self):
+        now = sum(u.gathered_bytes() for u in self.units)
+        self.peak_gathered = max(self.peak_gathered, now)
+
+    # --- DataParallel's interface (train.py) -------------------------------------------------------
+
+    def start_step(self):
+        self._waiting = {id(u): len(u.params) for u in self.units}
+        self._pending_uses = dict(self._uses)
+        self._launched = set()
+        self._in_flight = []                # (unit, its reduce-scatter's request)
+        self.gathers, self.waits = 0, []
+        progress.install(self._poll)
+
+    def grads_ready(self, params):
+        for p in params:
+            left = self._pending_uses.get(id(p), 1) - 1
+            self._pending_uses[id(p)] = left
+            if left > 0:
+                continue
+            u = self._unit_of[id(p)]
+            self._waiting[id(u)] -= 1
+            if self._waiting[id(u)] == 0:
+                self._launch(u)
+        self._reap()
+
+    def _reap(self, keep=None):
+        """Free the full gradient of every unit whose reduce-scatter has completed (one MPI_Test each);
+        with ``keep``, first wait for the oldest until at most ``keep`` are in flight - a bound on the
+        full gradients alive at once, however slowly the reduce-scatters move."""
+        while keep is not None and len(self._in_flight) > keep:
+            u, r = self._in_flight.pop(0)
+            if r is not None:
+                r.wait()
+            u.drop_grad()
+        still = []
+        for u, r in self._in_flight:
+            if r is None or r.test():
+                u.drop_grad()
+            else:
+                still.append((u, r))
+        self._in_flight = still
+        self._account()
+
+    def _launch(self, u):
+        if id(u) in self._launched:
+            return
+        self._launched.add(id(u))
+        self._in_flight.append((u, self.comm.ireduce_scatter(u.grad, u.shard_grad)))
+
+    def _poll(self):
+        """MPICH moves non-blocking collectives on only inside MPI calls (progress.py): between the
+        GEMMs, test the gathers and reduce-scatters in flight."""
+        test_all([u.gathering for u in self.units if u.gathering is not None] + [r for _, r in self._in_flight])
+
+    def finish(self, late=()):
+        """Launch what is left (in unit order, the same on every rank), wait, free the full gradients;
+        then sum the ``late`` (communicator, parameters) pairs' slices over their communicators."""
+        for u in self.units:
+            self._launch(u)
+        start = time.perf_counter()
+        progress.install(None)
+        wait_all([r for _, r in self._in_flight])
+        self._in_flight = []
+        for u in self.units:
+            if u.grad is not None:
+                u.drop_grad()
+            if u.gathered:                  # kept for a backward that did not come (forward only)
+                u.free()
+        tracer = trace.active()
+        if tracer is not None:
+            tracer.span("dp wait", "collective", start, time.perf_counter(), "comm")
+        for comm, params in late:
+            self._sum_slices(comm, {id(p) for p in params})
+
+    def _sum_slices(self, comm, ids):
+        """All-reduce over ``comm`` the parts of this rank's gradient slices that hold ``ids``."""
+        pieces = [(u, a, b) for u in self.units for a, b in u.owned(lambda p: id(p) in ids)]
+        if not pieces:                      # the same on every peer: they have the same units
+            return
+        xp = backend.array_module(self.units[0].shard_grad)
+        buf = xp.concatenate([u.shard_grad[a:b] for u, a, b in pieces])
+        comm.all_reduce_(buf)
+        at = 0
+        for u, a, b in pieces:
+            u.shard_grad[a:b] = buf[at:at + b - a]
+            at += b - a
+
+    def slices(self):
+        return [FlatSlice(i, u.shard, u.shard_grad, u.owned(lambda p: p.decay)) for i, u in enumerate(self.units)]
+
+    def norm_sq(self, slices):
+        total = 0.0
+        for s, u in zip(slices, self.units):
+            for a, b in u.owned(lambda p: p.counted):
+                g = s.grad[a:b]
+                total = total + g @ g
+        return total
+
+    def gather_params(self):
+        """Nothing to do: a unit is gathered (and rounded to the compute dtype) when it is next used."""
+
+    def zero_grad(self):
+        for u in self.units:
+            u.shard_grad[...] = 0
+
+    # --- whole tensors, for checkpoints and tests (collective over the group) ----------------------
+
+    @property
+    def flats(self):
+        return self.units
+
+    def owned_range(self, i):
+        return self.units[i].lo, self.units[i].hi
+
+    def whole(self, i, owned):
+        """The flat array of unit i whose slice on each rank is that rank's ``owned`` (all-gathered)."""
+        u = self.units[i]
+        full = backend.array_module(owned).zeros(u.size, dtype=owned.dtype)
+        full[u.lo:u.hi] = owned
+        wait_all([self.comm.iall_gather_(full)])
+        return full
+
+    def master(self, i):
+        """Unit i's whole flat master values (all-gathered)."""
+        return self.whole(i, self.units[i].shard)
+
+    def load(self, i, whole):
+        """Set unit i's master values from its whole flat array (this rank keeps its slice)."""
+        u = self.units[i]
+        u.shard[...] = whole[u.lo:u.hi]
+
+    def gathered(self, what="data"):
+        """Collective: {parameter name: this rank's (TP-shard) values} of the master weights ("data")
+        or the reduce-scattered gradients ("grad")."""
+        out = {}
+        for i, u in enumerate(self.units):
+            full = self.master(i) if what == "data" else self.whole(i, u.shard_grad)
+            out.update((p.name, full[a:b].reshape(p.data.shape)) for p, a, b in u.segments)
+        return out
