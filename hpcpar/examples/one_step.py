@@ -109,8 +109,8 @@ def trace_model(tracer, model, expand):
     # ops called as plain functions inside the modules: wrap them where those modules look them up
     tracer.wrap(attention_core, "attention_forward", "softmax(Q K^T/sqrt(HS) + M) V", first)
     tracer.wrap(attention_core, "attention_backward", "dQ, dK, dV", first)
-    tracer.wrap(mlp, "gelu_forward", "gelu", first)
-    tracer.wrap(mlp, "gelu_backward", "gelu'", first)
+    tracer.wrap(mlp, "gelu_forward_fast", "gelu", first)
+    tracer.wrap(mlp, "gelu_backward_fast", "gelu'", first)
     tracer.wrap(gpt, "linear_forward", "logits = h wte^T", first)
     tracer.wrap(gpt, "cross_entropy_forward", "cross-entropy per token", first)
     tracer.wrap(gpt, "cross_entropy_backward", "softmax - onehot", lambda a: f"dloss {float(a[0]):.3e}")
