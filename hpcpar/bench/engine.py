@@ -13,7 +13,8 @@ Three measurements, each interleaved with its PyTorch counterpart in this one pr
 """
 import numpy as np
 
-from hpcpar.bench.common import BENCH_MODEL, Result, import_torch, interleave, ms, pct, ratio, summary, torch_tensor
+from hpcpar.bench.common import (BENCH_MODEL, Result, import_torch, interleave, ms, pct, ratio, spread, summary,
+                                 torch_tensor)
 from hpcpar.bench.gemm import block_gemms, head_gemms, time_gemms
 
 BLOCK_SHAPES = [(256, 8, 128), (512, 8, 128), (1024, 8, 128)]       # hidden, sequences, tokens each
@@ -54,21 +55,22 @@ def bench_blocks(res, shapes, rounds, torch):
         key = f"hidden {hidden}, {batch} x {seq} tokens"
         res.figures[key] = {"ours_s": min(times["ours"]), "gemm_ours_s": ours_gemm}
         if torch is None:
-            rows.append([str(hidden), f"{batch} x {seq}", ms(min(times["ours"]))] + ["-"] * 4)
+            rows.append([str(hidden), f"{batch} x {seq}", ms(min(times["ours"]))] + ["-"] * 5)
             continue
         torch_gemm = sum(s for (lib, _, _), s in gemm_s.items() if lib == "torch")
         fig = summary(times, "ours", "torch")
         fig.update(sdpa=summary(times, "ours", "torch_sdpa"), gemm_torch_s=torch_gemm)
         res.figures[key].update(fig)
         rows.append([str(hidden), f"{batch} x {seq}", ms(fig["ours_s"]), ms(fig["theirs_s"]), ratio(fig["ratio"]),
-                     ms(fig["sdpa"]["theirs_s"]), ratio(fig["sdpa"]["ratio"])])
+                     spread(fig), ms(fig["sdpa"]["theirs_s"]), ratio(fig["sdpa"]["ratio"])])
         rest_ours, rest_torch = fig["ours_s"] - ours_gemm, fig["theirs_s"] - torch_gemm
         parts.append([str(hidden), ms(ours_gemm), ms(torch_gemm), ratio(ours_gemm / torch_gemm),
                       ms(rest_ours), ms(rest_torch), ratio(rest_ours / rest_torch)])
         res.target(f"block forward+backward, hidden {hidden}: ours / PyTorch eager", f"<= {TARGET:.2f}x",
                    ratio(fig["ratio"]), fig["ratio"] <= TARGET)
     res.table("One transformer block, forward + backward (CPU time, best of the interleaved rounds)",
-              ["hidden", "tokens", "ours", "PyTorch", "ours / PyTorch", "PyTorch, fused SDPA", "ours / SDPA"], rows,
+              ["hidden", "tokens", "ours", "PyTorch", "ours / PyTorch", "median of the rounds' ratios (range)",
+               "PyTorch, fused SDPA", "ours / SDPA"], rows,
               ["PyTorch computes attention the way our engine does (Q K^T, mask, softmax, times V); "
                "'fused SDPA' is its scaled_dot_product_attention kernel, a different algorithm, for reference."])
     if parts:
@@ -134,7 +136,8 @@ def bench_step(res, rounds, torch, quick):
         fig = summary(times, "ours", "torch")
         torch_gemm = sum(s * counts[n] for (lib, _, n), s in gemm_s.items() if lib == "torch")
         cols += [column(fig["theirs_s"], torch_gemm),
-                 [ratio(fig["ratio"]), ratio(fig["theirs_s"] / mine), ratio(ours_gemm / torch_gemm), ""]]
+                 [f"{ratio(fig['ratio'])}; median of rounds {spread(fig)}", ratio(fig["theirs_s"] / mine),
+                  ratio(ours_gemm / torch_gemm), ""]]
         header += ["PyTorch", "ours / PyTorch"]
         res.figures["gpt_step"].update(fig, gemm_torch_s=torch_gemm)
         res.target("GPT training step (one rank): ours / PyTorch eager", f"<= {TARGET:.2f}x", ratio(fig["ratio"]),
