@@ -85,6 +85,7 @@ def torch_pipeline_step(torch, trainer, schedule_name, rank):
             schedule.step(target=targets, losses=[])
         opt.step()
         opt.zero_grad()
+    step.schedule, step.opt = schedule, opt           # for the pp 2 breakdown (pp_breakdown.py)
     return step
 
 
