@@ -9,13 +9,13 @@ a time (ops/blocks.py): on a (B*T, 4C) activation each extra pass over memory co
 flop-light op, and blocking turns ten passes over memory into about one (about 2x faster, measured).
 
 ``gelu_forward_fast`` / ``gelu_backward_fast`` are the same function with two passes fewer in the
-backward (nine instead of eleven, measured in docs/performance.md).  Their cache is phi = 0.5 (1 + t),
-the factor y = x phi, instead of t; with 1 - t^2 = (1 - t)(1 + t) = 4 phi (1 - phi):
+backward (nine instead of eleven, measured in docs/performance.md).  Their cache is c = 1 + t, which
+the forward computes on the way to y anyway, instead of t; with 1 - t^2 = (1 - t)(1 + t) = (2 - c) c:
 
-    dy/dx = phi + 2 x phi (1 - phi) S (1 + 3K x^2) = phi (1 + x (1 - phi) (2S + 6SK x^2))
+    dy/dx = 0.5 c (1 + x (2 - c) S (1 + 3K x^2)) = c (0.5 + x (2 - c) (0.5 S + 1.5 SK x^2))
 
-one product of factors, so no pass adds 1, subtracts from t or halves the result.  They agree with the
-plain pair to rounding (tests/test_fast_ops.py, float64 to 1e-12).
+one product of factors, so no pass adds 1 to t, subtracts from it or halves the result.  They agree
+with the plain pair to rounding (tests/test_fast_ops.py, float64 to 1e-12).
 """
 import math
 
@@ -61,32 +61,32 @@ def gelu_backward(dy, x, t):
 
 
 def gelu_forward_fast(x):
-    """x -> (y, phi), phi = 0.5 (1 + t): y = x phi"""
+    """x -> (y, c), c = 1 + t"""
     xp = array_module(x)
-    y, phi = xp.empty(x.shape, x.dtype), xp.empty(x.shape, x.dtype)
-    for xb, yb, pb in row_blocks(x, y, phi):
-        xp.multiply(xb, xb, out=pb)         # u = x (S + S K x^2)
-        pb *= _S * _K
-        pb += _S
-        pb *= xb
-        xp.tanh(pb, out=pb)                 # t
-        pb *= 0.5
-        pb += 0.5                           # phi
-        xp.multiply(xb, pb, out=yb)         # y = x phi
-    return y, phi
+    y, c = xp.empty(x.shape, x.dtype), xp.empty(x.shape, x.dtype)
+    for xb, yb, cb in row_blocks(x, y, c):
+        xp.multiply(xb, xb, out=cb)         # u = x (S + S K x^2)
+        cb *= _S * _K
+        cb += _S
+        cb *= xb
+        xp.tanh(cb, out=cb)                 # t
+        cb += 1.0                           # c = 1 + t
+        xp.multiply(xb, cb, out=yb)         # y = 0.5 x c
+        yb *= 0.5
+    return y, c
 
 
-def gelu_backward_fast(dy, x, phi):
+def gelu_backward_fast(dy, x, c):
     xp = array_module(x)
     dx = xp.empty(x.shape, x.dtype)
-    for dyb, xb, pb, s in row_blocks(dy, x, phi, dx):
-        d = xb * xb                         # x (2S + 6SK x^2), one block's temporary
-        d *= 6.0 * _S * _K
-        d += 2.0 * _S
+    for dyb, xb, cb, s in row_blocks(dy, x, c, dx):
+        d = xb * xb                         # x (0.5 S + 1.5 SK x^2), one block's temporary
+        d *= 1.5 * _S * _K
+        d += 0.5 * _S
         d *= xb
-        xp.subtract(1.0, pb, out=s)         # phi (1 + (1 - phi) x (2S + 6SK x^2)) dy
+        xp.subtract(2.0, cb, out=s)         # c (0.5 + (2 - c) x (0.5 S + 1.5 SK x^2)) dy
         s *= d
-        s += 1.0
-        s *= pb
+        s += 0.5
+        s *= cb
         s *= dyb
     return dx
