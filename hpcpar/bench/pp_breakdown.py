@@ -17,9 +17,12 @@ splits its own step (wall seconds, mean over the rounds) into:
                 only in our tied run: PyTorch's stages cannot share a weight, so (e) runs untied
     other       the rest of the step: the engine's or the schedule's own Python, the data
 
-Under each stage: the schedule's own bubble, (p - 1) / m of the slower stage's compute (1F1B with p = 2
-stages, m = 8 micro-batches: each stage idles for about one micro-batch's forward and backward of the
-other); what a stage waits beyond it is time lost to the messages themselves or to an unbalanced split.
+Under each stage: the schedule's own bubble, (p - 1) / m of the slowest stage's compute (1F1B with p = 2
+stages, m = 8 micro-batches: about one micro-batch's forward and backward), and the imbalance - how much
+less this stage computes than the slowest, which it spends waiting for it.  What a stage waits beyond
+those two is lost to the messages themselves (or, on a shared machine, to waiting for a core).  The
+first stage waits for the last backward at the end; the last stage only for the first forward at the
+start, so its own bubble is smaller than (p - 1) / m and its "beyond" row can be negative.
 
 PyTorch's side is timed by wrapping the schedule's functions, the regions torch.profiler shows as
 "Forward i" / "Backward i" and gloo's send/recv; ours by hpcpar's own profiler (``--profile``).
@@ -177,12 +180,16 @@ def report(per_rank, why_not, trainer, rounds):
         table.append([row] + [ms(per_rank[s][run][row]) + (f" ({pct(per_rank[s][run][row] / per_rank[s][run]['step'])})"
                                                             if row != "step" else "")
                               for run in runs for s in range(len(per_rank))])
-    bubble = {run: max(per_rank[s][run]["compute"] for s in range(len(per_rank))) * (len(per_rank) - 1) / m
-              for run in runs}
-    table.append([f"the schedule's bubble, (p - 1) / m x the slower stage's compute"] +
-                 [ms(bubble[run]) for run in runs for _ in range(len(per_rank))])
-    table.append(["messages beyond that bubble"] +
-                 [ms(per_rank[s][run]["messages"] - bubble[run]) for run in runs for s in range(len(per_rank))])
+    stages = range(len(per_rank))
+    slowest = {run: max(per_rank[s][run]["compute"] for s in stages) for run in runs}
+    bubble = {run: slowest[run] * (len(per_rank) - 1) / m for run in runs}
+    table.append(["the schedule's bubble, (p - 1) / m x the slowest stage's compute"] +
+                 [ms(bubble[run]) for run in runs for _ in stages])
+    table.append(["imbalance: the slowest stage's compute - this stage's"] +
+                 [ms(slowest[run] - per_rank[s][run]["compute"]) for run in runs for s in stages])
+    table.append(["messages beyond bubble and imbalance"] +
+                 [ms(per_rank[s][run]["messages"] - bubble[run] - slowest[run] + per_rank[s][run]["compute"])
+                  for run in runs for s in stages])
     res.figures = {"per_rank": per_rank, "bubble": bubble, "rounds": rounds}
     mcfg = trainer.mcfg
     res.table(f"A pp 2, 1F1B step by stage (wall seconds, mean of {rounds} alternating rounds); GPT hidden "
