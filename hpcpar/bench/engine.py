@@ -81,9 +81,10 @@ def bench_blocks(res, shapes, rounds, torch):
                    "The GEMM ratio is the two BLAS libraries' (table (a)); the engine's own code is the rest."])
 
 
-def step_cases(torch, dims, optimizer="adamw"):
+def step_cases(torch, dims, optimizer="adamw", compiled=False):
     """name -> one training step of a GPT of ``dims`` (ours: Trainer; torch: the same in PyTorch, with
-    the same optimizer and clipping), and our trainer."""
+    the same optimizer and clipping; with ``compiled`` also "torch_compile", the model under
+    torch.compile's default inductor backend), our trainer, and why the compiled case is missing (or None)."""
     from mpi4py import MPI
 
     from hpcpar.config import TrainConfig
@@ -91,20 +92,29 @@ def step_cases(torch, dims, optimizer="adamw"):
     cfg = TrainConfig(model="small", untied=True, steps=10 ** 6, progress=False, optimizer=optimizer, **dims)
     trainer = Trainer(cfg, MPI.COMM_SELF)
     counter = iter(range(10 ** 6))
-    cases = {"ours": lambda: trainer.step(next(counter))}
+    cases, why_not = {"ours": lambda: trainer.step(next(counter))}, None
     if torch is not None:
         from hpcpar.bench.torch_gpt import Stage, loss_fn, torch_optimizer
-        model = Stage(trainer.mcfg)
-        opt = torch_optimizer(model, cfg)
         ids, targets = (torch_tensor(torch, a).long() for a in trainer.data.batch(0, range(cfg.batch_size)))
 
-        def torch_step():
-            loss_fn(model(ids), targets).backward()
-            torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
-            opt.step()
-            opt.zero_grad()
-        cases["torch"] = torch_step
-    return trainer, cases
+        def torch_case(model):
+            opt = torch_optimizer(model, cfg)
+
+            def torch_step():
+                loss_fn(model(ids), targets).backward()
+                torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
+                opt.step()
+                opt.zero_grad()
+            return torch_step
+        cases["torch"] = torch_case(Stage(trainer.mcfg))
+        if compiled:
+            step = torch_case(torch.compile(Stage(trainer.mcfg)))
+            try:
+                step()                          # compiles here, untimed
+                cases["torch_compile"] = step
+            except Exception as err:  # noqa: BLE001 - no compiler, no inductor: the row says why
+                why_not = f"torch.compile failed: {type(err).__name__}: {str(err).splitlines()[0][:200]}"
+    return trainer, cases, why_not
 
 
 def bench_step(res, rounds, torch, quick):
@@ -113,7 +123,7 @@ def bench_step(res, rounds, torch, quick):
     from hpcpar.flops import gpt_step_flops
     from hpcpar.gemm_speed import gemm_rate
     dims = dict(hidden=32, layers=2, heads=2, seq_len=32, vocab=64, batch_size=4) if quick else BENCH_MODEL
-    trainer, cases = step_cases(torch, dims)
+    trainer, cases, _ = step_cases(torch, dims)
     m, B = trainer.mcfg, trainer.cfg.batch_size
     times = interleave(cases, rounds)
     peak = gemm_rate("float32", n=256 if quick else 2048, seconds=0.1 if quick else 0.6, clock=time.process_time)
