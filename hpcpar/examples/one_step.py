@@ -47,7 +47,7 @@ class Tracer:
             finally:
                 self.depth -= 1
                 self.muted -= mute_inside
-            entry[3] = _shape(out[0] if isinstance(out, tuple) and attr.endswith("forward") else out)
+            entry[3] = _shape(out[0] if isinstance(out, tuple) and "forward" in attr else out)
             return out
         setattr(owner, attr, traced)
         self.restore.append((owner, attr, fn))
