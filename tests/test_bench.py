@@ -20,11 +20,26 @@ def test_quick_bench_writes_json_and_a_markdown_table(tmp_path):
     assert proc.returncode == 0, proc.stdout + proc.stderr
     report = json.loads(out.read_text())
     assert report["quick"] and dict(report["machine"])["numpy"]
+    assert "GFLOP/s" in dict(report["machine"])["GEMM rate, one thread (numpy, 1024 x 1024 x 1024)"]
     (gemm,) = report["benchmarks"]["gemm"]["runs"]
     assert "error" not in gemm and gemm["tables"][0]["rows"]
     assert set(gemm["figures"]["peak_gflops"]) == {"float32", "float64"}
     text = md.read_text()
     assert "## (a) GEMM rate" in text and "| GEMM | m x k x n |" in text and "OPENBLAS_CORETYPE" in text
+
+
+def test_peer_summary_quotes_the_median_of_the_rounds_with_its_range():
+    from hpcpar.bench.common import spread, summary
+    fig = summary({"ours": [1.0, 2.0, 3.0, 4.0, 10.0], "theirs": [2.0, 2.0, 2.0, 2.0, 2.0]}, "ours", "theirs")
+    assert fig["ratio_median_paired"] == 1.5 and (fig["ratio_min"], fig["ratio_max"]) == (0.5, 5.0)
+    assert spread(fig) == "1.50x (0.50-5.00, 5 rounds)"
+
+
+def test_fast_ops_bench_has_a_ratio_per_op():
+    from hpcpar.bench import fast_ops
+    res = fast_ops.run(quick=True)
+    (table,) = res.tables
+    assert [row[0] for row in table["rows"]] == list(res.figures) and all("rounds)" in row[-1] for row in table["rows"])
 
 
 def test_quick_overlap_and_async_progress_benchmarks(tmp_path):

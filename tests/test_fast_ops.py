@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 from hpcpar.buckets import FlatSlice
+from hpcpar.ops.activation import gelu_backward, gelu_backward_fast, gelu_forward, gelu_forward_fast
 from hpcpar.ops.attention import causal_mask
 from hpcpar.ops.softmax import row_max, softmax_forward, softmax_forward_fast
 from hpcpar.optim import BLOCK, SGD
@@ -40,6 +41,19 @@ def test_fast_softmax_matches_the_plain_one(rng, shape):
 def test_fast_softmax_is_stable():
     np.testing.assert_allclose(softmax_forward_fast(np.array([[1000.0, 1000.0], [-1000.0, 0.0]])),
                                [[0.5, 0.5], [0.0, 1.0]])
+
+
+@pytest.mark.parametrize("shape", [(3, 5, 96), (2, 4096), (7,)])
+def test_fast_gelu_matches_the_plain_one(rng, shape):
+    """Same y; dx from c (0.5 + x (2 - c) ...) against 0.5 (1 + t + x (1 - t^2) ...): the plain form
+    cancels in 1 - t^2 where tanh is near +-1 (|x| > 4), so the bound is relative to the largest dx."""
+    x, dy = rng.standard_normal(shape) * 3, rng.standard_normal(shape)
+    y, t = gelu_forward(x)
+    y_fast, c = gelu_forward_fast(x)
+    np.testing.assert_allclose(y_fast, y, rtol=1e-12, atol=1e-300)
+    np.testing.assert_allclose(c, 1 + t, rtol=1e-12, atol=1e-300)
+    dx = gelu_backward(dy, x, t)
+    np.testing.assert_allclose(gelu_backward_fast(dy, x, c), dx, rtol=1e-12, atol=1e-12 * np.abs(dx).max())
 
 
 @pytest.mark.parametrize("momentum", [0.0, 0.9])

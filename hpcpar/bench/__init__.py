@@ -31,10 +31,13 @@ BENCHMARKS = {
     "collectives": Spec("c", "collectives", "Collectives: hpcpar.comm against raw mpi4py",
                         ranks=(2, 4), quick_ranks=(2,)),
     "engine": Spec("d", "engine", "The engine against PyTorch eager on one core"),
+    "fast-ops": Spec("fo", "fast_ops", "Each fast op against the plain one beside it, at the 8-layer step's shapes"),
     "step": Spec("s", "step", "A training step of the 8-layer GPT on one rank against PyTorch eager, at 1 and 2 "
                  "threads, and where its time goes", timeout=1500),
     "torch-parallel": Spec("e", "torch_parallel", "Pipeline, tensor and data parallelism against "
                            "torch.distributed on gloo", ranks=(2,), timeout=900),
+    "pp-breakdown": Spec("ppb", "pp_breakdown", "A pp 2, 1F1B step by stage: compute, messages, bubble, tied sum; "
+                         "ours against torch.distributed.pipelining", ranks=(2,), timeout=600),
     "layout": Spec("f", "layout", "tp 2 x pp 2 x dp 2 against one rank, same global batch"),
     "gpu": Spec("g", "gpu", "GPU: GEMM rate and the block on the device (cupy)"),
     "gpu-step": Spec("gs", "gpu_step", "GPU: a GPT-2 124M step in fp32, tf32, fp16 and bf16 against PyTorch; "

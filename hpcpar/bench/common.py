@@ -4,8 +4,9 @@ Timing on a shared machine.  The benchmark machine has two cores that other jobs
 timing can be off by tens of per cent.  Every comparison is therefore measured side by side in one
 process: the candidates run in turn, round after round, in a rotating order (A B C, B C A, C A B, ...,
 so that none always runs first or right after the same neighbour), and a table reports each one's
-best round - the run least disturbed - and the ratio of the best rounds.  The median of the per-round
-ratios goes into the JSON as a second opinion.
+best round - the run least disturbed - and the ratio of the best rounds.  Rows against PyTorch quote
+the median of at least ``PEER_ROUNDS`` per-round ratios with their lowest and highest (``spread``): a
+ratio whose range straddles a target is not a result on that machine.
 
 Serial benchmarks time process CPU seconds (``time.process_time``): another job taking the core away
 does not inflate them, and for one thread on an idle core they equal wall seconds.  MPI benchmarks
@@ -66,11 +67,25 @@ def paired_ratio(a, b):
     return statistics.median(x / y for x, y in zip(a, b))
 
 
+# A PyTorch-peer row is quoted as the median of at least this many alternating rounds, with its spread.
+PEER_ROUNDS = 5
+
+
 def summary(times, ours, theirs):
-    """Figures of one side-by-side comparison, for the JSON."""
+    """Figures of one side-by-side comparison, for the JSON: best rounds and their ratio, and - the
+    figure the peer tables quote - the median of the per-round ratios ours[i] / theirs[i] with their
+    spread (lowest and highest round), so that a reader sees how far one run's ratio can move."""
+    paired = [a / b for a, b in zip(times[ours], times[theirs])]
     return {"ours_s": best(times[ours]), "theirs_s": best(times[theirs]),
+            "ours_median_s": statistics.median(times[ours]), "theirs_median_s": statistics.median(times[theirs]),
             "ratio": best(times[ours]) / best(times[theirs]),
-            "ratio_median_paired": paired_ratio(times[ours], times[theirs]), "rounds": len(times[ours])}
+            "ratio_median_paired": statistics.median(paired), "ratio_min": min(paired), "ratio_max": max(paired),
+            "rounds": len(paired)}
+
+
+def spread(fig):
+    """'0.88x (0.84-0.93, 5 rounds)': the median per-round ratio of a ``summary``, its range, its rounds."""
+    return f"{fig['ratio_median_paired']:.2f}x ({fig['ratio_min']:.2f}-{fig['ratio_max']:.2f}, {fig['rounds']} rounds)"
 
 
 # --- formatting -------------------------------------------------------------------------------

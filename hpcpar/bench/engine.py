@@ -13,7 +13,8 @@ Three measurements, each interleaved with its PyTorch counterpart in this one pr
 """
 import numpy as np
 
-from hpcpar.bench.common import BENCH_MODEL, Result, import_torch, interleave, ms, pct, ratio, summary, torch_tensor
+from hpcpar.bench.common import (BENCH_MODEL, Result, import_torch, interleave, ms, pct, ratio, spread, summary,
+                                 torch_tensor)
 from hpcpar.bench.gemm import block_gemms, head_gemms, time_gemms
 
 BLOCK_SHAPES = [(256, 8, 128), (512, 8, 128), (1024, 8, 128)]       # hidden, sequences, tokens each
@@ -54,21 +55,22 @@ def bench_blocks(res, shapes, rounds, torch):
         key = f"hidden {hidden}, {batch} x {seq} tokens"
         res.figures[key] = {"ours_s": min(times["ours"]), "gemm_ours_s": ours_gemm}
         if torch is None:
-            rows.append([str(hidden), f"{batch} x {seq}", ms(min(times["ours"]))] + ["-"] * 4)
+            rows.append([str(hidden), f"{batch} x {seq}", ms(min(times["ours"]))] + ["-"] * 5)
             continue
         torch_gemm = sum(s for (lib, _, _), s in gemm_s.items() if lib == "torch")
         fig = summary(times, "ours", "torch")
         fig.update(sdpa=summary(times, "ours", "torch_sdpa"), gemm_torch_s=torch_gemm)
         res.figures[key].update(fig)
         rows.append([str(hidden), f"{batch} x {seq}", ms(fig["ours_s"]), ms(fig["theirs_s"]), ratio(fig["ratio"]),
-                     ms(fig["sdpa"]["theirs_s"]), ratio(fig["sdpa"]["ratio"])])
+                     spread(fig), ms(fig["sdpa"]["theirs_s"]), ratio(fig["sdpa"]["ratio"])])
         rest_ours, rest_torch = fig["ours_s"] - ours_gemm, fig["theirs_s"] - torch_gemm
         parts.append([str(hidden), ms(ours_gemm), ms(torch_gemm), ratio(ours_gemm / torch_gemm),
                       ms(rest_ours), ms(rest_torch), ratio(rest_ours / rest_torch)])
         res.target(f"block forward+backward, hidden {hidden}: ours / PyTorch eager", f"<= {TARGET:.2f}x",
                    ratio(fig["ratio"]), fig["ratio"] <= TARGET)
     res.table("One transformer block, forward + backward (CPU time, best of the interleaved rounds)",
-              ["hidden", "tokens", "ours", "PyTorch", "ours / PyTorch", "PyTorch, fused SDPA", "ours / SDPA"], rows,
+              ["hidden", "tokens", "ours", "PyTorch", "ours / PyTorch", "median of the rounds' ratios (range)",
+               "PyTorch, fused SDPA", "ours / SDPA"], rows,
               ["PyTorch computes attention the way our engine does (Q K^T, mask, softmax, times V); "
                "'fused SDPA' is its scaled_dot_product_attention kernel, a different algorithm, for reference."])
     if parts:
@@ -79,9 +81,10 @@ def bench_blocks(res, shapes, rounds, torch):
                    "The GEMM ratio is the two BLAS libraries' (table (a)); the engine's own code is the rest."])
 
 
-def step_cases(torch, dims, optimizer="adamw"):
+def step_cases(torch, dims, optimizer="adamw", compiled=False):
     """name -> one training step of a GPT of ``dims`` (ours: Trainer; torch: the same in PyTorch, with
-    the same optimizer and clipping), and our trainer."""
+    the same optimizer and clipping; with ``compiled`` also "torch_compile", the model under
+    torch.compile's default inductor backend), our trainer, and why the compiled case is missing (or None)."""
     from mpi4py import MPI
 
     from hpcpar.config import TrainConfig
@@ -89,20 +92,29 @@ def step_cases(torch, dims, optimizer="adamw"):
     cfg = TrainConfig(model="small", untied=True, steps=10 ** 6, progress=False, optimizer=optimizer, **dims)
     trainer = Trainer(cfg, MPI.COMM_SELF)
     counter = iter(range(10 ** 6))
-    cases = {"ours": lambda: trainer.step(next(counter))}
+    cases, why_not = {"ours": lambda: trainer.step(next(counter))}, None
     if torch is not None:
         from hpcpar.bench.torch_gpt import Stage, loss_fn, torch_optimizer
-        model = Stage(trainer.mcfg)
-        opt = torch_optimizer(model, cfg)
         ids, targets = (torch_tensor(torch, a).long() for a in trainer.data.batch(0, range(cfg.batch_size)))
 
-        def torch_step():
-            loss_fn(model(ids), targets).backward()
-            torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
-            opt.step()
-            opt.zero_grad()
-        cases["torch"] = torch_step
-    return trainer, cases
+        def torch_case(model):
+            opt = torch_optimizer(model, cfg)
+
+            def torch_step():
+                loss_fn(model(ids), targets).backward()
+                torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
+                opt.step()
+                opt.zero_grad()
+            return torch_step
+        cases["torch"] = torch_case(Stage(trainer.mcfg))
+        if compiled:
+            step = torch_case(torch.compile(Stage(trainer.mcfg)))
+            try:
+                step()                          # compiles here, untimed
+                cases["torch_compile"] = step
+            except Exception as err:  # noqa: BLE001 - no compiler, no inductor: the row says why
+                why_not = f"torch.compile failed: {type(err).__name__}: {str(err).splitlines()[0][:200]}"
+    return trainer, cases, why_not
 
 
 def bench_step(res, rounds, torch, quick):
@@ -111,7 +123,7 @@ def bench_step(res, rounds, torch, quick):
     from hpcpar.flops import gpt_step_flops
     from hpcpar.gemm_speed import gemm_rate
     dims = dict(hidden=32, layers=2, heads=2, seq_len=32, vocab=64, batch_size=4) if quick else BENCH_MODEL
-    trainer, cases = step_cases(torch, dims)
+    trainer, cases, _ = step_cases(torch, dims)
     m, B = trainer.mcfg, trainer.cfg.batch_size
     times = interleave(cases, rounds)
     peak = gemm_rate("float32", n=256 if quick else 2048, seconds=0.1 if quick else 0.6, clock=time.process_time)
@@ -134,7 +146,8 @@ def bench_step(res, rounds, torch, quick):
         fig = summary(times, "ours", "torch")
         torch_gemm = sum(s * counts[n] for (lib, _, n), s in gemm_s.items() if lib == "torch")
         cols += [column(fig["theirs_s"], torch_gemm),
-                 [ratio(fig["ratio"]), ratio(fig["theirs_s"] / mine), ratio(ours_gemm / torch_gemm), ""]]
+                 [f"{ratio(fig['ratio'])}; median of rounds {spread(fig)}", ratio(fig["theirs_s"] / mine),
+                  ratio(ours_gemm / torch_gemm), ""]]
         header += ["PyTorch", "ours / PyTorch"]
         res.figures["gpt_step"].update(fig, gemm_torch_s=torch_gemm)
         res.target("GPT training step (one rank): ours / PyTorch eager", f"<= {TARGET:.2f}x", ratio(fig["ratio"]),

@@ -26,6 +26,34 @@ def cpu_model():
     return platform.processor() or platform.machine()
 
 
+# The CPU flags that decide which kernels BLAS and numpy's SIMD loops can use.
+SIMD_FLAGS = ("sse4_2", "avx", "avx2", "fma", "avx512f", "avx512bw", "avx512vl", "avx512_bf16", "avx512_fp16",
+              "amx_tile", "amx_bf16", "asimd", "sve", "sve2")
+
+
+def cpu_flags():
+    """The SIMD flags of ``SIMD_FLAGS`` this CPU reports (/proc/cpuinfo), in that order."""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith(("flags", "Features")):
+                have = set(line.split(":", 1)[1].split())
+                return [f for f in SIMD_FLAGS if f in have]
+    except OSError:
+        pass
+    return []
+
+
+def gemm_rates():
+    """'float32 ..., float64 ... GFLOP/s': numpy's square 1024 GEMM on one thread, best of 0.3 s of CPU
+    time each - the figure that moves every GEMM-bound row from one machine to another."""
+    import time
+
+    from hpcpar.gemm_speed import gemm_rate
+    set_blas_threads(1)
+    return ", ".join(f"{dtype} {gemm_rate(dtype, n=1024, seconds=0.3, clock=time.process_time) / 1e9:.0f}"
+                     for dtype in ("float32", "float64")) + " GFLOP/s"
+
+
 def _openblas(name):
     """numpy's OpenBLAS function ``name`` (under any of its builds' prefixes and suffixes), or None."""
     import numpy as np
@@ -104,6 +132,8 @@ def describe(launcher, env):
            **{k: v for k, v in sorted(env.items()) if k.startswith(BLAS_ENV_PREFIXES)}}
     return [
         ("CPU", f"{cpu_model()}, {cores} cores available, {memory:.0f} GiB memory"),
+        ("CPU SIMD flags", " ".join(cpu_flags()) or "unknown"),
+        ("GEMM rate, one thread (numpy, 1024 x 1024 x 1024)", gemm_rates()),
         ("OS", platform.platform()),
         ("Python", sys.version.split()[0]),
         ("numpy", f"{np.__version__}, BLAS {numpy_blas()}, OpenBLAS kernel in use: {openblas_core() or 'unknown'}"),

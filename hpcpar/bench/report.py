@@ -5,7 +5,10 @@ How to read the tables: the machine is shared (two cores, other jobs running), s
 is measured **side by side in the same run**, the candidates taking turns round after round in a
 rotating order; a table shows each candidate's **best round** and the **ratio** of the best rounds
 (ours / theirs: below 1.00x we are faster, above we are slower; for bandwidths ours / raw, above
-0.95x meets the target).  Serial benchmarks count CPU seconds of the process, which other jobs taking
+0.95x meets the target).  Rows against PyTorch quote the **median of at least 5 per-round ratios with
+their range** (lowest-highest): a range that straddles a target means this run cannot tell.  The
+machine table names the CPU's SIMD flags and its measured GEMM rate: compare those first when a ratio
+differs from another machine's.  Serial benchmarks count CPU seconds of the process, which other jobs taking
 the core away do not inflate; MPI benchmarks count wall seconds of the slowest rank.  Absolute times
 move by 5-20% from run to run here; the ratios move much less.  bench/results.json holds every
 figure, including the median of the per-round ratios."""

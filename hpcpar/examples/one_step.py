@@ -47,7 +47,7 @@ class Tracer:
             finally:
                 self.depth -= 1
                 self.muted -= mute_inside
-            entry[3] = _shape(out[0] if isinstance(out, tuple) and attr.endswith("forward") else out)
+            entry[3] = _shape(out[0] if isinstance(out, tuple) and "forward" in attr else out)
             return out
         setattr(owner, attr, traced)
         self.restore.append((owner, attr, fn))
@@ -109,8 +109,8 @@ def trace_model(tracer, model, expand):
     # ops called as plain functions inside the modules: wrap them where those modules look them up
     tracer.wrap(attention_core, "attention_forward", "softmax(Q K^T/sqrt(HS) + M) V", first)
     tracer.wrap(attention_core, "attention_backward", "dQ, dK, dV", first)
-    tracer.wrap(mlp, "gelu_forward", "gelu", first)
-    tracer.wrap(mlp, "gelu_backward", "gelu'", first)
+    tracer.wrap(mlp, "gelu_forward_fast", "gelu", first)
+    tracer.wrap(mlp, "gelu_backward_fast", "gelu'", first)
     tracer.wrap(gpt, "linear_forward", "logits = h wte^T", first)
     tracer.wrap(gpt, "cross_entropy_forward", "cross-entropy per token", first)
     tracer.wrap(gpt, "cross_entropy_backward", "softmax - onehot", lambda a: f"dloss {float(a[0]):.3e}")

@@ -12,7 +12,7 @@ import math
 from hpcpar.nn.dropout import Dropout
 from hpcpar.nn.linear import Linear
 from hpcpar.nn.module import Module
-from hpcpar.ops.activation import gelu_backward, gelu_forward
+from hpcpar.ops.activation import gelu_backward_fast, gelu_forward_fast
 from hpcpar.precision import to_fp32
 
 
@@ -26,15 +26,15 @@ class MLP(Module):
 
     def forward(self, x, ctx=None):
         u, c_fc = self.c_fc.forward(x, ctx)                 # (B, T, F)
-        h, t = gelu_forward(to_fp32(u))                     # (B, T, F), tanh cache
+        h, c = gelu_forward_fast(to_fp32(u))                # (B, T, F), cache c = 1 + tanh
         y, c_proj = self.c_proj.forward(h.astype(u.dtype, copy=False), ctx)     # (B, T, C)
         y, mask = self.drop.forward_tokens(y, ctx)
-        return y, (u, t, c_fc, c_proj, mask)
+        return y, (u, c, c_fc, c_proj, mask)
 
     def backward(self, dy, cache, defer=None):
-        u, t, c_fc, c_proj, mask = cache
+        u, c, c_fc, c_proj, mask = cache
         dy = self.drop.backward(dy, mask)
         dh = self.c_proj.backward(dy, c_proj, defer)        # (B, T, F)
-        du = gelu_backward(to_fp32(dh), to_fp32(u), t).astype(dh.dtype, copy=False)
+        du = gelu_backward_fast(to_fp32(dh), to_fp32(u), c).astype(dh.dtype, copy=False)
         return self.c_fc.backward(du, c_fc, defer)
 
