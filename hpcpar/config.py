@@ -207,7 +207,7 @@ def check(cfg, world):
                 ("tp x cp x pp", f"{cfg.tp} x {cfg.cp} x {cfg.pp}")
             raise UsageError(f"{names} = {sizes} = {model_parallel} does not divide the world size {world}")
         cfg.dp = world // model_parallel
-    GridLayout(cfg.tp, cfg.pp, cfg.dp, world, cfg.order, cfg.cp)        # world mismatch, bad order
+    GridLayout(world, cfg.order, tp=cfg.tp, pp=cfg.pp, dp=cfg.dp, cp=cfg.cp)        # world mismatch, bad order
     chunked = KINDS[cfg.schedule].chunked
     if cfg.chunks == 0:
         cfg.chunks = 2 if chunked else 1

@@ -124,7 +124,7 @@ class Trainer:
         self.val_data = make_validation_data(cfg, getattr(mcfg, "seq_len", 0))
         self.mcfg = mcfg = with_vocab(cfg, mcfg, self.data)
         # --- all checks done: from here on, ranks communicate --------------------------------------
-        self.grid = g = ParallelGrid(cfg.tp, cfg.pp, cfg.dp, comm, cfg.order, cfg.cp)
+        self.grid = g = ParallelGrid(comm, cfg.order, tp=cfg.tp, pp=cfg.pp, dp=cfg.dp, cp=cfg.cp)
         if cfg.backend == "cupy":
             select_device(comm)
             if cfg.tf32:

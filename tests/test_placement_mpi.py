@@ -65,5 +65,5 @@ def test_last_stage_on_rank_zero_trains_exactly(comm, test_schedules, untied):
         if schedule == "v-test" or untied:
             assert group is None        # the V ties its two ends on rank 0; an untied head has nothing to sum
         else:                           # the embed group: the rank of stage 0, then the rank of the last stage
-            assert group == [g.rank(g.coords.tp, 1, g.coords.dp), g.rank(g.coords.tp, 0, g.coords.dp)]
+            assert group == [g.rank(g.coords, pp=1), g.rank(g.coords, pp=0)]
         free(t)

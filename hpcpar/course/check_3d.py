@@ -6,7 +6,7 @@ from hpcpar.placement import pipeline_hops
 
 def coords(rank, tp, pp, dp):
     """Reference: (tp_i, pp_i, dp_i) of ``rank`` in the order tp-dp-pp (tp fastest)."""
-    c = GridLayout(tp, pp, dp, tp * pp * dp).coord(rank)
+    c = GridLayout(tp * pp * dp, tp=tp, pp=pp, dp=dp).coord(rank)
     return c.tp, c.pp, c.dp
 
 
@@ -22,7 +22,7 @@ def check_coords(f):
 
 def crossing_hops():
     """Reference: tp 4 x pp 2 x dp 2 on two nodes of 8 ranks, the default order."""
-    return pipeline_hops(GridLayout(4, 2, 2, 16), 8)[0]
+    return pipeline_hops(GridLayout(16, tp=4, pp=2, dp=2), 8)[0]
 
 
 def check_crossing_hops(answer):
