@@ -167,13 +167,13 @@ class Trainer:
         S = cfg.pp * cfg.chunks
         ranges = partition(mcfg.n_layer, S, cfg.partition, mcfg)
         Model = MLPModel if cfg.model == "mlp" else GPT
-        chunks, ends = [], {}
+        held = {}                                            # virtual stage -> this rank's chunk of it
         for c in range(cfg.chunks):
             s = self.schedule.stage(g.pp_rank, c)
-            chunks.append(Model(mcfg, cfg.seed, self.dtype, layers=ranges[s], first=s == 0, last=s == S - 1))
-            ends.update({s: chunks[-1]} if s in (0, S - 1) else {})
-        if cfg.model != "mlp" and mcfg.tied and len(ends) == 2 and S > 1:
-            ends[S - 1].head.weight = ends[0].embed.wte     # one rank holds both ends (pp = 1 interleaved, a V)
+            held[s] = Model(mcfg, cfg.seed, self.dtype, layers=ranges[s], first=s == 0, last=s == S - 1)
+        chunks = list(held.values())
+        if cfg.model != "mlp" and mcfg.tied and S > 1 and 0 in held and S - 1 in held:
+            held[S - 1].head.weight = held[0].embed.wte     # one rank holds both ends (pp = 1 interleaved, a V)
         for chunk in chunks:
             parallelize(chunk, g.tp_comm, cfg.sequence_parallel)
             parallelize_context(chunk, g.cp_comm)

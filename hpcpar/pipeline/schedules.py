@@ -202,8 +202,8 @@ class Kind:
         return 2 if self.chunked else 1
 
 
-KINDS = {"gpipe": Kind(_gpipe, all_forwards_first=True), "1f1b": Kind(_1f1b), "interleaved": Kind(_interleaved, chunked=True),
-         "zb-h1": Kind(_zb_h1, split_backward=True)}
+KINDS = {"gpipe": Kind(_gpipe, all_forwards_first=True), "1f1b": Kind(_1f1b),
+         "interleaved": Kind(_interleaved, chunked=True), "zb-h1": Kind(_zb_h1, split_backward=True)}
 SCHEDULES = tuple(KINDS)                # the names every other part of the package offers
 
 
