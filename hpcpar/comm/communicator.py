@@ -210,17 +210,9 @@ class Communicator:
         if x.shape[0] % self.size:
             raise ValueError(f"all_to_all: dimension 0 of length {x.shape[0]} is not divisible by the group "
                              f"size {self.size}")
-        if out is not None and (out.shape != x.shape or out.dtype != x.dtype or not out.flags.c_contiguous):
-            raise ValueError(f"all_to_all: out must be a contiguous {x.dtype} array of shape {x.shape} "
-                             f"(got {out.dtype}, {out.shape})")
-        if self.size == 1:
-            if out is None:
-                return x
-            out[...] = x
-            return out
-        if not x.flags.c_contiguous:
-            x = self._copy(x)
-        y = backend.array_module(x).empty_like(x) if out is None else out
+        return self._to_all("all_to_all", x, x.shape, out, self._all_to_all)
+
+    def _all_to_all(self, x, y):
         return self._collective("all_to_all", self.mpi.Alltoall, x, y)
 
     def all_to_allv(self, x, send_counts, recv_counts=None, out=None):
@@ -235,9 +227,24 @@ class Communicator:
         if recv_counts is None:
             recv_counts = self.all_to_all(send_counts)
         recv_counts = np.asarray(recv_counts, dtype=np.int64)
-        shape = (int(recv_counts.sum()),) + x.shape[1:]
+
+        def exchange(x, y):
+            row = math.prod(x.shape[1:])                    # MPI counts elements: rows x elements per row
+            sends, recvs = send_counts * row, recv_counts * row
+            at = (np.cumsum(sends) - sends, np.cumsum(recvs) - recvs)     # where each rank's rows start
+            send, recv, finish = self.buffers.pair(x, y, "all_to_allv")
+            self._blocking("all_to_allv", x.nbytes, None, self.mpi.Alltoallv,
+                           ([send, (sends, at[0])], [recv, (recvs, at[1])]))
+            if finish:
+                finish()
+            return y
+        return self._to_all("all_to_allv", x, (int(recv_counts.sum()),) + x.shape[1:], out, exchange)
+
+    def _to_all(self, op, x, shape, out, exchange):
+        """What the all-to-alls share around ``exchange(x, y)``: ``out`` checked (contiguous, x's dtype,
+        ``shape``) or made, a group of one answered at once, a strided x copied."""
         if out is not None and (out.shape != shape or out.dtype != x.dtype or not out.flags.c_contiguous):
-            raise ValueError(f"all_to_allv: out must be a contiguous {x.dtype} array of shape {shape} "
+            raise ValueError(f"{op}: out must be a contiguous {x.dtype} array of shape {shape} "
                              f"(got {out.dtype}, {out.shape})")
         if self.size == 1:
             if out is None:
@@ -246,16 +253,7 @@ class Communicator:
             return out
         if not x.flags.c_contiguous:
             x = self._copy(x)
-        y = backend.array_module(x).empty(shape, x.dtype) if out is None else out
-        row = math.prod(x.shape[1:])                    # MPI counts elements: rows x elements per row
-        sends, recvs = send_counts * row, recv_counts * row
-        at = (np.cumsum(sends) - sends, np.cumsum(recvs) - recvs)     # where each rank's rows start
-        send, recv, finish = self.buffers.pair(x, y, "all_to_allv")
-        self._blocking("all_to_allv", x.nbytes, None, self.mpi.Alltoallv,
-                       ([send, (sends, at[0])], [recv, (recvs, at[1])]))
-        if finish:
-            finish()
-        return y
+        return exchange(x, backend.array_module(x).empty(shape, x.dtype) if out is None else out)
 
     def bcast_(self, x, root=0):
         """In-place broadcast of a contiguous array from ``root``."""
