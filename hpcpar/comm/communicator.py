@@ -222,13 +222,13 @@ class Communicator:
         ``recv_counts`` (None) are learnt first by an all_to_all of the counts (one more, small, call).
         ``out``: a contiguous array of x's dtype and (sum(recv_counts), *x.shape[1:]) to receive into."""
         # the counts as Python ints: for a few ranks, list arithmetic costs a third of numpy's on tiny arrays
-        send_counts = [int(c) for c in send_counts]
+        send_counts = np.asarray(send_counts).tolist()
         if len(send_counts) != self.size or min(send_counts) < 0 or sum(send_counts) != x.shape[0]:
             raise ValueError(f"all_to_allv: send_counts must be {self.size} non-negative row counts adding up "
                              f"to the {x.shape[0]} rows of x (got {send_counts})")
         if recv_counts is None:
             recv_counts = self.all_to_all(np.array(send_counts, dtype=np.int64))
-        recv_counts = [int(c) for c in recv_counts]
+        recv_counts = np.asarray(recv_counts).tolist()
 
         def exchange(x, y):
             row = math.prod(x.shape[1:])                    # MPI counts elements: rows x elements per row
