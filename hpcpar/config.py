@@ -236,7 +236,7 @@ def check(cfg, world):
                 ("tp x cp x pp", f"{cfg.tp} x {cfg.cp} x {cfg.pp}")
             raise UsageError(f"{names} = {sizes} = {model_parallel} does not divide the world size {world}")
         cfg.dp = world // model_parallel
-    GridLayout(cfg.tp, cfg.pp, cfg.dp, world, cfg.order, cfg.cp)        # world mismatch, bad order
+    GridLayout(world, cfg.order, tp=cfg.tp, pp=cfg.pp, dp=cfg.dp, cp=cfg.cp)        # world mismatch, bad order
     from_file = file_chunks(cfg)                                         # 0 without --schedule-file
     chunked = from_file > 1 if from_file else KINDS[cfg.schedule].chunked
     if cfg.chunks == 0:

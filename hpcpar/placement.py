@@ -54,7 +54,8 @@ def describe(layout, ranks_per_node):
             kind = f"all {len(groups)} groups inter-node"
         else:
             kind = f"{inside} of {len(groups)} groups intra-node, {len(groups) - inside} inter-node"
-        lines.append(f"  {axis}: {kind} (rank 0's: {','.join(map(str, groups[0]))}) - {WHAT[axis]}")
+        what = f" - {WHAT[axis]}" if axis in WHAT else ""           # a new axis may not say yet
+        lines.append(f"  {axis}: {kind} (rank 0's: {','.join(map(str, groups[0]))}){what}")
     if layout.pp > 1:
         crossing, total = pipeline_hops(layout, ranks_per_node)
         lines.append(f"  pipeline sends: {crossing} of {total} stage-to-stage hops cross nodes")

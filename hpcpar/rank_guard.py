@@ -108,7 +108,7 @@ def report_death(values, pid, how, directory):
     from hpcpar.grid import Coord
     from hpcpar.trace_why import where
     rank, world, tp, pp, dp, step, mb, known, cp = values
-    coords = Coord(tp, pp, dp, None if cp < 0 else cp) if known else None
+    coords = Coord(tp=tp, pp=pp, dp=dp, cp=None if cp < 0 else cp) if known else None
     record = {"rank": rank, "dead": how, "reason": None, "coords": coords and coords.as_dict(), "step": step,
               "mb": None if mb < 0 else mb, "action": None, "phase": "step", "pid": pid, "ops": []}
     place = f"({coords.words()})" if known else "(coordinates not yet known)"

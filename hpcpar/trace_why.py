@@ -58,15 +58,15 @@ def describe_op(op):
 
 def coords_of(rank, records):
     """'tp 0, pp 1, dp 0' from the dead rank's own record or from the layout any record carries."""
-    from hpcpar.grid import Coord, GridLayout
+    from hpcpar.grid import AXES, Coord, GridLayout
     own = records.get(rank, {}).get("coords")
     if own:
         return Coord(**own).words()
     layout = next((r["layout"] for r in records.values() if r.get("layout")), None)
     if layout is None:
         return "coordinates unknown"
-    return GridLayout(layout["tp"], layout["pp"], layout["dp"], layout["world"], layout["order"],
-                      layout.get("cp", 1)).coord(rank).words()
+    return GridLayout(layout["world"], layout["order"], **{a: layout[a] for a in AXES if a in layout}) \
+        .coord(rank).words()
 
 
 def where(record):

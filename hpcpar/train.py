@@ -134,7 +134,7 @@ class Trainer:
         self.mcfg = mcfg = with_vocab(cfg, mcfg, self.data)
         check_budget(cfg, mcfg)
         # --- all checks done: from here on, ranks communicate --------------------------------------
-        self.grid = g = ParallelGrid(cfg.tp, cfg.pp, cfg.dp, comm, cfg.order, cfg.cp)
+        self.grid = g = ParallelGrid(comm, cfg.order, tp=cfg.tp, pp=cfg.pp, dp=cfg.dp, cp=cfg.cp)
         if cfg.backend == "cupy":
             select_device(comm)
             if cfg.tf32:
@@ -184,13 +184,13 @@ class Trainer:
         S = cfg.pp * cfg.chunks
         ranges = partition(mcfg.n_layer, S, cfg.partition, mcfg)
         Model = MLPModel if cfg.model == "mlp" else GPT
-        chunks, ends = [], {}
+        held = {}                                            # virtual stage -> this rank's chunk of it
         for c in range(cfg.chunks):
             s = self.schedule.stage(g.pp_rank, c)
-            chunks.append(Model(mcfg, cfg.seed, self.dtype, layers=ranges[s], first=s == 0, last=s == S - 1))
-            ends.update({s: chunks[-1]} if s in (0, S - 1) else {})
-        if cfg.model != "mlp" and mcfg.tied and len(ends) == 2 and S > 1:
-            ends[S - 1].head.weight = ends[0].embed.wte     # one rank holds both ends (pp = 1 interleaved, a V)
+            held[s] = Model(mcfg, cfg.seed, self.dtype, layers=ranges[s], first=s == 0, last=s == S - 1)
+        chunks = list(held.values())
+        if cfg.model != "mlp" and mcfg.tied and S > 1 and 0 in held and S - 1 in held:
+            held[S - 1].head.weight = held[0].embed.wte     # one rank holds both ends (pp = 1 interleaved, a V)
         self.ep_comm = ep_comm = expert_group(g.dp_cp_comm, cfg.ep) if cfg.ep > 1 else None
         for chunk in chunks:
             parallelize(chunk, g.tp_comm, cfg.sequence_parallel)

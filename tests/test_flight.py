@@ -158,7 +158,7 @@ def test_communicator_calls_are_recorded(comm):
 def test_the_deadline_follows_the_slowest_step_but_not_the_first():
     from hpcpar.grid import Coord
     from hpcpar.watchdog import Watchdog, flight_dir
-    dog = Watchdog(0, 8, Coord(0, 0, 0), LAYOUT, "flight", hang_timeout=10.0, shutdown_timeout=20.0,
+    dog = Watchdog(0, 8, Coord(tp=0, pp=0, dp=0), LAYOUT, "flight", hang_timeout=10.0, shutdown_timeout=20.0,
                    stop_signals=())
     dog.step_done(0, 100.0)                 # the first step pays for start-up
     assert dog.deadline() == 10.0

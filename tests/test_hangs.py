@@ -153,7 +153,7 @@ def test_a_segfault_is_named_by_the_guard(tmp_path):
         rank_guard.split({str(tmp_path / "flight")!r})
         from mpi4py import MPI
         from hpcpar.grid import ParallelGrid
-        grid = ParallelGrid(1, 2, 1)
+        grid = ParallelGrid(tp=1, pp=2, dp=1)
         rank_guard.page().set_coords(grid.rank_id, grid.world, grid.coords)
         rank_guard.page().set_progress(6, 1)
         grid.world_comm.barrier()

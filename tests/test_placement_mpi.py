@@ -65,5 +65,15 @@ def test_last_stage_on_rank_zero_trains_exactly(comm, test_schedules, untied):
         if schedule == "v-test" or untied:
             assert group is None        # the V ties its two ends on rank 0; an untied head has nothing to sum
         else:                           # the embed group: the rank of stage 0, then the rank of the last stage
-            assert group == [g.rank(g.coords.tp, 1, g.coords.dp), g.rank(g.coords.tp, 0, g.coords.dp)]
+            assert group == [g.rank(g.coords, pp=1), g.rank(g.coords, pp=0)]
         free(t)
+
+
+def test_the_schedule_says_which_ranks_hold_the_ends():
+    """Schedule.holders reads the placement backwards; ends() are the ranks of stage 0 and S-1 (pure)."""
+    from hpcpar.pipeline.schedules import Schedule, build, validate
+    assert build("1f1b", 4, 4).ends() == (0, 3)
+    assert build("interleaved", 4, 4, 2).holders()[5] == (1, 1)           # chunk 1 of rank 1: stage 1*4 + 1
+    v = Schedule("v-test", 2, 3, 2, False, False, [v_order(r, 2, 3, 2) for r in range(2)], v_placement)
+    validate(v)
+    assert v.holders() == {0: (0, 0), 1: (1, 0), 2: (1, 1), 3: (0, 1)} and v.ends() == (0, 0)

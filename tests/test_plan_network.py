@@ -23,7 +23,7 @@ def test_groups_follow_tp_then_cp_then_dp_then_pp():
 def test_grid_order_matches_hpcpar_grid():
     from hpcpar.grid import GridLayout
     for tp, pp, dp in ((2, 2, 2), (2, 8, 64), (4, 2, 8), (1, 4, 16)):
-        grid = GridLayout(tp, pp, dp, tp * pp * dp)
+        grid = GridLayout(tp * pp * dp, tp=tp, pp=pp, dp=dp)
         for axis in ("tp", "dp", "pp"):
             group = grid.group(0, axis)
             assert members_per_node(Layout(tp, pp, dp), axis, 8) == (len(group), sum(r < 8 for r in group))

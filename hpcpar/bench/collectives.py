@@ -1,4 +1,4 @@
-"""(c) All-reduce, all-gather and reduce-scatter through hpcpar.comm against raw mpi4py (2 and 4 ranks).
+"""(c) All-reduce, all-gather, reduce-scatter and all-to-all through hpcpar.comm against raw mpi4py (2 and 4 ranks).
 
 Each operation at a few payload sizes (the bytes each rank hands to MPI), float32.  "raw" is the
 mpi4py buffer call doing the same work as the hpcpar call beside it, so "hpcpar / raw" is what the
@@ -11,6 +11,12 @@ wrapper itself costs (counting, timing, checks, the tracer and flight-recorder h
     all_gather(x)             into a new (size * n) array               raw: Allgather(x, np.empty(size * n))
     reduce_scatter(x, out=y)  into a buffer the caller keeps            raw: Reduce_scatter_block(x, y)
     reduce_scatter(x)         into a new (n / size) array               raw: the same into np.empty(n / size)
+    all_to_all(x, out=y)      n / size to each rank, into a kept buffer raw: Alltoall(x, y)
+    all_to_all(x)             into a new array                          raw: Alltoall(x, np.empty_like(x))
+    all_to_allv(x, c, c, out=y)  the counts given, into a kept buffer   raw: Alltoallv with the same counts
+    all_to_allv(x, c)         the counts exchanged first, new output    raw: Alltoall of the counts, Alltoallv
+                              (the all-to-alls at 4 KB and 32 MB; all_to_allv's raw side reuses its
+                              displacements, the wrapper computes them from the counts on every call)
 
 A new output costs both sides the same: at tens of MB, the kernel zeroing its pages on first touch
 takes about as long as the copy itself - which is why the calls take ``out=``.
@@ -42,6 +48,14 @@ def operations(world, comm, n):
     x, y, y2 = np.ones(n, np.float32), np.ones(n, np.float32), np.ones(n, np.float32)
     gathered, gathered2 = np.empty(n * p, np.float32), np.empty(n * p, np.float32)
     scattered, scattered2 = np.empty(n // p, np.float32), np.empty(n // p, np.float32)
+    counts = np.full(p, n // p)                         # all_to_allv's rows per rank: even, for raw's sake
+    at = np.cumsum(counts) - counts
+
+    def raw_exchanged():
+        got = np.empty(p, counts.dtype)
+        world.Alltoall(counts, got)
+        world.Alltoallv([x, (counts, at)], [np.empty(int(got.sum()), np.float32), (got, np.cumsum(got) - got)])
+
     return {
         "all_reduce_ (in place)": (lambda: world.Allreduce(MPI.IN_PLACE, y), lambda: comm.all_reduce_(y2)),
         "all_reduce(out=)": (lambda: world.Allreduce(x, y), lambda: comm.all_reduce(x, out=y2)),
@@ -53,6 +67,11 @@ def operations(world, comm, n):
                                  lambda: comm.reduce_scatter(x, out=scattered2)),
         "reduce_scatter (new output)": (lambda: world.Reduce_scatter_block(x, np.empty(n // p, np.float32)),
                                         lambda: comm.reduce_scatter(x)),
+        "all_to_all(out=)": (lambda: world.Alltoall(x, y), lambda: comm.all_to_all(x, out=y2)),
+        "all_to_all (new output)": (lambda: world.Alltoall(x, np.empty_like(x)), lambda: comm.all_to_all(x)),
+        "all_to_allv(out=), counts given": (lambda: world.Alltoallv([x, (counts, at)], [y, (counts, at)]),
+                                            lambda: comm.all_to_allv(x, counts, counts, out=y2)),
+        "all_to_allv, counts exchanged": (raw_exchanged, lambda: comm.all_to_allv(x, counts)),
     }
 
 
@@ -65,7 +84,7 @@ class StandIn:
     def Allreduce(self, *args):
         pass
 
-    Allgather = Reduce_scatter_block = Barrier = Allreduce
+    Allgather = Reduce_scatter_block = Alltoall = Alltoallv = Barrier = Allreduce
 
 
 def python_per_call(p, n, calls=2000, rounds=30):
@@ -129,6 +148,8 @@ def run(quick):
         n = nbytes // 4
         iters = max(4, min(300, int((0.01 if quick else 0.1) / (5e-6 + 4 * world.size * nbytes / 5e9))))
         for op, (raw, ours) in operations(world, comm, n).items():
+            if op.startswith("all_to_all") and nbytes not in (SIZES[0], SIZES[-1]) and not quick:
+                continue                # the all-to-alls at the two ends only: the 4-rank run keeps its budget
             # one call per turn, raw and hpcpar alternating, a barrier before each
             calls = interleave({"raw": raw, "hpcpar": ours}, iters, time.perf_counter, world.Barrier)
             fastest = {k: min(ts) for k, ts in slowest_rank(world, calls).items()}

@@ -24,7 +24,7 @@ def run(args):
     from hpcpar import selfcheck
     from hpcpar.grid import ParallelGrid
     from hpcpar.loop import Loop
-    grid = ParallelGrid(2, 2, 2)
+    grid = ParallelGrid(tp=2, pp=2, dp=2)
     fails, volume = selfcheck.run(grid)
     all_fails = grid.world_comm.mpi.gather(fails, root=0)
     flat = [f for per_rank in all_fails or [] for f in per_rank]

@@ -28,14 +28,14 @@ def add_arguments(p):
 def run(args):
     from hpcpar.grid import GridLayout
     if args.world is not None:
-        layout = GridLayout(args.tp, args.pp, args.dp, args.world, args.order, args.cp)
+        layout = GridLayout(args.world, args.order, tp=args.tp, pp=args.pp, dp=args.dp, cp=args.cp)
         print(layout.describe())
         print()
         print(layout.picture())
         _nodes(layout, args.ranks_per_node)
         return 0
     from hpcpar.grid import ParallelGrid
-    grid = ParallelGrid(args.tp, args.pp, args.dp, order=args.order, cp=args.cp)
+    grid = ParallelGrid(order=args.order, tp=args.tp, pp=args.pp, dp=args.dp, cp=args.cp)
     # every rank reports what it sees; rank 0 checks it against the pure layout and prints the map
     mine = (grid.rank_id, grid.tp_comm.rank, grid.cp_comm.rank, grid.pp_comm.rank, grid.dp_comm.rank)
     seen = grid.world_comm.mpi.gather(mine, root=0)   # tiny, once: pickled gather is fine here

@@ -11,6 +11,7 @@ cost tens of nanoseconds: no decorator around the methods (a call through a wrap
 """
 import math
 import time
+from itertools import accumulate
 
 import numpy as np
 from mpi4py import MPI
@@ -210,17 +211,9 @@ class Communicator:
         if x.shape[0] % self.size:
             raise ValueError(f"all_to_all: dimension 0 of length {x.shape[0]} is not divisible by the group "
                              f"size {self.size}")
-        if out is not None and (out.shape != x.shape or out.dtype != x.dtype or not out.flags.c_contiguous):
-            raise ValueError(f"all_to_all: out must be a contiguous {x.dtype} array of shape {x.shape} "
-                             f"(got {out.dtype}, {out.shape})")
-        if self.size == 1:
-            if out is None:
-                return x
-            out[...] = x
-            return out
-        if not x.flags.c_contiguous:
-            x = self._copy(x)
-        y = backend.array_module(x).empty_like(x) if out is None else out
+        return self._to_all("all_to_all", x, x.shape, out, self._all_to_all)
+
+    def _all_to_all(self, x, y):
         return self._collective("all_to_all", self.mpi.Alltoall, x, y)
 
     def all_to_allv(self, x, send_counts, recv_counts=None, out=None):
@@ -228,16 +221,32 @@ class Communicator:
         the result holds the rows from rank 0, then rank 1, ...: ``recv_counts[j]`` from rank j.  Unknown
         ``recv_counts`` (None) are learnt first by an all_to_all of the counts (one more, small, call).
         ``out``: a contiguous array of x's dtype and (sum(recv_counts), *x.shape[1:]) to receive into."""
-        send_counts = np.asarray(send_counts, dtype=np.int64)
-        if send_counts.shape != (self.size,) or send_counts.min() < 0 or send_counts.sum() != x.shape[0]:
+        # the counts as Python ints: for a few ranks, list arithmetic costs a third of numpy's on tiny arrays
+        send_counts = np.asarray(send_counts).tolist()
+        if len(send_counts) != self.size or min(send_counts) < 0 or sum(send_counts) != x.shape[0]:
             raise ValueError(f"all_to_allv: send_counts must be {self.size} non-negative row counts adding up "
-                             f"to the {x.shape[0]} rows of x (got {send_counts.tolist()})")
+                             f"to the {x.shape[0]} rows of x (got {send_counts})")
         if recv_counts is None:
-            recv_counts = self.all_to_all(send_counts)
-        recv_counts = np.asarray(recv_counts, dtype=np.int64)
-        shape = (int(recv_counts.sum()),) + x.shape[1:]
+            recv_counts = self.all_to_all(np.array(send_counts, dtype=np.int64))
+        recv_counts = np.asarray(recv_counts).tolist()
+
+        def exchange(x, y):
+            row = math.prod(x.shape[1:])                    # MPI counts elements: rows x elements per row
+            sends, recvs = [c * row for c in send_counts], [c * row for c in recv_counts]
+            starts = [0, *accumulate(sends)][:-1], [0, *accumulate(recvs)][:-1]   # each rank's first element
+            send, recv, finish = self.buffers.pair(x, y, "all_to_allv")
+            self._blocking("all_to_allv", x.nbytes, None, self.mpi.Alltoallv,
+                           ([send, (sends, starts[0])], [recv, (recvs, starts[1])]))
+            if finish:
+                finish()
+            return y
+        return self._to_all("all_to_allv", x, (sum(recv_counts),) + x.shape[1:], out, exchange)
+
+    def _to_all(self, op, x, shape, out, exchange):
+        """What the all-to-alls share around ``exchange(x, y)``: ``out`` checked (contiguous, x's dtype,
+        ``shape``) or made, a group of one answered at once, a strided x copied."""
         if out is not None and (out.shape != shape or out.dtype != x.dtype or not out.flags.c_contiguous):
-            raise ValueError(f"all_to_allv: out must be a contiguous {x.dtype} array of shape {shape} "
+            raise ValueError(f"{op}: out must be a contiguous {x.dtype} array of shape {shape} "
                              f"(got {out.dtype}, {out.shape})")
         if self.size == 1:
             if out is None:
@@ -246,16 +255,7 @@ class Communicator:
             return out
         if not x.flags.c_contiguous:
             x = self._copy(x)
-        y = backend.array_module(x).empty(shape, x.dtype) if out is None else out
-        row = math.prod(x.shape[1:])                    # MPI counts elements: rows x elements per row
-        sends, recvs = send_counts * row, recv_counts * row
-        at = (np.cumsum(sends) - sends, np.cumsum(recvs) - recvs)     # where each rank's rows start
-        send, recv, finish = self.buffers.pair(x, y, "all_to_allv")
-        self._blocking("all_to_allv", x.nbytes, None, self.mpi.Alltoallv,
-                       ([send, (sends, at[0])], [recv, (recvs, at[1])]))
-        if finish:
-            finish()
-        return y
+        return exchange(x, backend.array_module(x).empty(shape, x.dtype) if out is None else out)
 
     def bcast_(self, x, root=0):
         """In-place broadcast of a contiguous array from ``root``."""

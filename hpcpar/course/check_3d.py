@@ -8,7 +8,7 @@ AXES = ("tp", "pp", "dp")
 
 def coords(rank, tp, pp, dp):
     """Reference: (tp_i, pp_i, dp_i) of ``rank`` in the order tp-dp-pp (tp fastest)."""
-    c = GridLayout(tp, pp, dp, tp * pp * dp).coord(rank)
+    c = GridLayout(tp * pp * dp, tp=tp, pp=pp, dp=dp).coord(rank)
     return c.tp, c.pp, c.dp
 
 
@@ -27,7 +27,7 @@ JOB = dict(tp=2, pp=4, dp=2, world=16, ranks_per_node=8)
 
 def crossing_hops():
     """Reference: tp 2 x pp 4 x dp 2 on two nodes of 8 ranks, the default order."""
-    return pipeline_hops(GridLayout(JOB["tp"], JOB["pp"], JOB["dp"], JOB["world"]), JOB["ranks_per_node"])[0]
+    return pipeline_hops(GridLayout(JOB["world"], tp=JOB["tp"], pp=JOB["pp"], dp=JOB["dp"]), JOB["ranks_per_node"])[0]
 
 
 def check_crossing_hops(answer):

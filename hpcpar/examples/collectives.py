@@ -1,4 +1,5 @@
-"""The six communication patterns on 4 ranks, with mpi4py's buffer calls (docs/collectives.md).
+"""The six communication patterns on 4 ranks, with mpi4py's buffer calls, and the all-to-all exchanges of
+hpcpar.comm (docs/collectives.md).
 
     .venv/bin/mpiexec -n 4 .venv/bin/python -m hpcpar.examples.collectives
 
@@ -71,8 +72,29 @@ def demonstrate(comm):
                                    comm.size)
         once(comm, f"{name}: each rank sends about {sent:g} bytes (busiest rank)")
         rank_by_rank(comm, [f"{vec(before)} -> {vec(after)}"])
-    once(comm, "every rank holds what numpy computes: " + ("yes" if right else "NO"))
     return right
+
+
+def exchange(comm):
+    """all_to_all and all_to_allv through hpcpar.comm, rank by rank; returns True when every rank holds
+    what numpy says.  all-to-all: part j of x_r goes to rank j (a transpose of rank and part).
+    all-to-allv: number 10 r + k is a token routed to rank (r * k) mod p, as tokens go to the rank of
+    their expert: each rank sends its tokens sorted by destination, uneven counts, learnt first."""
+    from hpcpar.comm import Communicator
+    hp, r, p = Communicator(comm, "world"), comm.rank, comm.size
+    x = _start(r)
+    after = hp.all_to_all(x)
+    right = np.array_equal(after, [_start(q)[r] for q in range(p)])
+    once(comm, "all-to-all (hpcpar.comm all_to_all): part j of rank r goes to rank j")
+    rank_by_rank(comm, [f"{vec(x)} -> {vec(after)}"])
+    dest = (r * np.arange(N)) % p
+    order = np.argsort(dest, kind="stable")
+    routed = hp.all_to_allv(x[order], np.bincount(dest, minlength=p))
+    want = [t for q in range(p) for k, t in enumerate(_start(q)) if (q * k) % p == r]
+    right = np.array_equal(routed, want) and right
+    once(comm, "all-to-allv (hpcpar.comm all_to_allv): token 10 r + k goes to rank (r * k) mod 4")
+    rank_by_rank(comm, [f"{vec(x)} -> {vec(routed)}"])
+    return bool(comm.allreduce(right, op=MPI.LAND))
 
 
 def _best(comm, fn, repeats):
@@ -128,6 +150,8 @@ def main():
     comm = MPI.COMM_WORLD
     require_size(comm, 4, "collectives")
     right = demonstrate(comm)
+    right = exchange(comm) and right
+    once(comm, "every rank holds what numpy computes: " + ("yes" if right else "NO"))
     measure(comm)
     return 0 if right else 1
 

@@ -36,7 +36,7 @@ def summary_line(log, label):
 
 
 def boundary(log, tp, pp, dp):
-    layout = GridLayout(int(tp), int(pp), int(dp), int(tp) * int(pp) * int(dp))
+    layout = GridLayout(int(tp) * int(pp) * int(dp), tp=int(tp), pp=int(pp), dp=int(dp))
     nodes = summary_line(log, "nodes")
     host = {}
     for name, members in re.findall(r"(\S+) ranks ([0-9]+(?:[-,][0-9]+)*)", nodes):
