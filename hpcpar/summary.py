@@ -2,12 +2,14 @@
 
 The loss against the data's entropy floor, tokens per second, model FLOPs utilisation against the
 GEMM rate measured on these very ranks, the measured pipeline bubble against the simulator's
-prediction for the measured F/B/W times, and the bytes each kind of group moved.  Every rank hands its
+prediction for the measured F/B/W times, the bytes each kind of group moved, and the BLAS threads each
+rank runs (chosen by launch.choose_threads).  Every rank hands its
 records (loop.py) to rank 0 once, at the end; rank 0 prints the summary and writes --summary-json.
 """
 import json
 import statistics
 
+from hpcpar import launch
 from hpcpar.flops import gpt_step_flops, mlp_step_flops
 from hpcpar.pipeline.bubble import mean_costs, pipeline_bubble, simulated_bubble
 
@@ -66,6 +68,7 @@ def summarize(loop, peak):
            + f" per step and rank inside MPI calls ({100 * sum(blocked.values()) / step_time:.0f}% of the step)"]
           if g.world > 1 else []),
         f"  parameters  {n_params:,} on rank 0 of this layout",
+        f"  threads     {_threads()}",
     ]
     loop._print("\n".join(lines))
     figures = {"loss": loss, "entropy_floor": floor, "step_time_s": step_time,
@@ -81,6 +84,11 @@ def summarize(loop, peak):
         with open(cfg.summary_json, "w") as f:
             json.dump(figures, f, indent=1)
     return figures
+
+
+def _threads():
+    count, why = launch.threads or ("?", "not chosen by hpcpar")
+    return f"{count} BLAS/OpenMP thread{'' if count == 1 else 's'} per rank ({why})"
 
 
 def _size(n):

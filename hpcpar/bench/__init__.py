@@ -54,4 +54,6 @@ BENCHMARKS = {
                        ranks=(2,), timeout=600,
                        env=(("MPIR_CVAR_IALLREDUCE_INTRA_ALGORITHM", "sched_recursive_doubling"),)),
     "watchdog": Spec("wd", "watchdog", "Watchdog and flight recorder: their share of a 2x2x2 step", ranks=(8,)),
+    "threads": Spec("th", "threads", "The README's first run: hpcpar's BLAS thread choice against one thread, "
+                    "idle and with six busy processes", timeout=1200),
 }
