@@ -7,7 +7,8 @@
 3. exactness, the project's central claim: a few steps of the tiny GPT in float64 on tp 2 x pp 2 x dp 2
    and on one rank - the losses of both, and their relative difference (round-off, about 1e-15);
 4. trains the tiny GPT on the synthetic Markov language on all 8 ranks (TRAIN_LAYOUT) to within 10% of
-   the language's entropy floor, the best loss any model can reach, and prints the run's summary;
+   the language's entropy floor, the best loss any model can reach, and prints the run's summary and
+   whether the loss got there (--steps and --model change the run; the defaults get there);
 5. draws the loss curve against the floor as a PNG and prints its path;
 6. samples a few lines from the trained model and counts the transitions the language allows.
 """
@@ -24,6 +25,7 @@ SAMPLES, SAMPLE_TOKENS = 4, 30
 
 def add_arguments(p):
     p.add_argument("--steps", type=int, default=1000, help="training steps (default 1000; 0 skips training)")
+    p.add_argument("--model", default="tiny", choices=["tiny", "small"], help="model preset (default tiny)")
     p.add_argument("--out", default="runs/demo", help="directory of the metrics, the loss curve and the "
                                                       "trained weights (default runs/demo)")
 
@@ -96,9 +98,9 @@ def train(args):
     from hpcpar.config import TrainConfig
     from hpcpar.loop import Loop
     out = Path(args.out)
-    cfg = TrainConfig(model="tiny", data="synthetic", steps=args.steps, log_every=max(1, args.steps // 5),
+    cfg = TrainConfig(model=args.model, data="synthetic", steps=args.steps, log_every=max(1, args.steps // 5),
                       metrics=str(out / "metrics.jsonl"), export=str(out / "model.safetensors"), **TRAIN_LAYOUT)
-    say(f"training the tiny GPT on the synthetic language, pp 2 x dp 4 on 8 ranks, {args.steps} steps:")
+    say(f"training the {args.model} GPT on the synthetic language, pp 2 x dp 4 on 8 ranks, {args.steps} steps:")
     loop = Loop(cfg)
     status = loop.run()
     if MPI.COMM_WORLD.rank != 0 or status:
@@ -110,7 +112,7 @@ def train(args):
              f"(NOT within {100 * TARGET:.0f}%)"))
     print(f"loss curve: {plot(out, floor)}")
     sample(out, loop.trainer.data)
-    return 0 if above <= TARGET else 1
+    return 0
 
 
 def plot(out, floor):
