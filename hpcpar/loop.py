@@ -98,7 +98,7 @@ class Loop:
         peak = self.measure_gemm_rate()
         for c in self.grid.communicators():
             c.stats.reset()
-        self.observers = [self.watch, Tracer(self), Profiling(self), Evaluation(self), Metrics(self),
+        self.observers = [self.watch, Tracing(self), Profiling(self), Evaluation(self), Metrics(self),
                           Progress(self)]
         for o in self.observers[1:]:
             o.open(start_step)
@@ -224,7 +224,7 @@ class Watchdog(Observer):
         self.dog.stop()
 
 
-class Tracer(Observer):
+class Tracing(Observer):
     """--trace: a Chrome/Perfetto trace of --trace-steps steps from the second one on (the first pays for
     start-up), written by rank 0 at the end."""
 
