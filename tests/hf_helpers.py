@@ -87,6 +87,7 @@ def hf_loss(model, inputs, targets):
 
 def load_hf(directory, dtype="float64"):
     """The model of a save_pretrained directory, GPT-2 or Llama (the class its config.json names)."""
+    tf = transformers()                      # skips before torch is imported
     import torch
-    model = transformers().AutoModelForCausalLM.from_pretrained(str(directory), dtype=getattr(torch, dtype))
+    model = tf.AutoModelForCausalLM.from_pretrained(str(directory), dtype=getattr(torch, dtype))
     return in_its_dtype(model.eval())

@@ -182,8 +182,8 @@ def test_kv_cache_gives_the_logits_of_the_full_forward(tmp_path, solo):
 
 
 def test_greedy_generation_equals_transformers(tmp_path):
+    model = hf_model(**HF_DIMS)                                          # skips without transformers
     import torch
-    model = hf_model(**HF_DIMS)
     save_hf(model, tmp_path / "hf")
     ours, _ = load_model(tmp_path / "hf", "float64")
     prompt = [3, 14, 15, 9]
