@@ -5,6 +5,8 @@ it touches them, never a bare ``import torch`` at the top of a file: without the
 skipped with one reason that starts with REASON, and conftest.py counts those skips at the end of the
 session and prints ENABLE, the one command that turns them on.
 """
+import importlib.util
+
 import pytest
 
 REASON = "reference test"
@@ -19,3 +21,8 @@ def need(*modules):
     for name in modules:
         found = pytest.importorskip(name, reason=f"{REASON}: {name} is not installed ({ENABLE})")
     return found
+
+
+def available(*modules):
+    """Whether ``modules`` are all installed, for a test that runs its reference part only then."""
+    return all(importlib.util.find_spec(name) for name in modules)

@@ -1,7 +1,6 @@
 """docs/own_data.md, executed: prepare -> train with validation -> generate on the shipped sample text (a
 GPT-2, then a Llama), then a Hugging Face GPT-2 in and out, every command and code block in the order the
 chapter gives them."""
-import importlib.util
 import json
 import re
 import shlex
@@ -11,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from mpitools import hpcpar, run
+from reference import available
 
 ROOT = Path(__file__).resolve().parent.parent
 DOC = ROOT / "docs" / "own_data.md"
@@ -31,7 +31,7 @@ def test_the_chapter_runs_on_the_shipped_sample(tmp_path):
     pytest.importorskip("tokenizers")
     (tmp_path / "data").symlink_to(ROOT / "data")
     # the Hugging Face section needs the references (reference.py); the rest runs without them
-    has_transformers = all(importlib.util.find_spec(name) for name in ("torch", "transformers"))
+    has_transformers = available("torch", "transformers")
     outputs = {}
     for lang, text in blocks():
         uses_hf = "transformers" in text or "runs/hf-" in text
