@@ -103,7 +103,8 @@ def train(args):
     out = Path(args.out)
     cfg = TrainConfig(model=args.model, data="synthetic", steps=args.steps, log_every=max(1, args.steps // 5),
                       metrics=str(out / "metrics.jsonl"), export=str(out / "model.safetensors"), **TRAIN_LAYOUT)
-    say(f"training the {args.model} GPT on the synthetic language, pp 2 x dp 4 on 8 ranks, {args.steps} steps:")
+    say(f"training the {args.model} GPT on the synthetic language, pp {TRAIN_LAYOUT['pp']} x dp "
+        f"{TRAIN_LAYOUT['dp']} on 8 ranks, {args.steps} steps:")
     loop = Loop(cfg)
     status = loop.run()
     if MPI.COMM_WORLD.rank != 0 or status:
