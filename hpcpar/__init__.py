@@ -8,7 +8,8 @@ from hpcpar import runtime as _runtime
 
 __version__ = "0.1.0"
 
-# Must run before numpy is imported anywhere: one BLAS thread per MPI rank, and MPICH told to stop
+# Must run before numpy is imported anywhere: the BLAS threads (one per MPI rank, else the free cores:
+# launch.choose_threads), and MPICH told to stop
 # busy-polling when a rank waits (ranks share cores on laptops and CI machines).
 _runtime.set_launch_defaults()
 _runtime.keep_freed_memory()

@@ -1,8 +1,14 @@
 """The training run's configuration: one table of options that makes the command-line flags, the TOML
 keys (``--config run.toml``; flags override the file) and the checks.
 
-Every check here uses the options and the world size only, so a bad configuration is refused with
-the same one-line message on every rank, before any rank communicates (hpcpar/runtime.py).
+``check`` runs in two stages.  First ``read_files``: what the ``--init-from`` file says (the model's
+family and dimensions) fills in or contradicts the options - the only check that reads a file.  Then
+``check_options``: every option's own choices and bounds (its field's metadata), the derived defaults,
+and the relations between options, one function per option group (GROUP_CHECKS); a new option is a
+field with its group and bound, and a rule between options a line in its group's function.
+
+Every check uses the options, the files they name and the world size only, so a bad configuration is
+refused with the same one-line message on every rank, before any rank communicates (hpcpar/runtime.py).
 """
 from dataclasses import dataclass, field, fields
 from pathlib import Path
@@ -12,24 +18,33 @@ from hpcpar.pipeline.schedules import KINDS, SCHEDULES
 from hpcpar.runtime import UsageError
 
 
-def opt(default, help, choices=None, group="run"):
-    return field(default=default, metadata={"help": help, "choices": choices, "group": group})
+# what ``bound`` accepts: the test, and the end of the message when it fails
+BOUNDS = {"count": (lambda v: v >= 1, "must be at least 1"), "natural": (lambda v: v >= 0, "must not be negative"),
+          "positive": (lambda v: v > 0, "must be positive"), "fraction": (lambda v: 0 <= v < 1, "must be in [0, 1)")}
+
+
+def opt(default, help, choices=None, group="run", bound=None):
+    """An option: its default, its help line, the values it may take (``choices``, or a ``bound`` of
+    BOUNDS), and its ``group`` of GROUPS (the --help section and the function of GROUP_CHECKS)."""
+    return field(default=default, metadata={"help": help, "choices": choices, "group": group, "bound": bound})
 
 
 @dataclass
 class TrainConfig:
     # --- layout -----------------------------------------------------------------------------
-    tp: int = opt(1, "tensor-parallel size: ranks that share every layer's GEMMs", group="layout")
-    cp: int = opt(1, "context-parallel size: ranks that share every sequence (ring attention)", group="layout")
-    pp: int = opt(1, "pipeline-parallel size: stages of consecutive layers", group="layout")
+    tp: int = opt(1, "tensor-parallel size: ranks that share every layer's GEMMs", group="layout", bound="count")
+    cp: int = opt(1, "context-parallel size: ranks that share every sequence (ring attention)",
+                  group="layout", bound="count")
+    pp: int = opt(1, "pipeline-parallel size: stages of consecutive layers", group="layout", bound="count")
     ep: int = opt(1, "expert-parallel size: consecutive ranks of dp x cp that share the experts of every MoE "
-                     "layer, tokens sent to them by all-to-all (docs/moe.md)", group="layout")
-    dp: int = opt(0, "data-parallel size: model replicas (0: world size / (tp x cp x pp))", group="layout")
+                     "layer, tokens sent to them by all-to-all (docs/moe.md)", group="layout", bound="count")
+    dp: int = opt(0, "data-parallel size: model replicas (0: world size / (tp x cp x pp))",
+                  group="layout", bound="natural")
     order: str = opt("tp-dp-pp", "rank order, fastest-varying axis first", group="layout")
     schedule: str = opt("1f1b", "pipeline schedule", list(SCHEDULES), "layout")
-    microbatches: int = opt(0, "micro-batches per step and DP rank (0: pp)", group="layout")
+    microbatches: int = opt(0, "micro-batches per step and DP rank (0: pp)", group="layout", bound="natural")
     chunks: int = opt(0, "model chunks per rank for the interleaved schedule (0: 2 if interleaved, else 1)",
-                      group="layout")
+                      group="layout", bound="natural")
     schedule_file: str = opt("", "run the schedule in this CSV file (torch.distributed.pipelining's action "
                                  "format, `hpcpar schedule --export`) instead of --schedule", group="layout")
     partition: str = opt("uniform", "blocks per stage: uniform, params, flops or a list like 3,3,2", group="layout")
@@ -45,68 +60,74 @@ class TrainConfig:
     reshard_after_forward: bool = opt(True, "--zero 3: free each unit's gathered parameters after its forward "
                                             "(gather again for the backward); off: keep them until its last "
                                             "backward of the step", group="layout")
-    fsdp_blocks: int = opt(1, "--zero 3: blocks per unit (gathered and freed together)", group="layout")
+    fsdp_blocks: int = opt(1, "--zero 3: blocks per unit (gathered and freed together)", group="layout",
+                           bound="count")
     memory_budget: float = opt(0.0, "refuse to start when a rank would hold more than this many GB of parameters, "
-                                    "gradients, optimizer state and gathered units (0: no limit)", group="layout")
-    bucket_mb: float = opt(4.0, "data-parallel gradient bucket size in MB", group="layout")
+                                    "gradients, optimizer state and gathered units (0: no limit)", group="layout",
+                               bound="natural")
+    bucket_mb: float = opt(4.0, "data-parallel gradient bucket size in MB", group="layout", bound="positive")
     # --- model ------------------------------------------------------------------------------
-    model: str = opt("tiny", "model preset (GPT-2 blocks, or llama-*: RMSNorm, RoPE, SwiGLU, grouped-query "
-                             "attention; moe-tiny, mixtral-tiny: the same with mixtures of experts)",
-                     ["tiny", "small", "gpt2", "llama-tiny", "llama-small", "moe-tiny", "mixtral-tiny", "mlp"],
-                     "model")
-    layers: int = opt(0, "number of blocks (0: preset)", group="model")
-    hidden: int = opt(0, "model width d_model (0: preset)", group="model")
-    heads: int = opt(0, "attention heads (0: preset)", group="model")
+    model: str = opt("", "model preset (GPT-2 blocks, or llama-*: RMSNorm, RoPE, SwiGLU, grouped-query "
+                         "attention; moe-tiny, mixtral-tiny: the same with mixtures of experts; '': tiny, or the "
+                         "family of --init-from)",
+                     ["tiny", "small", "gpt2", "llama-tiny", "llama-small", "moe-tiny", "mixtral-tiny", "mlp"], "model")
+    layers: int = opt(0, "number of blocks (0: preset)", group="model", bound="natural")
+    hidden: int = opt(0, "model width d_model (0: preset)", group="model", bound="natural")
+    heads: int = opt(0, "attention heads (0: preset)", group="model", bound="natural")
     rope_theta: float = opt(0.0, "base of the rotary position frequencies (0: 10000, or that of --init-from; "
-                                 "llama-*)", group="model")
+                                 "llama-*)", group="model", bound="natural")
     kv_heads: int = opt(0, "key/value heads of grouped-query attention, dividing --heads (0: the preset's, "
-                           "or --heads when that is given; llama-*)", group="model")
-    ffn: int = opt(0, "feed-forward width (0: 4 x hidden)", group="model")
-    seq_len: int = opt(0, "training sequence length (0: preset, or the positions of --init-from)", group="model")
+                           "or --heads when that is given; llama-*)", group="model", bound="natural")
+    ffn: int = opt(0, "feed-forward width (0: 4 x hidden)", group="model", bound="natural")
+    seq_len: int = opt(0, "training sequence length (0: preset, or the positions of --init-from)",
+                       group="model", bound="natural")
     positions: int = opt(0, "rows of the position table, the longest sequence the model reads (0: --seq-len)",
-                         group="model")
-    vocab: int = opt(0, "vocabulary size (0: the data's)", group="model")
-    dropout: float = opt(0.0, "dropout probability", group="model")
+                         group="model", bound="natural")
+    vocab: int = opt(0, "vocabulary size (0: the data's)", group="model", bound="natural")
+    dropout: float = opt(0.0, "dropout probability", group="model", bound="fraction")
     untied: bool = opt(False, "separate output projection instead of the tied token embedding", group="model")
-    ln_eps: float = opt(0.0, "LayerNorm epsilon (0: 1e-5, or that of --init-from)", group="model")
+    ln_eps: float = opt(0.0, "LayerNorm epsilon (0: 1e-5, or that of --init-from)", group="model", bound="natural")
     experts: int = opt(0, "routed experts per block, a mixture of experts in place of the MLP (0: the "
-                          "preset's; docs/moe.md)", group="model")
-    top_k: int = opt(0, "experts per token (0: the preset's, 2)", group="model")
-    shared_experts: int = opt(0, "experts every token goes through besides its top-k", group="model")
+                          "preset's; docs/moe.md)", group="model", bound="natural")
+    top_k: int = opt(0, "experts per token (0: the preset's, 2)", group="model", bound="natural")
+    shared_experts: int = opt(0, "experts every token goes through besides its top-k", group="model",
+                              bound="natural")
     router_score: str = opt("softmax", "router scores: softmax (Mixtral, Qwen) or sigmoid (DeepSeek-V3)",
                             ["softmax", "sigmoid"], "model")
     aux_loss_coef: float = opt(0.0, "coefficient of the load-balancing loss (Switch/Mixtral form, per layer)",
-                               group="model")
+                               group="model", bound="natural")
     capacity_factor: float = opt(0.0, "rows an expert takes, as a multiple of an even share N k / E; the rest "
-                                      "are dropped and counted (0: dropless, exact)", group="model")
+                                      "are dropped and counted (0: dropless, exact)", group="model", bound="natural")
     bias_rate: float = opt(0.0, "DeepSeek-V3's auxiliary-loss-free balancing: step of the routing bias per "
-                                "optimizer step (0: off)", group="model")
+                                "optimizer step (0: off)", group="model", bound="natural")
     # --- data -------------------------------------------------------------------------------
     data: str = opt("synthetic", "synthetic, or a path: a text file (characters), a .bin token file, or a "
                                  "directory from `hpcpar data prepare` (train.bin, val.bin, tokenizer)", group="data")
     data_order: str = opt("random", "random windows, or sequential ones from the start of the file",
                           ["random", "sequential"], "data")
     token_dtype: str = opt("uint16", "dtype of a .bin token file", ["uint16", "uint32"], "data")
-    synthetic_vocab: int = opt(32, "synthetic language: vocabulary", group="data")
-    synthetic_order: int = opt(2, "synthetic language: Markov order (tokens of context)", group="data")
-    synthetic_branching: int = opt(4, "synthetic language: possible next tokens per context", group="data")
-    batch_size: int = opt(32, "global batch: sequences per step, over all DP ranks", group="data")
+    synthetic_vocab: int = opt(32, "synthetic language: vocabulary", group="data", bound="count")
+    synthetic_order: int = opt(2, "synthetic language: Markov order (tokens of context)", group="data", bound="count")
+    synthetic_branching: int = opt(4, "synthetic language: possible next tokens per context",
+                                   group="data", bound="count")
+    batch_size: int = opt(32, "global batch: sequences per step, over all DP ranks", group="data", bound="count")
     eval_every: int = opt(0, "validation loss on val.bin (beside the training tokens) every K steps (0: never)",
-                          group="data")
-    eval_batches: int = opt(4, "batches of --batch-size sequences in each validation", group="data")
+                          group="data", bound="natural")
+    eval_batches: int = opt(4, "batches of --batch-size sequences in each validation", group="data", bound="count")
     # --- optimisation -----------------------------------------------------------------------
-    steps: int = opt(100, "optimizer steps", group="optim")
+    steps: int = opt(100, "optimizer steps", group="optim", bound="natural")
     optimizer: str = opt("adamw", "optimizer", ["adamw", "sgd"], "optim")
     lr: float = opt(0.0, "peak learning rate (0: the model preset's: tiny 1e-2, small 3e-3, gpt2 6e-4, "
-                         "mlp 1e-2)", group="optim")
+                         "mlp 1e-2)", group="optim", bound="positive")
     min_lr: float = opt(-1.0, "final learning rate of the cosine decay (-1: lr / 10)", group="optim")
-    warmup: int = opt(10, "linear warm-up steps", group="optim")
-    momentum: float = opt(0.9, "SGD momentum", group="optim")
-    beta1: float = opt(0.9, "AdamW beta1", group="optim")
-    beta2: float = opt(0.95, "AdamW beta2", group="optim")
-    eps: float = opt(1e-8, "AdamW epsilon", group="optim")
-    weight_decay: float = opt(0.1, "decoupled weight decay (matrices and embeddings only)", group="optim")
-    grad_clip: float = opt(1.0, "clip the global gradient norm to this (0 disables)", group="optim")
+    warmup: int = opt(10, "linear warm-up steps", group="optim", bound="natural")
+    momentum: float = opt(0.9, "SGD momentum", group="optim", bound="fraction")
+    beta1: float = opt(0.9, "AdamW beta1", group="optim", bound="fraction")
+    beta2: float = opt(0.95, "AdamW beta2", group="optim", bound="fraction")
+    eps: float = opt(1e-8, "AdamW epsilon", group="optim", bound="positive")
+    weight_decay: float = opt(0.1, "decoupled weight decay (matrices and embeddings only)",
+                              group="optim", bound="natural")
+    grad_clip: float = opt(1.0, "clip the global gradient norm to this (0 disables)", group="optim", bound="natural")
     nonfinite: str = opt("stop", "on a NaN/inf loss: stop (after saving the last good step) or skip the step",
                          ["stop", "skip"], "optim")
     # --- numerics and backend ---------------------------------------------------------------
@@ -114,34 +135,38 @@ class TrainConfig:
     precision: str = opt("fp32", "fp16/bf16: activations and GEMMs in that dtype, fp32 master weights and "
                          "gradients (fp16 with dynamic loss scaling)", ["fp32", "fp16", "bf16"], "run")
     tf32: bool = opt(False, "GPU, fp32: let cuBLAS multiply float32 matrices on TF32 tensor cores", group="run")
-    seed: int = opt(0, "seed of the initialisation, the data order and dropout", group="run")
+    seed: int = opt(0, "seed of the initialisation, the data order and dropout", group="run", bound="natural")
     backend: str = opt("", "array backend: numpy or cupy (default: $HPCPAR_BACKEND, else numpy)", group="run")
     # --- files and output -------------------------------------------------------------------
-    init_from: str = opt("", "start from GPT-2 weights: a safetensors file or a Hugging Face save_pretrained "
-                             "directory (the model's dimensions come from it)", group="files")
+    init_from: str = opt("", "start from GPT-2 or Llama weights: a safetensors file or a Hugging Face "
+                             "save_pretrained directory (the model's family and dimensions come from it)",
+                         group="files")
     export: str = opt("", "write the final weights: FILE.safetensors, or a directory Hugging Face's "
                           "GPT2LMHeadModel.from_pretrained loads", group="files")
     save: str = opt("", "checkpoint directory", group="files")
-    save_every: int = opt(0, "checkpoint every K steps (0: only at the end and on preemption)", group="files")
-    keep: int = opt(3, "checkpoints to keep", group="files")
+    save_every: int = opt(0, "checkpoint every K steps (0: only at the end and on preemption)",
+                          group="files", bound="natural")
+    keep: int = opt(3, "checkpoints to keep", group="files", bound="count")
     resume: str = opt("", "resume from the latest complete checkpoint in this directory", group="files")
     metrics: str = opt("", "write one JSON object per step to this file", group="files")
     trace: str = opt("", "write a Chrome/Perfetto trace of every rank to this file", group="files")
-    trace_steps: int = opt(10, "steps to trace, from the second step on", group="files")
+    trace_steps: int = opt(10, "steps to trace, from the second step on", group="files", bound="natural")
     profile: bool = opt(False, "print where the steps' time went, by category (GEMM, attention, element-wise, "
                                "communication per axis, ...), and the GEMM floor (from the second step on)",
                         group="files")
     summary_json: str = opt("", "write the end-of-run figures (loss, tokens/s, MFU, bubble, bytes) as JSON",
                             group="files")
-    log_every: int = opt(0, "print a loss line every K steps (0: about 10 lines per run)", group="files")
+    log_every: int = opt(0, "print a loss line every K steps (0: about 10 lines per run)",
+                         group="files", bound="natural")
     progress: bool = opt(True, "show a progress bar on rank 0", group="files")
     # --- hangs and shutdown (hpcpar/watchdog.py) --------------------------------------------
     hang_timeout: float = opt(300.0, "end the job when a rank makes no progress for this long (seconds, at "
-                                     "least 3 x the slowest step; 0 disables)", group="watch")
+                                     "least 3 x the slowest step; 0 disables)", group="watch", bound="natural")
     shutdown_timeout: float = opt(20.0, "after SIGTERM/SIGUSR1, end the job if the checkpoint and exit take "
-                                        "longer (seconds; 0 disables)", group="watch")
+                                        "longer (seconds; 0 disables)", group="watch", bound="natural")
 
 
+DEFAULT_MODEL = "tiny"          # --model when neither the flag nor an --init-from file names one
 PRESET_LR = {"tiny": 1e-2, "small": 3e-3, "gpt2": 6e-4, "llama-tiny": 1e-2, "llama-small": 3e-3, "moe-tiny": 1e-2,
              "mixtral-tiny": 1e-2, "mlp": 1e-2}
 
@@ -191,23 +216,46 @@ def config_from(args):
 
 def check(cfg, world):
     """Refuse a configuration that cannot run, with one line naming the numbers. Returns cfg with the
-    derived values (dp, microbatches, chunks, min_lr) filled in."""
-    from hpcpar.grid import GridLayout
+    derived values (model, dimensions, dp, microbatches, chunks, lr, min_lr, backend) filled in."""
+    return check_options(read_files(cfg), world)
+
+
+def read_files(cfg):
+    """What the ``--init-from`` file says: the model's family (unless --model names it) and dimensions,
+    or one line on a contradiction (checkpoint/hf.py).  Without one, --model defaults to tiny."""
+    if not cfg.init_from:
+        cfg.model = cfg.model or DEFAULT_MODEL
+        return cfg
+    if not Path(cfg.init_from).exists():
+        raise UsageError(f"--init-from: {cfg.init_from} not found")
+    from hpcpar.checkpoint.hf import adopt
+    return adopt(cfg)
+
+
+def check_options(cfg, world):
+    """Each option's choices, the defaults derived from others, each option's bound, then the rules
+    between the options of each group."""
     for f in fields(TrainConfig):
         choices = f.metadata["choices"]
         if choices and getattr(cfg, f.name) not in choices:
-            raise UsageError(f"--{f.name.replace('_', '-')} must be one of {', '.join(choices)}, "
-                             f"not {getattr(cfg, f.name)!r}")
-    for name in ("tp", "cp", "pp", "ep", "batch_size", "synthetic_vocab", "synthetic_order", "synthetic_branching", "keep",
-                 "eval_batches"):
-        if getattr(cfg, name) < 1:
-            raise UsageError(f"--{name.replace('_', '-')} must be at least 1, got {getattr(cfg, name)}")
-    for name in ("dp", "microbatches", "chunks", "layers", "hidden", "heads", "kv_heads", "ffn", "seq_len",
-                 "positions", "vocab", "steps", "warmup", "save_every", "log_every", "seed", "trace_steps",
-                 "eval_every", "ln_eps", "rope_theta", "experts", "top_k", "shared_experts", "aux_loss_coef",
-                 "capacity_factor", "bias_rate"):
-        if getattr(cfg, name) < 0:
-            raise UsageError(f"--{name.replace('_', '-')} must not be negative, got {getattr(cfg, name)}")
+            raise UsageError(f"{_flag(f.name)} must be one of {', '.join(choices)}, not {getattr(cfg, f.name)!r}")
+    if cfg.lr == 0:
+        cfg.lr = PRESET_LR[cfg.model]
+    for f in fields(TrainConfig):
+        if f.metadata["bound"]:
+            holds, must = BOUNDS[f.metadata["bound"]]
+            if not holds(getattr(cfg, f.name)):
+                raise UsageError(f"{_flag(f.name)} {must}, got {getattr(cfg, f.name)}")
+    for group_check in GROUP_CHECKS.values():
+        group_check(cfg, world)
+    return cfg
+
+
+def _flag(name):
+    return "--" + name.replace("_", "-")
+
+
+def _check_run(cfg, world):
     if not cfg.backend:
         import os
         cfg.backend = os.environ.get("HPCPAR_BACKEND", "numpy")
@@ -218,17 +266,10 @@ def check(cfg, world):
     if cfg.tf32 and (cfg.backend != "cupy" or cfg.precision != "fp32" or cfg.dtype != "float32"):
         raise UsageError("--tf32 applies to float32 GEMMs on a GPU only: it needs --backend cupy, "
                          "--dtype float32 and --precision fp32")
-    if cfg.lr == 0:
-        cfg.lr = PRESET_LR[cfg.model]
-    for name in ("lr", "eps", "bucket_mb"):
-        if not getattr(cfg, name) > 0:
-            raise UsageError(f"--{name.replace('_', '-')} must be positive, got {getattr(cfg, name)}")
-    for name in ("weight_decay", "grad_clip", "hang_timeout", "shutdown_timeout"):
-        if getattr(cfg, name) < 0:
-            raise UsageError(f"--{name.replace('_', '-')} must not be negative, got {getattr(cfg, name)}")
-    for name in ("dropout", "momentum", "beta1", "beta2"):
-        if not 0 <= getattr(cfg, name) < 1:
-            raise UsageError(f"--{name.replace('_', '-')} must be in [0, 1), got {getattr(cfg, name)}")
+
+
+def _check_layout(cfg, world):
+    from hpcpar.grid import GridLayout
     if cfg.dp == 0:
         model_parallel = cfg.tp * cfg.cp * cfg.pp
         if world % model_parallel:
@@ -240,7 +281,7 @@ def check(cfg, world):
     from_file = file_chunks(cfg)                                         # 0 without --schedule-file
     chunked = from_file > 1 if from_file else KINDS[cfg.schedule].chunked
     if cfg.chunks == 0:
-        cfg.chunks = from_file or (2 if chunked else 1)
+        cfg.chunks = from_file or KINDS[cfg.schedule].default_chunks
     if chunked and cfg.chunks < 2:
         raise UsageError(f"the {cfg.schedule} schedule needs --chunks >= 2")
     if not chunked and cfg.chunks != 1:
@@ -248,19 +289,9 @@ def check(cfg, world):
                          + " or ".join(name for name, kind in KINDS.items() if kind.chunked))
     if cfg.microbatches == 0:
         cfg.microbatches = cfg.pp
-    schedule_for(cfg)                                                     # a hang refused before launch
     if cfg.batch_size % (cfg.dp * cfg.microbatches):
         raise UsageError(f"--batch-size {cfg.batch_size} must divide into dp x microbatches = {cfg.dp} x "
                          f"{cfg.microbatches} = {cfg.dp * cfg.microbatches} equal micro-batches")
-    if cfg.min_lr < 0:
-        cfg.min_lr = cfg.lr / 10
-    if cfg.data != "synthetic" and not Path(cfg.data).is_file() and not Path(cfg.data, "train.bin").is_file():
-        raise UsageError(f"data file {cfg.data} not found")
-    if cfg.init_from:
-        if not Path(cfg.init_from).exists():
-            raise UsageError(f"--init-from: {cfg.init_from} not found")
-        from hpcpar.checkpoint.hf import adopt
-        adopt(cfg)                                  # the file's dimensions, or one line on a contradiction
     if cfg.recompute and cfg.recompute_attention:
         raise UsageError("--recompute already recomputes the attention: give it or --recompute-attention, not both")
     if cfg.cp > 1:
@@ -271,15 +302,8 @@ def check(cfg, world):
                              f"use --dropout 0")
         if cfg.precision != "fp32":
             raise UsageError(f"--cp {cfg.cp}: ring attention computes in the parameters' dtype; use --precision fp32")
+    schedule_for(cfg)                                                     # a hang refused before launch
     check_zero(cfg)
-    if cfg.model == "mlp":
-        if cfg.recompute_attention:
-            raise UsageError("--recompute-attention needs a GPT model (the MLP has no attention)")
-        if cfg.sequence_parallel:
-            raise UsageError("--sequence-parallel needs a GPT model (the MLP has no sequence axis)")
-        if cfg.data != "synthetic":
-            raise UsageError("--model mlp trains on its synthetic regression task only (--data synthetic)")
-    return cfg
 
 
 def check_zero(cfg):
@@ -294,11 +318,32 @@ def check_zero(cfg):
     if cfg.zero >= 2 and group == 1:
         raise UsageError(f"--zero {cfg.zero} shards over dp x cp = {cfg.dp} x {cfg.cp} = 1 rank: there is nothing "
                          f"to shard; use --zero 0 (or more ranks: --dp)")
-    if cfg.fsdp_blocks < 1:
-        raise UsageError(f"--fsdp-blocks must be at least 1, got {cfg.fsdp_blocks}")
     if cfg.zero != 3 and (cfg.fsdp_blocks != 1 or not cfg.reshard_after_forward):
         raise UsageError("--fsdp-blocks and --no-reshard-after-forward shape ZeRO-3's units: they need --zero 3")
-    if cfg.memory_budget < 0:
-        raise UsageError(f"--memory-budget must not be negative, got {cfg.memory_budget}")
     if cfg.memory_budget and cfg.model == "mlp":
         raise UsageError("--memory-budget needs a GPT model (the planner's memory formula knows no MLP)")
+
+
+def _check_optim(cfg, world):
+    if cfg.min_lr < 0:
+        cfg.min_lr = cfg.lr / 10
+
+
+def _check_data(cfg, world):
+    if cfg.data != "synthetic" and not Path(cfg.data).is_file() and not Path(cfg.data, "train.bin").is_file():
+        raise UsageError(f"data file {cfg.data} not found")
+
+
+def _check_model(cfg, world):
+    if cfg.model == "mlp":
+        if cfg.recompute_attention:
+            raise UsageError("--recompute-attention needs a GPT model (the MLP has no attention)")
+        if cfg.sequence_parallel:
+            raise UsageError("--sequence-parallel needs a GPT model (the MLP has no sequence axis)")
+        if cfg.data != "synthetic":
+            raise UsageError("--model mlp trains on its synthetic regression task only (--data synthetic)")
+
+
+# the rules between options, by group (GROUPS), in the order they are checked
+GROUP_CHECKS = {"run": _check_run, "layout": _check_layout, "optim": _check_optim, "data": _check_data,
+                "model": _check_model}

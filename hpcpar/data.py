@@ -111,6 +111,12 @@ def read_optional_json(path, what=""):
         raise UsageError(f"{what}cannot read {path}: {err}") from None
 
 
+def window_tokens(seq_len):
+    """Tokens one training window of ``seq_len`` needs: seq_len inputs and their seq_len targets (the
+    inputs shifted by one) take seq_len + 1, and the window must have a start to draw (starts())."""
+    return seq_len + 2
+
+
 def token_meta(path):
     """The meta.json beside a .bin token file (written by ``hpcpar data prepare``), or {}."""
     return read_optional_json(Path(path).parent / "meta.json")
@@ -144,7 +150,9 @@ class TokenFile:
             itemsize = np.dtype(token_dtype).itemsize
             if path.stat().st_size % itemsize:
                 raise UsageError(f"{path}: {path.stat().st_size} bytes is not a whole number of {token_dtype}")
-            self.tokens = np.memmap(path, dtype=token_dtype, mode="r")
+            # an empty file cannot be mapped; it holds 0 tokens, refused below with the others too short
+            self.tokens = np.memmap(path, dtype=token_dtype, mode="r") if path.stat().st_size else \
+                np.zeros(0, dtype=token_dtype)
             self.vocab_size = meta.get("vocab_size") or (int(self.tokens.max()) + 1 if self.tokens.size else 0)
             self.chars = None
         else:
@@ -156,9 +164,9 @@ class TokenFile:
             lookup = {c: i for i, c in enumerate(self.chars)}
             self.tokens = np.array([lookup[c] for c in text], dtype=np.uint32)
             self.vocab_size = len(self.chars)
-        if self.tokens.size < seq_len + 2:
+        if self.tokens.size < window_tokens(seq_len):
             raise UsageError(f"{path} holds {self.tokens.size} tokens; a window of --seq-len {seq_len} needs "
-                             f"at least {seq_len + 2}")
+                             f"at least {window_tokens(seq_len)}")
         self.seq_len, self.batch_size, self.seed, self.order = seq_len, batch_size, seed, order
         self.entropy_floor = None
 

@@ -238,9 +238,10 @@ class ParallelGrid(GridLayout):
     def comm_over(self, *axes, name=None):
         """The ranks that differ from this one only along ``axes``, ranked with the first axis slowest
         (collective over the world the first time; the same Communicator after).  An axis of size 1
-        adds nobody: ``comm_over("dp", "cp")`` is the dp group itself when cp = 1.  ``name``: a
+        but the first adds nobody: ``comm_over("dp", "cp")`` is the dp group itself when cp = 1, and a
+        group of its own (counted apart from cp's ring) when dp = 1 < cp.  ``name``: a
         communicator of its own under that name (counted apart), whatever its members."""
-        wide = tuple(a for a in axes if self.sizes[a] > 1) or axes
+        wide = axes[:1] + tuple(a for a in axes[1:] if self.sizes[a] > 1)
         if (name or wide) not in self._made:
             from hpcpar.comm import Communicator
             at = self.index(self.rank_id)

@@ -1,10 +1,14 @@
-"""Starting other processes: the MPI launcher, one BLAS thread each, a job run and ended as a whole.
+"""Processes and their threads: the BLAS/OpenMP threads of this one, the MPI launcher, one BLAS thread
+each for the processes started, a job run and ended as a whole.
 
-``hpcpar bench``, ``hpcpar scaling`` and ``hpcpar plan calibrate`` start their measurements as fresh
-processes (often ``mpiexec -n N`` jobs) and read back what they wrote.  What those three share is here:
+Every ``hpcpar`` process chooses its BLAS/OpenMP threads when the package is imported, before numpy
+loads (runtime.set_launch_defaults calls choose_threads).  ``hpcpar bench``, ``hpcpar scaling`` and
+``hpcpar plan calibrate`` start their measurements as fresh processes (often ``mpiexec -n N`` jobs) and
+read back what they wrote.  What they share is here:
 
-    THREAD_VARS      the BLAS/OpenMP thread counts: one thread per rank unless a user says otherwise
-                     (runtime.set_launch_defaults for processes started by mpiexec/srun)
+    THREAD_VARS      the BLAS/OpenMP thread counts, named once
+    choose_threads() this process's count: the user's, one per rank under a launcher, else the free cores
+    threads          what choose_threads chose and why (the end-of-run summary prints it)
     mpiexec()        $HPCPAR_MPIEXEC (the Makefile sets it), else the mpiexec next to this Python
     run_job()        a command in a session of its own, its output in a log, ended whole if it hangs
     first_error()    the line of a failed job's log that says why
@@ -20,6 +24,50 @@ from pathlib import Path
 
 THREAD_VARS = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")
 TERM_GRACE_S = 10           # after SIGTERM, how long a stopped job may take before SIGKILL
+
+threads = None              # (count, why) once choose_threads has run
+
+
+def choose_threads(launched, environ=os.environ):
+    """Set every thread count in THREAD_VARS before numpy loads; returns and keeps (count, why).
+
+    A BLAS thread that finds its core taken does not wait politely: OpenBLAS's threads spin, and a
+    small model's step on 2 shared cores ran 7x slower with two of them than with one.  So:
+    - a count the user set wins (the first of THREAD_VARS that is set, given to the others too);
+    - under an MPI launcher, one per rank: the ranks themselves fill the cores;
+    - otherwise the cores that are free now: those this process may run on, less the processes
+      already running on the machine (the larger of the runnable count now and the last minute's
+      load average), at least one.
+    """
+    global threads
+    given = next((var for var in THREAD_VARS if environ.get(var)), None)
+    if given:
+        count, why = environ[given], f"{given} set by the user"
+    elif launched:
+        count, why = "1", "one per rank under an MPI launcher"
+    else:
+        mine, busy = free_cores()
+        count = str(max(1, min(mine, (os.cpu_count() or mine) - busy)))
+        why = f"the free cores: {mine} this process may use, {busy} busy with other processes"
+    for var in THREAD_VARS:
+        environ.setdefault(var, count)
+    if "numpy" in sys.modules:          # its BLAS read the variables when it loaded
+        why += " (numpy was loaded before hpcpar: its BLAS may use another count)"
+    threads = (int(count) if count.isdigit() else count, why)
+    return threads
+
+
+def free_cores():
+    """(cores this process may run on, other processes running on the machine now)."""
+    mine = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    try:
+        with open("/proc/loadavg") as f:             # "0.52 0.58 0.59 3/412 12345": 3 runnable now
+            fields = f.read().split()
+        runnable = int(fields[3].split("/")[0]) - 1   # less this process
+        busy = max(runnable, int(float(fields[0])))
+    except (OSError, IndexError, ValueError):        # not Linux: the load average alone
+        busy = int(os.getloadavg()[0]) if hasattr(os, "getloadavg") else 0
+    return mine, max(0, busy)
 
 
 def single_thread_env():

@@ -1,5 +1,10 @@
-"""The training loop around ``Trainer.step``: resume, progress, metrics, logging, checkpoints, the trace,
-and the records the end-of-run summary (summary.py) is made from.
+"""The training loop around ``Trainer.step``, and what watches it.
+
+``Loop.run`` is the step loop alone: resume, the steps, the records the end-of-run summary (summary.py)
+is made from, checkpoints, and stopping (a signal, a non-finite loss).  Everything else watches the loop
+through the hooks of ``Observer``, one class each: the watchdog, the tracer, the profiler, the
+evaluation on validation data, the metrics file, and the progress bar with the loss lines.  A new
+watcher is a class with the hooks it needs, added to ``Loop.observers``.
 """
 import contextlib
 import json
@@ -88,62 +93,42 @@ class Loop:
         self._make_output_dirs()
         start_step = self.start()
         self._stop_handler()
-        self.watch = watchdog.start(cfg, self.grid, STOP_SIGNALS)       # hangs and the shutdown deadline
+        self.watch = Watchdog(self)
+        self.watch.open(start_step)                 # the GEMM measurement below is watched too
         peak = self.measure_gemm_rate()
-        bar = self._bar(start_step)
-        metrics = open(cfg.metrics, "a" if start_step else "w") if (self.root and cfg.metrics) else None
-        log_every = cfg.log_every or max(1, cfg.steps // 10)
         for c in self.trainer.communicators():
             c.stats.reset()
-        tracer = self._start_trace()
-        prof = Profiler().install(self.trainer.communicators()) if cfg.profile else None     # the first step measures the GEMM floor
-        traced = range(start_step + 1, start_step + 1 + cfg.trace_steps)   # the first step pays for start-up
+        self.observers = [self.watch, Tracing(self), Profiling(self), Evaluation(self), Metrics(self),
+                          Progress(self)]
+        for o in self.observers[1:]:
+            o.open(start_step)
         status = 0
         try:
             for step in range(start_step, cfg.steps):
-                if tracer:
-                    tracer.enabled = step in traced
-                self.watch.new_step(step)
-                t0 = time.perf_counter()
-                scale = t.scaler.scale                 # the loss scale this step runs with (fp16)
-                with prof.step(floor=step == start_step) if prof else contextlib.nullcontext():
+                with contextlib.ExitStack() as around:
+                    for o in self.observers:
+                        around.enter_context(o.step(step))
+                    t0 = time.perf_counter()
+                    scale = t.scaler.scale                 # the loss scale this step runs with (fp16)
                     loss, norm, lr, skipped, stop = t.step(step, self.stop_requested)
-                seconds = time.perf_counter() - t0
-                self.watch.step_done(step - start_step, seconds)
-                if tracer and tracer.enabled:
-                    g = self.grid
-                    trace.add_engine_step(tracer, step, t.engine, f"tp{g.tp_rank}.cp{g.cp_rank}.dp{g.dp_rank}")
+                    seconds = time.perf_counter() - t0
                 self.history.append((step, loss, norm, lr, seconds))
-                val_loss = self.evaluate(step)
                 if step > start_step:          # the first step pays for start-up: keep it out of the figures
                     self.timelines.append(t.engine.timeline)
                     g = self.grid
                     # one pipeline per (tp, cp, dp): its dp x cp rank tells the (cp, dp) pairs apart
                     self.windows.append((g.tp_rank, g.dp_cp_comm.rank, step) + engine_window(t.engine))
-                if self.root:
-                    record = {"step": step, "loss": loss, "lr": lr, "grad_norm": norm,
-                              "tokens_per_s": t.tokens_per_step / seconds, "step_time_s": seconds,
-                              "skipped": skipped}
-                    if t.scaler.dynamic:
-                        record["loss_scale"] = scale
-                    if val_loss is not None:
-                        record["val_loss"] = val_loss
-                    if t.experts is not None:
-                        record["experts"] = {k: v for k, v in t.experts.items() if k != "collapsed_layer"}
-                        warning = t.expert_load.warning(t.experts, step)
-                        if warning:
-                            self._print(warning, err=True)
-                    if metrics:
-                        metrics.write(json.dumps(record) + "\n")
-                        metrics.flush()
-                    if bar is not None:
-                        bar.set_postfix(loss=f"{loss:.4f}")
-                        bar.update(1)
-                    if (step + 1) % log_every == 0 or step == cfg.steps - 1:
-                        self._print(f"step {step + 1:>5}/{cfg.steps}  loss {loss:.12g}  grad_norm {norm:.4g}  "
-                                    f"lr {lr:.3g}  {seconds * 1e3:.1f} ms")
-                    if val_loss is not None:
-                        self._print(f"step {step + 1:>5}/{cfg.steps}  val_loss {val_loss:.12g}")
+                record = {"step": step, "loss": loss, "lr": lr, "grad_norm": norm,
+                          "tokens_per_s": t.tokens_per_step / seconds, "step_time_s": seconds, "skipped": skipped}
+                if t.scaler.dynamic:
+                    record["loss_scale"] = scale
+                if t.experts is not None:               # the routing of this step (expert_load.py)
+                    record["experts"] = {k: v for k, v in t.experts.items() if k != "collapsed_layer"}
+                    warning = t.expert_load.warning(t.experts, step)
+                    if warning:
+                        self._print(warning, err=True)
+                for o in self.observers:
+                    o.after_step(step, record)
                 if skipped and cfg.nonfinite == "stop" and not grads_overflowed(t.scaler, loss, norm):
                     self._print(f"hpcpar: non-finite loss or gradient at step {step + 1}: stopping "
                                 f"(the weights are those of step {step})", err=True)
@@ -165,21 +150,12 @@ class Loop:
                 if cfg.export:
                     export(t, cfg.export, tokenizer_of(cfg.data))
         finally:
-            if bar is not None:
-                bar.close()
-            if metrics:
-                metrics.close()
-        self.watch.enter("summary")
-        if prof:
-            prof.remove()
-            per_rank = self.grid.world_comm.mpi.gather(prof.per_step(), root=0)     # once: pickled is fine
-            if self.root:
-                self._print(profile_report(per_rank))
-        if tracer:
-            trace.write(trace.stop(), self.grid.world_comm.mpi, cfg.trace)
-            self._print(f"trace: {cfg.trace} (open in https://ui.perfetto.dev; hpcpar trace summary {cfg.trace})")
+            for o in self.observers:
+                o.close()
+        for o in self.observers:
+            o.report()
         self.summary(peak)
-        self.watch.stop()
+        self.watch.done()
         return status
 
     def evaluate(self, step):
@@ -188,23 +164,6 @@ class Loop:
         if every and ((step + 1) % every == 0 or step == self.cfg.steps - 1):
             return self.trainer.evaluate(self.cfg.eval_batches)
         return None
-
-    def _start_trace(self):
-        cfg, g, s = self.cfg, self.grid, self.trainer.schedule
-        if not cfg.trace:
-            return None
-        meta = {"schedule": s.name, "stages": s.stages, "microbatches": s.microbatches, "chunks": s.chunks,
-                "split_backward": s.split_backward, "tp": cfg.tp, "cp": cfg.cp, "pp": cfg.pp, "dp": cfg.dp,
-                "model": cfg.model, "dtype": cfg.dtype}
-        label = f"rank {g.rank_id} {g.coords}"
-        return trace.start(label, g.world_comm.mpi, meta)
-
-    def _bar(self, start):
-        if not (self.root and self.cfg.progress):
-            return None
-        from tqdm import tqdm
-        return tqdm(total=self.cfg.steps, initial=start, desc="train", unit="step", mininterval=0.5,
-                    file=sys.stderr, dynamic_ncols=True)
 
     def _print(self, text, err=False):
         """Rank 0 speaks for the job."""
@@ -216,3 +175,161 @@ class Loop:
         figures = summarize(self, peak)
         if figures is not None:
             self.figures = figures
+
+
+class Observer:
+    """Watches the step loop; every hook does nothing unless a subclass says otherwise.  Hooks run in
+    the order of ``Loop.observers``, on every rank (a hook that only rank 0 needs checks loop.root)."""
+
+    def __init__(self, loop):
+        self.loop, self.cfg = loop, loop.cfg
+
+    def open(self, first_step):
+        """Before the first step (collective where the observer's start is)."""
+
+    def step(self, step):
+        """A context around one step's computation (its time is the step's time)."""
+        return contextlib.nullcontext()
+
+    def after_step(self, step, record):
+        """After each step; ``record`` holds the step's figures (an observer may add its own)."""
+
+    def close(self):
+        """When the loop ends, however it ends."""
+
+    def report(self):
+        """After the loop, before the summary (collective where the report gathers)."""
+
+
+class Watchdog(Observer):
+    """Hangs and the shutdown deadline (watchdog.py): told of every step, and of the phases after them."""
+
+    def open(self, first_step):
+        self.first = first_step
+        self.dog = watchdog.start(self.cfg, self.loop.grid, STOP_SIGNALS)
+
+    @contextlib.contextmanager
+    def step(self, step):
+        self.dog.new_step(step)
+        yield
+
+    def after_step(self, step, record):
+        self.dog.step_done(step - self.first, record["step_time_s"])
+
+    def enter(self, phase):
+        self.dog.enter(phase)
+
+    def checkpoint_after_stop(self):
+        self.dog.checkpoint_after_stop()
+
+    def report(self):
+        self.dog.enter("summary")
+
+    def done(self):
+        self.dog.stop()
+
+
+class Tracing(Observer):
+    """--trace: a Chrome/Perfetto trace of --trace-steps steps from the second one on (the first pays for
+    start-up), written by rank 0 at the end."""
+
+    def open(self, first_step):
+        self.tracer = self._start() if self.cfg.trace else None
+        self.traced = range(first_step + 1, first_step + 1 + self.cfg.trace_steps)
+
+    def _start(self):
+        cfg, g, s = self.cfg, self.loop.grid, self.loop.trainer.schedule
+        meta = {"schedule": s.name, "stages": s.stages, "microbatches": s.microbatches, "chunks": s.chunks,
+                "split_backward": s.split_backward, "tp": cfg.tp, "cp": cfg.cp, "pp": cfg.pp, "dp": cfg.dp,
+                "model": cfg.model, "dtype": cfg.dtype}
+        return trace.start(f"rank {g.rank_id} {g.coords}", g.world_comm.mpi, meta)
+
+    def step(self, step):
+        if self.tracer:
+            self.tracer.enabled = step in self.traced
+        return contextlib.nullcontext()
+
+    def after_step(self, step, record):
+        if self.tracer and self.tracer.enabled:
+            g = self.loop.grid
+            trace.add_engine_step(self.tracer, step, self.loop.trainer.engine,
+                                  f"tp{g.tp_rank}.cp{g.cp_rank}.dp{g.dp_rank}")
+
+    def report(self):
+        if self.tracer:
+            trace.write(trace.stop(), self.loop.grid.world_comm.mpi, self.cfg.trace)
+            self.loop._print(f"trace: {self.cfg.trace} (open in https://ui.perfetto.dev; hpcpar trace summary "
+                             f"{self.cfg.trace})")
+
+
+class Profiling(Observer):
+    """--profile: where the steps' time went, by category; the first step measures the GEMM floor."""
+
+    def open(self, first_step):
+        self.first = first_step
+        self.prof = Profiler().install(self.loop.trainer.communicators()) if self.cfg.profile else None
+
+    def step(self, step):
+        return self.prof.step(floor=step == self.first) if self.prof else contextlib.nullcontext()
+
+    def report(self):
+        if self.prof:
+            self.prof.remove()
+            per_rank = self.loop.grid.world_comm.mpi.gather(self.prof.per_step(), root=0)  # once: pickled is fine
+            if self.loop.root:
+                self.loop._print(profile_report(per_rank))
+
+
+class Evaluation(Observer):
+    """--eval-every: the validation loss, into the step's record (collective)."""
+
+    def after_step(self, step, record):
+        val_loss = self.loop.evaluate(step)
+        if val_loss is not None:
+            record["val_loss"] = val_loss
+
+
+class Metrics(Observer):
+    """--metrics: one JSON line per step, written by rank 0 (appended to when the run resumes)."""
+
+    def open(self, first_step):
+        self.file = open(self.cfg.metrics, "a" if first_step else "w") if (self.loop.root and self.cfg.metrics) \
+            else None
+
+    def after_step(self, step, record):
+        if self.file:
+            self.file.write(json.dumps(record) + "\n")
+            self.file.flush()
+
+    def close(self):
+        if self.file:
+            self.file.close()
+
+
+class Progress(Observer):
+    """Rank 0's progress bar (stderr) and a loss line every --log-every steps (about 10 per run)."""
+
+    def open(self, first_step):
+        self.log_every = self.cfg.log_every or max(1, self.cfg.steps // 10)
+        self.bar = None
+        if self.loop.root and self.cfg.progress:
+            from tqdm import tqdm
+            self.bar = tqdm(total=self.cfg.steps, initial=first_step, desc="train", unit="step", mininterval=0.5,
+                            file=sys.stderr, dynamic_ncols=True)
+
+    def after_step(self, step, record):
+        if not self.loop.root:
+            return
+        if self.bar is not None:
+            self.bar.set_postfix(loss=f"{record['loss']:.4f}")
+            self.bar.update(1)
+        steps, say = self.cfg.steps, self.loop._print
+        if (step + 1) % self.log_every == 0 or step == steps - 1:
+            say(f"step {step + 1:>5}/{steps}  loss {record['loss']:.12g}  grad_norm {record['grad_norm']:.4g}  "
+                f"lr {record['lr']:.3g}  {record['step_time_s'] * 1e3:.1f} ms")
+        if "val_loss" in record:
+            say(f"step {step + 1:>5}/{steps}  val_loss {record['val_loss']:.12g}")
+
+    def close(self):
+        if self.bar is not None:
+            self.bar.close()

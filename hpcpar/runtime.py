@@ -19,7 +19,7 @@ import termios
 import time
 import traceback
 
-from hpcpar.launch import THREAD_VARS
+from hpcpar.launch import choose_threads
 
 # Environment variables through which the common launchers tell a process its rank and world size.
 _RANK_VARS = ("PMI_RANK", "OMPI_COMM_WORLD_RANK", "PMIX_RANK", "SLURM_PROCID")
@@ -78,11 +78,11 @@ def launched_by_mpi():
 
 
 def set_launch_defaults():
-    """Defaults for processes started by mpiexec/srun; a user's own setting always wins."""
+    """This process's BLAS/OpenMP threads (launch.choose_threads), and what processes started by
+    mpiexec/srun need; a user's own setting always wins."""
+    choose_threads(launched_by_mpi())
     if not launched_by_mpi():
         return
-    for var in THREAD_VARS:
-        os.environ.setdefault(var, "1")
     # MPICH spins while it waits for a message.  With more ranks than cores the spinning ranks starve
     # the ones computing; the throttle inserts a usleep(1) after a run of empty polls (docs/mpi.md).
     os.environ.setdefault("MPIR_CVAR_CH4_PROGRESS_THROTTLE", "1")

@@ -2,15 +2,16 @@
 
 The loss against the data's entropy floor, tokens per second, model FLOPs utilisation against the
 GEMM rate measured on these very ranks, the measured pipeline bubble against the simulator's
-prediction for the measured F/B/W times, the bytes each kind of group moved, and - when the ranks ran
-on more than one host - which of those bytes crossed between the hosts (placement.describe_boundary).
-Every rank hands its records (loop.py) to rank 0 once, at the end; rank 0 prints the summary and
-writes --summary-json.
+prediction for the measured F/B/W times, the bytes each kind of group moved, the BLAS threads each
+rank runs (chosen by launch.choose_threads), and - when the ranks ran on more than one host - which of
+those bytes crossed between the hosts (placement.describe_boundary).  Every rank hands its records
+(loop.py) to rank 0 once, at the end; rank 0 prints the summary and writes --summary-json.
 """
 import json
 import socket
 import statistics
 
+from hpcpar import launch
 from hpcpar.flops import gpt_step_flops, mlp_step_flops
 from hpcpar.pipeline.bubble import mean_costs, pipeline_bubble, simulated_bubble
 from hpcpar.placement import describe_boundary, world_ranks
@@ -74,6 +75,7 @@ def summarize(loop, peak):
                            [r["volume"] for r in everyone], _size),
         f"  parameters  {n_params:,} on rank 0 of this layout",
         *([_experts_line(t.experts)] if t.experts else []),
+        f"  threads     {_threads()}",
     ]
     loop._print("\n".join(lines))
     figures = {"loss": loss, "entropy_floor": floor, "step_time_s": step_time,
@@ -98,6 +100,11 @@ def _experts_line(e):
     return (f"  experts     last step: {e['load_min']} to {e['load_max']} choices per expert (even share "
             f"{e['load_mean']:.0f}), {e['effective_experts']:.2f} effective experts in the least balanced layer, "
             f"{e['dropped']} dropped" + (f", aux loss {e['aux_loss']:.4g}" if e["aux_loss"] else ""))
+
+
+def _threads():
+    count, why = launch.threads or ("?", "not chosen by hpcpar")
+    return f"{count} BLAS/OpenMP thread{'' if count == 1 else 's'} per rank ({why})"
 
 
 def _size(n):

@@ -21,6 +21,7 @@ from pathlib import Path
 import numpy as np
 
 from hpcpar.checkpoint.files import write_atomic, write_json
+from hpcpar.data import window_tokens
 from hpcpar.runtime import UsageError
 
 EOT = "<|endoftext|>"
@@ -102,8 +103,10 @@ def encode(tok, texts, progress=True):
     return ids
 
 
-def prepare(paths, out, vocab_size=2048, tokenizer=None, merges=None, val_fraction=0.1, progress=True):
-    """Tokenize the text files ``paths`` into ``out`` (see the module docstring). Returns meta.json's dict."""
+def prepare(paths, out, vocab_size=2048, tokenizer=None, merges=None, val_fraction=0.1, progress=True,
+            seq_len=None):
+    """Tokenize the text files ``paths`` into ``out`` (see the module docstring). Returns meta.json's dict.
+    With ``seq_len``, refuses text whose training part cannot hold one window of that length."""
     texts = []
     for p in paths:
         try:
@@ -112,11 +115,15 @@ def prepare(paths, out, vocab_size=2048, tokenizer=None, merges=None, val_fracti
             raise UsageError(f"cannot read {p} as UTF-8 text: {err}") from None
     if not 0 < val_fraction < 1:
         raise UsageError(f"--val-fraction must be in (0, 1), got {val_fraction}")
+    if not any(texts):                     # nothing to train a tokenizer on, nor to train a model on
+        _too_short(paths, 0, seq_len or 0)
     tok = load_tokenizer(tokenizer, merges) if tokenizer else train_tokenizer(texts, vocab_size)
     ids = np.asarray(encode(tok, texts, progress), dtype=np.int64)
     V = tok.get_vocab_size()
     dtype = np.uint16 if V <= 1 << 16 else np.uint32
     n_val = max(1, int(len(ids) * val_fraction))
+    if seq_len and len(ids) - n_val < window_tokens(seq_len):
+        _too_short(paths, len(ids) - n_val, seq_len)
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     write_atomic(out / "train.bin", ids[:-n_val].astype(dtype).tobytes())
@@ -126,6 +133,12 @@ def prepare(paths, out, vocab_size=2048, tokenizer=None, merges=None, val_fracti
             "sources": [str(p) for p in paths], "characters": sum(len(t) for t in texts)}
     write_json(out / "meta.json", meta)
     return meta
+
+
+def _too_short(paths, n_train, seq_len):
+    names = " ".join(str(p) for p in paths)
+    raise UsageError(f"{names}: {n_train:,} training tokens, too short for one training window: --seq-len "
+                     f"{seq_len} needs at least {window_tokens(seq_len):,}")
 
 
 def decoder(path):

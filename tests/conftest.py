@@ -3,10 +3,18 @@
 Serial tests run with plain ``pytest``; MPI tests run under ``mpiexec -n N python -m pytest
 --only-mpi`` (see the Makefile).  Under MPI only rank 0 prints pytest's report; every other rank
 stays quiet unless one of its own tests fails, which it then reports with its rank.
+
+The session ends with how many reference tests (PyTorch, transformers: reference.py) were skipped and
+the command that enables them; with $HPCPAR_TEST_TALLY set, rank 0 also appends the session's counts to
+that file, from which tally.py prints the totals of a whole `make test`.
 """
+import json
+import os
 import sys
 
 import pytest
+
+from reference import ENABLE, REASON, WHY_OPTIONAL
 
 
 def _under_mpi(config):
@@ -48,3 +56,23 @@ def pytest_ignore_collect(collection_path, config):
             and collection_path.name.startswith("test_")):
         return "mark.mpi" not in collection_path.read_text() or None
     return None
+
+
+def _reference_skips(reporter):
+    return sum(1 for r in reporter.stats.get("skipped", [])
+               if isinstance(r.longrepr, tuple) and REASON in str(r.longrepr[2]))
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus, config):
+    """Only rank 0 has a terminal reporter (pytest_configure), so this runs once per session."""
+    skipped = _reference_skips(terminalreporter)
+    if skipped:
+        terminalreporter.write_line(f"{skipped} reference tests skipped: PyTorch/transformers not installed; "
+                                    f"enable them with `{ENABLE}` ({WHY_OPTIONAL})")
+    tally = os.environ.get("HPCPAR_TEST_TALLY")
+    if tally:
+        counts = {kind: len(terminalreporter.stats.get(kind, [])) for kind in ("passed", "failed", "error", "skipped")}
+        world = sys.modules["mpi4py.MPI"].COMM_WORLD.size if _under_mpi(config) else 0
+        with open(tally, "a") as f:
+            f.write(json.dumps({"world": world, "exit": int(exitstatus), "reference_skipped": skipped,
+                                **counts}) + "\n")

@@ -1,10 +1,11 @@
 """Hugging Face's GPT-2 and Llama as the independent references: random weights from a GPT2Config or a
 LlamaConfig, no download.
 
-Tests that use these helpers skip cleanly when transformers (or torch) is not installed.
+Tests that use these helpers skip cleanly when transformers (or torch) is not installed (reference.py).
 """
 import numpy as np
-import pytest
+
+from reference import need
 
 # A small LlamaConfig: 4 query heads on 2 K/V heads, a rotary base and an epsilon that are not the
 # defaults, so that they must be read from the files, not assumed
@@ -14,14 +15,13 @@ LLAMA_DIMS = dict(num_hidden_layers=2, hidden_size=32, intermediate_size=40, num
 
 
 def transformers():
-    pytest.importorskip("torch")
-    return pytest.importorskip("transformers")
+    return need("torch", "transformers")
 
 
 def hf_model(seed=0, dtype="float64", **dims):
     """A GPT2LMHeadModel with random weights (dropout off); ``dims`` are GPT2Config's (n_layer, n_embd, ...)."""
+    tf = transformers()                      # skips before torch is imported
     import torch
-    tf = transformers()
     torch.manual_seed(seed)
     config = tf.GPT2Config(bos_token_id=None, eos_token_id=None, **dims)
     model = tf.GPT2LMHeadModel(config).eval()
@@ -31,8 +31,8 @@ def hf_model(seed=0, dtype="float64", **dims):
 def hf_llama(seed=0, dtype="float64", **dims):
     """A LlamaForCausalLM with random weights; ``dims`` are LlamaConfig's (hidden_size, ...).  Its norm
     gains, ones at initialisation, are drawn at random too, so that a misplaced gain cannot hide."""
+    tf = transformers()                      # skips before torch is imported
     import torch
-    tf = transformers()
     torch.manual_seed(seed)
     config = tf.LlamaConfig(bos_token_id=None, eos_token_id=None, pad_token_id=None, **dims)
     model = tf.LlamaForCausalLM(config).eval().to(getattr(torch, dtype))
@@ -98,6 +98,7 @@ def hf_loss(model, inputs, targets):
 
 def load_hf(directory, dtype="float64"):
     """The model of a save_pretrained directory, GPT-2 or Llama (the class its config.json names)."""
+    tf = transformers()                      # skips before torch is imported
     import torch
-    model = transformers().AutoModelForCausalLM.from_pretrained(str(directory), dtype=getattr(torch, dtype))
+    model = tf.AutoModelForCausalLM.from_pretrained(str(directory), dtype=getattr(torch, dtype))
     return in_its_dtype(model.eval())

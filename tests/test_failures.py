@@ -95,8 +95,10 @@ def test_bad_flag_is_refused():
     assert "invalid int value" in proc.stderr and "Traceback" not in proc.stderr
 
 
-def test_demo_self_check_on_8_ranks():
-    proc, _ = run_mpi(8, hpcpar() + ["demo", "--steps", "2", "--model", "tiny"], timeout=120)
+def test_demo_self_check_on_8_ranks(tmp_path):
+    proc, _ = run_mpi(8, hpcpar() + ["demo", "--steps", "2", "--model", "tiny", "--out", str(tmp_path)], timeout=300)
     assert proc.returncode == 0, proc.stderr
     assert "self-check: OK" in proc.stdout
-    assert "hpcpar train: 2 steps, tiny model, tp 2 x pp 2 x dp 2 = 8 ranks" in proc.stdout
+    assert "largest relative difference" in proc.stdout and "FAILED" not in proc.stdout
+    assert "hpcpar train: 2 steps, tiny model, tp 1 x pp 2 x dp 4 = 8 ranks" in proc.stdout
+    assert f"loss curve: {tmp_path / 'loss.png'}" in proc.stdout and (tmp_path / "loss.png").is_file()

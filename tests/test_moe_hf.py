@@ -92,9 +92,10 @@ def test_what_hpcpar_does_not_compute_is_refused_named(tmp_path, change, message
         adopted(tmp_path / "hf", model="mixtral-tiny")
 
 
-def test_a_mixtral_file_needs_the_mixtral_model(tmp_path):
+def test_a_mixtral_file_names_its_family(tmp_path):
     save_hf(hf_mixtral(dtype="float32"), tmp_path / "hf")
-    with pytest.raises(UsageError, match="holds a Mixtral: use --model mixtral-tiny"):
+    assert adopted(tmp_path / "hf", model="").model == "mixtral-tiny"      # no --model: the file's family
+    with pytest.raises(UsageError, match=r"--model llama-tiny contradicts .* which holds a Mixtral \(MixtralForCausalLM\)"):
         adopted(tmp_path / "hf", model="llama-tiny")
     with pytest.raises(UsageError, match="--experts 8 contradicts"):
         adopted(tmp_path / "hf", model="mixtral-tiny", experts=8)

@@ -152,11 +152,12 @@ def test_llama_export_loads_into_transformers_with_the_same_loss(solo, tmp_path)
         np.testing.assert_array_equal(p.data, q.data)
 
 
-def test_a_llama_file_needs_a_llama_model_and_what_it_computes(tmp_path):
+def test_a_llama_file_gives_the_family_and_refuses_what_it_does_not_compute(tmp_path):
     model = hf_llama(**LLAMA_DIMS)
     save_hf(model, tmp_path / "hf")
-    with pytest.raises(UsageError, match="holds a Llama: use --model llama-tiny"):
-        adopted(tmp_path / "hf")
+    assert adopted(tmp_path / "hf").model == "llama-tiny"
+    with pytest.raises(UsageError, match="--model tiny contradicts --init-from .* which holds a Llama"):
+        adopted(tmp_path / "hf", model="tiny")
     model.config.tie_word_embeddings = True
     save_hf(model, tmp_path / "tied")
     with pytest.raises(UsageError, match="tie_word_embeddings = True in its config is not supported"):
@@ -181,8 +182,8 @@ def test_kv_cache_gives_the_logits_of_the_full_forward(tmp_path, solo):
 
 
 def test_greedy_generation_equals_transformers(tmp_path):
+    model = hf_model(**HF_DIMS)                                          # skips without transformers
     import torch
-    model = hf_model(**HF_DIMS)
     save_hf(model, tmp_path / "hf")
     ours, _ = load_model(tmp_path / "hf", "float64")
     prompt = [3, 14, 15, 9]

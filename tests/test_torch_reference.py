@@ -9,8 +9,9 @@ import numpy as np
 import pytest
 
 from hpcpar.nn import GPT, GPTConfig
+from reference import need
 
-torch = pytest.importorskip("torch", reason="PyTorch is the reference here: pip install torch==2.13.0")
+torch = need("torch")
 F = torch.nn.functional
 
 

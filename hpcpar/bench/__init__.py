@@ -63,4 +63,6 @@ BENCHMARKS = {
                  "step against ZeRO-1's and the gathers prefetching hides (2 ranks)", ranks=(2, 8), quick_ranks=(2,),
                  timeout=900),
     "watchdog": Spec("wd", "watchdog", "Watchdog and flight recorder: their share of a 2x2x2 step", ranks=(8,)),
+    "threads": Spec("th", "threads", "The README's first run: hpcpar's BLAS thread choice against one thread, "
+                    "idle and with six busy processes", timeout=1200),
 }

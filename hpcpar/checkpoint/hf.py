@@ -1,8 +1,8 @@
 """Hugging Face files of the families the engine runs: GPT-2 (gpt2.py), Llama (llama.py) and Mixtral
 (mixtral.py: a Llama with mixtures of experts, whose experts the file holds one by one).
 
-What is the same for both lives here, once: which family a file holds, taking a run's dimensions from
-it (``--init-from``), and the way between a file's tensors and our parameters - the family's prefix
+What is the same for both lives here, once: which family a file holds (or which family it holds that
+hpcpar does not implement), taking a run's family and dimensions from it (``--init-from``), and the way between a file's tensors and our parameters - the family's prefix
 (``transformer.`` or ``model.``; ``lm_head.weight`` has none) and, for Llama's projections, a transpose.
 """
 from hpcpar.checkpoint import gpt2, llama, mixtral
@@ -10,8 +10,14 @@ from hpcpar.nn.gpt import ARCHITECTURES
 from hpcpar.runtime import UsageError
 
 FAMILIES = {"gpt2": gpt2, "llama": llama}     # the module that reads and writes each family's files
-# the Hugging Face family each preset's files hold (the rest: GPT-2's)
-_PRESET_FAMILY = {"llama-tiny": "llama", "llama-small": "llama", "mixtral-tiny": "mixtral", "moe-tiny": "none"}
+FILE_FAMILIES = dict(FAMILIES, mixtral=mixtral)   # ... and each family a Hugging Face file may hold
+PRESET_OF = {"gpt2": "tiny", "llama": "llama-tiny", "mixtral": "mixtral-tiny"}   # --model for a file of it
+HF_NAMES = {"gpt2": "GPT-2 (GPT2LMHeadModel)", "llama": "Llama (LlamaForCausalLM)",
+            "mixtral": "Mixtral (MixtralForCausalLM)"}
+# what makes a Hugging Face model a mixture of experts: keys of its config.json (Mixtral, Qwen-MoE,
+# DeepSeek, ...), and a piece of its tensor names
+EXPERT_KEYS = ("num_local_experts", "num_experts", "n_routed_experts")
+EXPERT_TENSOR = ".experts."
 
 
 def parameter_name(key):
@@ -62,21 +68,49 @@ def to_file(weights, mcfg):
     return mixtral.unstacked(weights, mcfg.n_layer) if family(mcfg) is mixtral else weights
 
 
-def read_architecture(path, what="--init-from"):
+def model_family(mcfg):
+    """The key of FILE_FAMILIES a model of ours is written as ("" for none: a GPT-2 with experts)."""
+    return mcfg.parts.hf_with_experts if mcfg.n_expert else mcfg.arch
+
+
+def file_family(path, what="--init-from"):
+    """The family of the model at ``path`` (a key of FILE_FAMILIES): its config.json's model_type, else
+    its tensor names.  A family hpcpar does not implement is refused with one line that names it."""
+    hf = gpt2.read_config_json(path, what)
+    kind = hf.get("model_type")
+    if kind in FILE_FAMILIES:
+        return kind
+    runs = ", ".join(HF_NAMES.values())
+    if kind:
+        name = (hf.get("architectures") or [f"model_type {kind!r}"])[0]
+        moe = ": a mixture of experts hpcpar does not implement" if any(key in hf for key in EXPERT_KEYS) else \
+            ", a family hpcpar does not implement"
+        raise UsageError(f"{what} {path} holds a {name}{moe} (it runs {runs})")
     if mixtral.holds_mixtral(path, what):
-        return mixtral.read_architecture(path, what)
-    return (llama if llama.holds_llama(path, what) else gpt2).read_architecture(path, what)
+        return "mixtral"
+    names = {key.removeprefix(llama.PREFIX) for key in gpt2.read_header(gpt2.weights_file(path), what)[0]}
+    if any(EXPERT_TENSOR in name for name in names):
+        raise UsageError(f"{what} {path} holds a mixture of experts (tensors named *{EXPERT_TENSOR}*) that is not "
+                         f"a Mixtral, which hpcpar does not implement (it runs {runs})")
+    return "llama" if "embed_tokens.weight" in names else "gpt2"      # gpt2 names what a GPT-2 lacks
+
+
+def read_architecture(path, what="--init-from"):
+    return FILE_FAMILIES[file_family(path, what)].read_architecture(path, what)
 
 
 def adopt(cfg):
-    """Take the run's model dimensions from ``--init-from``; refuse flags that contradict the file."""
-    arch = read_architecture(cfg.init_from)
+    """Take the run's model family (unless --model is given) and dimensions from ``--init-from``;
+    refuse flags that contradict the file."""
+    from hpcpar.nn.gpt import PRESETS as MODELS
+    held = file_family(cfg.init_from)
+    arch = FILE_FAMILIES[held].read_architecture(cfg.init_from, "--init-from")
     where = f"--init-from {cfg.init_from}"
-    held = "mixtral" if arch.n_expert else arch.arch
-    if held != _PRESET_FAMILY.get(cfg.model, "gpt2"):
-        family = {"mixtral": "a Mixtral: use --model mixtral-tiny", "llama": "a Llama: use --model llama-tiny",
-                  "gpt2": "a GPT-2: use --model tiny"}[held]
-        raise UsageError(f"{where} holds {family} (its dimensions come from the file), not --model {cfg.model}")
+    if not cfg.model:
+        cfg.model = PRESET_OF[held]
+    elif cfg.model not in MODELS or model_family(MODELS[cfg.model]) != held:
+        raise UsageError(f"--model {cfg.model} contradicts {where}, which holds a {HF_NAMES[held]} "
+                         f"(without --model the family comes from the file)")
     for flag, attr, theirs in (("layers", "layers", arch.n_layer), ("hidden", "hidden", arch.d_model),
                                ("ffn", "ffn", arch.d_ff), ("vocab", "vocab", arch.vocab_size),
                                ("heads", "heads", arch.n_head), ("kv-heads", "kv_heads", arch.n_kv_head),

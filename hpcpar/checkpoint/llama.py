@@ -27,15 +27,6 @@ def transposed(name):
     return bool(_LINEAR.search(name))
 
 
-def holds_llama(path, what="--init-from"):
-    """Does ``path`` (a file or a save_pretrained directory) hold a Llama rather than a GPT-2?"""
-    hf = read_config_json(path, what)
-    if hf:
-        return hf.get("model_type") == "llama"
-    names = read_header(weights_file(path), what)[0]
-    return "embed_tokens.weight" in {k.removeprefix(PREFIX) for k in names}
-
-
 def expected_shapes(mcfg):
     """{parameter name: full shape} of the whole Llama of config ``mcfg``, in our (in, out) layout."""
     C, F, V = mcfg.d_model, mcfg.d_ff, mcfg.vocab_size

@@ -21,11 +21,17 @@ def add_arguments(p):
     q.add_argument("--merges", default=None, help="GPT-2's merges.txt, with --tokenizer vocab.json")
     q.add_argument("--val-fraction", type=float, default=0.1, help="share of the tokens kept for validation "
                                                                    "(default: 0.1)")
+    q.add_argument("--seq-len", type=int, default=None, help="refuse text too short for one training window of "
+                                                             "this length (default: the tiny model's)")
     q.add_argument("--no-progress", dest="progress", action="store_false", help="no progress bar")
 
 
 def run(args):
+    from hpcpar.config import DEFAULT_MODEL
+    from hpcpar.nn.gpt import PRESETS
     from hpcpar.text import describe, prepare
-    meta = prepare(args.texts, args.out, args.vocab, args.tokenizer, args.merges, args.val_fraction, args.progress)
+    seq_len = args.seq_len or PRESETS[DEFAULT_MODEL].seq_len
+    meta = prepare(args.texts, args.out, args.vocab, args.tokenizer, args.merges, args.val_fraction, args.progress,
+                   seq_len)
     print(f"{args.out}: {describe(meta)}")
     return 0
