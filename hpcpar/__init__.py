@@ -1,8 +1,8 @@
 """hpcpar: a teachable 3D-parallel (tensor x pipeline x data) training engine on MPI.
 
-Reading order for students: grid.py (who talks to whom), comm/ (how they talk), ops/ and nn/ (the
-math of one rank), tensor_parallel/, pipeline/, data_parallel.py, then train.py (all of it at once);
-text.py and generate.py take real text in and sampled text out.
+Reading order for students: comm/grid.py (who talks to whom), comm/ (how they talk), ops/ and nn/ (the
+math of one rank), tensor_parallel/, pipeline/, data_parallel/, then training/train.py (all of it at once);
+training/text.py and training/generate.py take real text in and sampled text out.
 """
 from hpcpar import runtime as _runtime
 

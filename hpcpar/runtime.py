@@ -29,7 +29,7 @@ EXIT_FAILURE = 1     # a fault during the run (the job was aborted)
 EXIT_PREEMPTED = 3   # stopped by a signal after writing a checkpoint: requeue me
 
 
-_fault_hooks = []   # called with the exception before an unexpected fault ends the job (hpcpar/watchdog.py)
+_fault_hooks = []   # called with the exception before an unexpected fault ends the job (hpcpar/watch/watchdog.py)
 
 
 def on_fault(hook):

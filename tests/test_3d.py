@@ -3,9 +3,9 @@ to the same numbers as one rank (3 AdamW steps, float64)."""
 import numpy as np
 import pytest
 
-from hpcpar.config import check
+from hpcpar.training.config import check
 from hpcpar.runtime import UsageError
-from hpcpar.train import model_config
+from hpcpar.training.train import model_config
 from train_helpers import config, free, reference, rel_err, trainer
 
 LAYOUTS = [(1, 1, 8), (2, 2, 2), (2, 4, 1), (4, 2, 1), (1, 8, 1), (8, 1, 1), (2, 1, 4), (1, 2, 4)]

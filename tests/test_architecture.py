@@ -178,3 +178,15 @@ def test_only_the_command_line_imports_the_command_line():
     outside = sorted(f"{m} imports {t}" for m, targets in EDGES.items() for t in targets
                      if covers(CLI, t) and not covers(CLI, m) and m != ENTRY_POINT)
     assert not outside, "\n".join(outside)
+
+
+def test_the_root_holds_only_the_ground_floor():
+    """``ls hpcpar`` is the map: above layers 0 and 1 every module lives in a folder named on the map."""
+    loose = sorted(p.name for p in PACKAGE.glob("*.py"))
+    assert len(loose) <= 14, f"{len(loose)} loose modules in hpcpar/ (at most 14): {loose}"
+    high = sorted(m for m in MODULES if m.count(".") == 1 and m != ENTRY_POINT
+                  and not (PACKAGE / m.split(".")[1]).is_dir() and layer(m) > 1)
+    assert not high, f"modules above layer 1 lying loose in hpcpar/ (move them into their layer's folder): {high}"
+    files = sorted(e for e in LAYERS if e not in ("hpcpar", ENTRY_POINT) and e.count(".") == 1
+                   and not (PACKAGE / e.split(".")[1]).is_dir() and LAYERS[e] > 1)
+    assert not files, f"the map names loose modules above layer 1 instead of folders: {files}"

@@ -4,9 +4,9 @@ import re
 
 import pytest
 
-from hpcpar.config import check
+from hpcpar.training.config import check
 from hpcpar.runtime import UsageError
-from hpcpar.train import model_config
+from hpcpar.training.train import model_config
 from mpitools import hpcpar, run_mpi
 from train_helpers import config, rel_err
 

@@ -245,7 +245,7 @@ def test_hints_come_one_at_a_time(tmp_path):
 def test_the_references_agree_with_the_engine():
     assert check_pp.one_f_one_b(0, 4, 8)[:5] == [("F", 0), ("F", 1), ("F", 2), ("F", 3), ("B", 0)]
     assert check_pp.busy_of_total() == (16, 28)
-    from hpcpar.trace_why import diagnose
+    from hpcpar.watch.why import diagnose
     for what, records in check_hangs.cases():     # the culprits are the ones `hpcpar trace why` names first
         culprits, _ = check_hangs.hang_diagnosis(records, 8)
         text = diagnose(records, world=8)

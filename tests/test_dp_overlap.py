@@ -3,9 +3,9 @@ between the backward's GEMMs that move the buckets in flight on - without changi
 import numpy as np
 import pytest
 
-import hpcpar.data_parallel
+import hpcpar.data_parallel.replicas
 from hpcpar import progress
-from hpcpar.buckets import make_buckets
+from hpcpar.data_parallel.buckets import make_buckets
 from hpcpar.nn.gpt import GPT, preset
 from hpcpar.nn.linear import Linear
 from hpcpar.nn.parameter import Parameter
@@ -59,8 +59,8 @@ def test_polls_between_gemms_change_no_number(comm, monkeypatch):
     """Every poll mode trains the same numbers as one rank; "gemms" tests the buckets in flight more
     often than the backward reports gradients, and uninstalls its poll when the step's buckets are done."""
     calls = []
-    test_all = hpcpar.data_parallel.test_all
-    monkeypatch.setattr(hpcpar.data_parallel, "test_all", lambda requests: calls.append(1) or test_all(requests))
+    test_all = hpcpar.data_parallel.replicas.test_all
+    monkeypatch.setattr(hpcpar.data_parallel.replicas, "test_all", lambda requests: calls.append(1) or test_all(requests))
     ref = reference(comm, microbatches=2)
     want = [ref.step(s)[0] for s in range(2)]
     free(ref)

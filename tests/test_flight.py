@@ -1,13 +1,14 @@
 """The pure parts of hang detection, without MPI: the flight recorder's ring buffer, the alarm files,
-and the diagnosis text of `hpcpar trace why` from synthetic records (hpcpar/flight.py, alarm.py,
-trace_why.py); and, under MPI, that the communication wrappers fill the recorder."""
+and the diagnosis text of `hpcpar trace why` from synthetic records (hpcpar/comm/flight.py, alarm.py,
+watch/why.py); and, under MPI, that the communication wrappers fill the recorder."""
 import numpy as np
 import pytest
 
-from hpcpar import alarm, flight
-from hpcpar.config import TrainConfig, check
+from hpcpar.watch import alarm
+from hpcpar.comm import flight
+from hpcpar.training.config import TrainConfig, check
 from hpcpar.runtime import UsageError
-from hpcpar.trace_why import diagnose, explain, rank_list
+from hpcpar.watch.why import diagnose, explain, rank_list
 
 LAYOUT = {"tp": 2, "pp": 2, "dp": 2, "world": 8, "order": "tp-dp-pp"}   # rank = tp + 2 dp + 4 pp
 
@@ -156,8 +157,8 @@ def test_communicator_calls_are_recorded(comm):
 
 
 def test_the_deadline_follows_the_slowest_step_but_not_the_first():
-    from hpcpar.grid import Coord
-    from hpcpar.watchdog import Watchdog, flight_dir
+    from hpcpar.comm.grid import Coord
+    from hpcpar.watch.watchdog import Watchdog, flight_dir
     dog = Watchdog(0, 8, Coord(tp=0, pp=0, dp=0), LAYOUT, "flight", hang_timeout=10.0, shutdown_timeout=20.0,
                    stop_signals=())
     dog.step_done(0, 100.0)                 # the first step pays for start-up

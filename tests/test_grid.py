@@ -1,7 +1,7 @@
 """The pure grid arithmetic (no MPI): rank maps, groups and refusals, for worlds 1, 2, 4, 8."""
 import pytest
 
-from hpcpar.grid import Coord, GridLayout, factorisations
+from hpcpar.comm.grid import Coord, GridLayout, factorisations
 from hpcpar.runtime import UsageError
 from mpitools import hpcpar, run
 
@@ -76,8 +76,8 @@ def test_grid_command_without_mpi():
 def test_ranks_per_node_shows_which_link_each_group_crosses():
     """Two nodes of 8, tp 4 x pp 2 x dp 2: TP and DP inside a node, only the pipeline crosses (tp-dp-pp);
     the order pp-dp-tp sends every TP all-reduce over the network instead."""
-    from hpcpar.grid import GridLayout
-    from hpcpar.placement import describe, link
+    from hpcpar.comm.grid import GridLayout
+    from hpcpar.comm.placement import describe, link
     text = describe(GridLayout(16, tp=4, pp=2, dp=2), 8)
     assert "node 1: ranks 8-15" in text
     assert "tp: all 4 groups intra-node (rank 0's: 0,1,2,3)" in text
@@ -114,14 +114,14 @@ def test_error_lines_name_cp_only_when_the_grid_has_it():
     assert Coord(tp=0, pp=1, dp=0).words() == "tp 0, pp 1, dp 0"
     assert Coord(tp=0, pp=1, dp=0, cp=1).words() == "tp 0, cp 1, pp 1, dp 0"
     assert Coord(tp=1, pp=0, dp=1, cp=0).as_dict() == {"tp": 1, "cp": 0, "pp": 0, "dp": 1}
-    from hpcpar.trace_why import coords_of
+    from hpcpar.watch.why import coords_of
     layout = {"tp": 2, "cp": 2, "pp": 1, "dp": 1, "world": 4, "order": "tp-dp-pp"}
     assert coords_of(3, {0: {"layout": layout}}) == "tp 1, cp 1, pp 0, dp 0"
 
 
 def test_a_new_axis_is_one_word_in_axes(monkeypatch):
     """With "ep" added to AXES alone, sizes, orders, coordinates, groups and maps know it."""
-    from hpcpar import grid
+    from hpcpar.comm import grid
     monkeypatch.setattr(grid, "AXES", grid.AXES + ("ep",))
     g = GridLayout(16, tp=2, pp=2, dp=2, ep=2)
     assert g.order == ("tp", "cp", "dp", "ep", "pp")             # left out: right after dp, before it in AXES

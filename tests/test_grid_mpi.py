@@ -2,7 +2,7 @@
 import numpy as np
 import pytest
 
-from hpcpar.grid import GridLayout, ParallelGrid, factorisations
+from hpcpar.comm.grid import GridLayout, ParallelGrid, factorisations
 
 
 @pytest.mark.mpi(min_size=1)

@@ -149,10 +149,10 @@ def test_a_segfault_is_named_by_the_guard(tmp_path):
     script = tmp_path / "crash.py"
     script.write_text(textwrap.dedent(f"""
         import ctypes
-        from hpcpar import rank_guard
+        from hpcpar.watch import rank_guard
         rank_guard.split({str(tmp_path / "flight")!r})
         from mpi4py import MPI
-        from hpcpar.grid import ParallelGrid
+        from hpcpar.comm.grid import ParallelGrid
         grid = ParallelGrid(tp=1, pp=2, dp=1)
         rank_guard.page().set_coords(grid.rank_id, grid.world, grid.coords)
         rank_guard.page().set_progress(6, 1)

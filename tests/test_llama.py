@@ -6,11 +6,11 @@ import numpy as np
 import pytest
 
 from gradcheck import assert_grad
-from hpcpar.config import check
+from hpcpar.training.config import check
 from hpcpar.flops import gpt_block_forward_flops
 from hpcpar.nn import GPT, Context, GPTConfig
 from hpcpar.runtime import UsageError
-from hpcpar.train import model_config
+from hpcpar.training.train import model_config
 from test_docs import quoted_losses
 from test_nn import batch, grads
 from train_helpers import config

@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 from hf_helpers import LLAMA_DIMS, hf_llama, save_hf
-from hpcpar.generate import forward_cached, generate, load_model, new_cache
+from hpcpar.training.generate import forward_cached, generate, load_model, new_cache
 from hpcpar.nn.gpt import GPT, preset
 from mpitools import hpcpar, run
 

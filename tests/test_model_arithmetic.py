@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from hpcpar.config import TrainConfig, check
+from hpcpar.training.config import TrainConfig, check
 from hpcpar.flops import gpt_block_forward_flops, gpt_head_forward_flops
 from hpcpar.nn.gpt import GPT, PRESETS, preset
 from hpcpar.nn.mlp_model import MLPConfig, MLPModel

@@ -6,7 +6,7 @@ import pytest
 
 from train_helpers import config, free, trainer
 from hpcpar.runtime import UsageError
-from hpcpar.train import model_config
+from hpcpar.training.train import model_config
 
 MOE_DIMS = dict(model="moe-tiny", layers=2, hidden=16, heads=2, ffn=24, seq_len=8, synthetic_vocab=29,
                 batch_size=8)
@@ -64,7 +64,7 @@ def test_bad_options_are_refused_in_one_line(kw, message):
 
 
 def test_capacity_factor_must_not_be_negative():
-    from hpcpar.config import check
+    from hpcpar.training.config import check
     with pytest.raises(UsageError, match="--capacity-factor must not be negative"):
         check(config(dims=MOE_DIMS, capacity_factor=-1.0), 1)
 

@@ -78,7 +78,7 @@ def test_prepare_refuses_bad_input_with_one_line(tmp_path):
 
 def test_prepare_uses_a_tokenizer_the_user_has_and_uint32_for_big_vocabularies(tmp_path):
     pytest.importorskip("tokenizers")
-    from hpcpar.text import prepare, train_tokenizer
+    from hpcpar.training.text import prepare, train_tokenizer
     text = (ROOT / "data" / "sample.txt").read_text()
     tok = train_tokenizer([text], 300)
     tok.add_tokens([f"<extra{i}>" for i in range(1 << 16)])          # a vocabulary past uint16

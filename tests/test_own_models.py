@@ -7,8 +7,8 @@ from safetensors.numpy import save_file
 
 from hf_helpers import LLAMA_DIMS, hf_llama, hf_loss, hf_model, load_hf, save_hf
 from hpcpar.checkpoint.consolidated import export, init_from, read_weights
-from hpcpar.config import TrainConfig, check
-from hpcpar.generate import forward_cached, generate, load_model, new_cache
+from hpcpar.training.config import TrainConfig, check
+from hpcpar.training.generate import forward_cached, generate, load_model, new_cache
 from hpcpar.runtime import UsageError
 from mpitools import hpcpar, run
 from train_helpers import trainer

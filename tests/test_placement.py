@@ -1,6 +1,6 @@
 """Where a run's ranks really were: the node boundary from the hosts they report (no MPI needed)."""
-from hpcpar.placement import describe_boundary, node_boundary, span
-from hpcpar.summary import _size
+from hpcpar.comm.placement import describe_boundary, node_boundary, span
+from hpcpar.training.summary import _size
 
 
 def two_nodes():

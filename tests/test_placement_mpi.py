@@ -5,7 +5,7 @@ from dataclasses import fields
 
 import pytest
 
-from hpcpar.config import TrainConfig
+from hpcpar.training.config import TrainConfig
 from hpcpar.pipeline.schedules import KINDS, Action, Kind, _gpipe
 from train_helpers import check_step, free, trainer
 

@@ -7,7 +7,7 @@ within 10 %.  Peaks are allocation sizes, not timings: the same on any machine a
 """
 import pytest
 
-from hpcpar.config import TrainConfig
+from hpcpar.training.config import TrainConfig
 from hpcpar.plan.measured import measure_peak, predict_peak
 
 TOLERANCE = 0.10
@@ -23,7 +23,7 @@ def _label(kw):
 
 
 def _check(comm, kw):
-    from hpcpar.train import Trainer
+    from hpcpar.training.train import Trainer
     cfg = TrainConfig(**kw, steps=2)
     measured = measure_peak(cfg, comm)
     trainer = Trainer(cfg, comm)

@@ -21,7 +21,7 @@ def test_groups_follow_tp_then_cp_then_dp_then_pp():
 
 
 def test_grid_order_matches_hpcpar_grid():
-    from hpcpar.grid import GridLayout
+    from hpcpar.comm.grid import GridLayout
     for tp, pp, dp in ((2, 2, 2), (2, 8, 64), (4, 2, 8), (1, 4, 16)):
         grid = GridLayout(tp * pp * dp, tp=tp, pp=pp, dp=dp)
         for axis in ("tp", "dp", "pp"):

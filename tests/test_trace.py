@@ -33,7 +33,7 @@ def test_trace_of_a_pipeline_run(tmp_path):
     plot, _ = run(hpcpar() + ["trace", "plot", str(out), "--annotate"], cwd=tmp_path)
     assert plot.returncode == 0 and plot.stdout.strip() == f"wrote {tmp_path / 't.png'}"
     assert (tmp_path / "t.png").read_bytes()[:4] == b"\x89PNG"
-    from hpcpar import trace_report
+    from hpcpar.trace import report as trace_report
     meta, names, spans = trace_report.load(out)
     pids = sorted(spans)
     zero = min(e["ts"] for evs in spans.values() for e in evs if e["cat"] == "F")

@@ -14,8 +14,8 @@ def test_same_seed_same_losses_bit_for_bit():
 
 
 def test_loss_goes_down():
-    from hpcpar.config import TrainConfig
-    from hpcpar.train import Trainer
+    from hpcpar.training.config import TrainConfig
+    from hpcpar.training.train import Trainer
     t = Trainer(TrainConfig(steps=60, progress=False), MPI.COMM_SELF)       # the tiny preset's defaults
     losses = [t.step(s).loss for s in range(60)]
     assert sum(losses[-5:]) / 5 < 0.92 * losses[0]                         # 3.49 -> about 3.1 nats
@@ -33,7 +33,7 @@ def test_metrics_file_has_one_object_per_step(tmp_path):
 
 def test_help_documents_every_flag():
     from dataclasses import fields
-    from hpcpar.config import TrainConfig
+    from hpcpar.training.config import TrainConfig
     proc, _ = run(hpcpar() + ["train", "--help"])
     for f in fields(TrainConfig):
         flag = ("--no-" if f.default is True else "--") + f.name.replace("_", "-")

@@ -44,7 +44,7 @@ def test_a_schedule_file_trains_exactly(comm, tmp_path):
 
 @pytest.mark.mpi(min_size=2)
 def test_too_few_microbatches_refused_in_one_line(comm, tmp_path):
-    from hpcpar.config import check
+    from hpcpar.training.config import check
     with pytest.raises(UsageError) as err:
         check(config(pp=2, dp=comm.size // 2, schedule="dualpipev", chunks=2, microbatches=2,
                      batch_size=4 * (comm.size // 2)), comm.size)

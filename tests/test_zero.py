@@ -2,8 +2,8 @@
 import numpy as np
 import pytest
 
-from hpcpar.buckets import placeholder
-from hpcpar.config import TrainConfig, check
+from hpcpar.data_parallel.buckets import placeholder
+from hpcpar.training.config import TrainConfig, check
 from hpcpar.runtime import UsageError
 from mpitools import hpcpar, run
 

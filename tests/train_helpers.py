@@ -1,7 +1,7 @@
 """Build trainers for layout-equivalence tests: a small float64 model, any layout of a communicator."""
 import numpy as np
 
-from hpcpar.config import TrainConfig
+from hpcpar.training.config import TrainConfig
 
 GPT_DIMS = dict(model="tiny", layers=8, hidden=32, heads=8, seq_len=8, synthetic_vocab=29, batch_size=16)
 LLAMA_DIMS = dict(model="llama-tiny", layers=4, hidden=32, heads=4, kv_heads=2, seq_len=8, synthetic_vocab=29,
@@ -17,7 +17,7 @@ def config(tp=1, pp=1, dp=1, schedule="1f1b", microbatches=0, dims=GPT_DIMS, **k
 
 
 def trainer(comm, **kw):
-    from hpcpar.train import Trainer
+    from hpcpar.training.train import Trainer
     return Trainer(config(**kw), comm)
 
 

@@ -46,8 +46,8 @@ def predicted(schedule, ranks, latency):
 
 
 def run(quick):
-    from hpcpar.config import TrainConfig
-    from hpcpar.train import Trainer
+    from hpcpar.training.config import TrainConfig
+    from hpcpar.training.train import Trainer
     world = MPI.COMM_WORLD
     dims = QUICK_MODEL if quick else BENCH_MODEL
     trainers = {s: Trainer(TrainConfig(model="small", untied=True, steps=10 ** 6, progress=False, pp=2, schedule=s,

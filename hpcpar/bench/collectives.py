@@ -32,7 +32,8 @@ import time
 import numpy as np
 from mpi4py import MPI
 
-from hpcpar import flight, trace
+from hpcpar.comm import flight
+from hpcpar.trace import tracer as trace
 from hpcpar.bench.common import Result, interleave, ratio, size, slowest_rank, us
 from hpcpar.comm import Communicator
 from hpcpar.comm.buffers import PLAIN

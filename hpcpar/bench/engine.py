@@ -87,8 +87,8 @@ def step_cases(torch, dims, optimizer="adamw", compiled=False):
     torch.compile's default inductor backend), our trainer, and why the compiled case is missing (or None)."""
     from mpi4py import MPI
 
-    from hpcpar.config import TrainConfig
-    from hpcpar.train import Trainer
+    from hpcpar.training.config import TrainConfig
+    from hpcpar.training.train import Trainer
     cfg = TrainConfig(model="small", untied=True, steps=10 ** 6, progress=False, optimizer=optimizer, **dims)
     trainer = Trainer(cfg, MPI.COMM_SELF)
     counter = iter(range(10 ** 6))

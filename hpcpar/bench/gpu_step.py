@@ -45,8 +45,8 @@ def ours(mode, dims, backend, repeat):
     """(model config, tokens per step, best step seconds) of Trainer.step in ``mode``."""
     from mpi4py import MPI
 
-    from hpcpar.config import TrainConfig
-    from hpcpar.train import Trainer
+    from hpcpar.training.config import TrainConfig
+    from hpcpar.training.train import Trainer
     cfg = TrainConfig(precision="fp32" if mode == "tf32" else mode, tf32=mode == "tf32", backend=backend,
                       steps=10 ** 6, warmup=1, progress=False, **dims)
     t = Trainer(cfg, MPI.COMM_SELF)

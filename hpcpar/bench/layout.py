@@ -7,7 +7,7 @@ started from here one after the other, alternating, and read back from their own
 * tokens/s and step time (median over the steps after the first);
 * speed-up against one rank, and efficiency = speed-up / min(ranks, cores): eight ranks share this
   machine's two cores, so two is the most eight ranks can gain here;
-* communication share and overlap, from the run's trace (``--trace``, hpcpar/trace_report.py): the
+* communication share and overlap, from the run's trace (``--trace``, hpcpar/trace/report.py): the
   share of each rank's wall time inside communication, and the share of the DP gradient buckets' time
   in flight that coincides with computation, averaged over ranks;
 * bubble measured and simulated, MFU, and the bytes each kind of group moved, from the summary;
@@ -40,7 +40,7 @@ def train_command(ranks, layout, dims, steps, summary, trace, trace_steps):
 
 def trace_shares(path):
     """(communication share of wall time, DP overlap) averaged over ranks, from a trace file."""
-    from hpcpar.trace_report import load, per_rank
+    from hpcpar.trace.report import load, per_rank
     _, names, spans = load(path)
     figures = per_rank(spans, names).values()
     overlaps = [f["overlap"] for f in figures if f["overlap"] is not None]

@@ -1,6 +1,6 @@
 """(o) How much of data parallelism's gradient all-reduce hides behind the backward pass, and why.
 
-The buckets' ``Iallreduce`` starts during the backward (data_parallel.py), but MPICH moves a
+The buckets' ``Iallreduce`` starts during the backward (data_parallel/replicas.py), but MPICH moves a
 non-blocking collective on only while the rank is inside an MPI call, and one all-reduce needs several
 such calls - one per round of its algorithm, 5 or 6 for a 4 MB bucket at two ranks.  Started and left
 alone, a bucket waits until ``finish()``.  The remedies, measured side by side (``DataParallel.poll``):
@@ -38,8 +38,8 @@ MODES = {"gemms": "polled between GEMMs", "reports": "polled at reports only", "
 
 
 def run(quick):
-    from hpcpar.config import TrainConfig
-    from hpcpar.train import Trainer
+    from hpcpar.training.config import TrainConfig
+    from hpcpar.training.train import Trainer
     world = MPI.COMM_WORLD
     dims = QUICK_MODEL if quick else BENCH_MODEL
     cfg = TrainConfig(model="small", untied=True, steps=10 ** 6, progress=False, optimizer="sgd", dp=world.size,

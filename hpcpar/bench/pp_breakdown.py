@@ -6,7 +6,7 @@ micro-batches, in the same two processes, taking turns step by step after a barr
 splits its own step (wall seconds, mean over the rounds) into:
 
     compute     forward, backward and the loss of every micro-batch
-                ours: hpcpar/profiler.py's GEMM + attention + element-wise + embedding/loss + other
+                ours: hpcpar/training/profiler.py's GEMM + attention + element-wise + embedding/loss + other
                 PyTorch: PipelineStage.forward_one_chunk / backward_one_chunk and the schedule's loss
     optimizer   the AdamW update (ours: also the gradient norm and zeroing)
     messages    posting the activation/gradient sends and receives, and waiting for them - a stage
@@ -44,9 +44,9 @@ OURS_COMPUTE = ("GEMM", "attention", "elementwise", "embedding/loss", "other")
 
 def our_case(dims, world, tied):
     """(step function, Profiler to install around it, trainer) for our pp 2 1F1B run."""
-    from hpcpar.config import TrainConfig
-    from hpcpar.profiler import Profiler
-    from hpcpar.train import Trainer
+    from hpcpar.training.config import TrainConfig
+    from hpcpar.training.profiler import Profiler
+    from hpcpar.training.train import Trainer
     cfg = TrainConfig(model="small", untied=not tied, steps=10 ** 6, progress=False, grad_clip=0.0, **dims, **LAYOUT)
     trainer = Trainer(cfg, world)
     counter = iter(range(10 ** 6))
@@ -54,7 +54,7 @@ def our_case(dims, world, tied):
 
 
 def our_rows(per_step):
-    """hpcpar.profiler's per_step() -> {row: seconds}."""
+    """hpcpar.training.profiler's per_step() -> {row: seconds}."""
     rows = dict.fromkeys(ROWS, 0.0)
     for category, seconds in per_step.items():
         if category in OURS_COMPUTE:

@@ -7,7 +7,7 @@ clipping on both sides, so that the step is the model's arithmetic and not an op
 1. ours (``Trainer.step``) against the same step in torch.nn, eager and under torch.compile, side by
    side, at one BLAS/intra-op thread (CPU seconds) and, eager only, at two (wall seconds: two threads'
    CPU seconds add up, their speed-up does not show in them); each row the median of 5 rounds;
-2. our step by category (hpcpar/profiler.py: GEMM, attention, element-wise, ...; CPU seconds, the
+2. our step by category (hpcpar/training/profiler.py: GEMM, attention, element-wise, ...; CPU seconds, the
    first step measures the GEMM floor) - the table that says what is left to gain outside the GEMMs.
 """
 import time
@@ -60,7 +60,7 @@ def bench_against_torch(res, trainer, cases, torch, quick):
 
 
 def bench_profile(res, trainer, quick):
-    from hpcpar.profiler import Profiler
+    from hpcpar.training.profiler import Profiler
     prof = Profiler(time.process_time).install(trainer.grid.communicators())
     try:
         for k in range(2 if quick else 3):

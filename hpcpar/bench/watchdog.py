@@ -22,7 +22,7 @@ QUICK_MODEL = dict(hidden=32, layers=4, heads=2, seq_len=16, vocab=64, batch_siz
 def recorder_cost(n=20_000, repeats=5):
     """Seconds per recorded operation (begin + end) and per pipeline action (``at``): the best of
     ``repeats`` loops of ``n`` calls on one rank, the least disturbed by the machine's other jobs."""
-    from hpcpar.flight import FlightRecorder
+    from hpcpar.comm.flight import FlightRecorder
     rec = FlightRecorder(rank=0)
 
     def op():
@@ -42,10 +42,11 @@ def recorder_cost(n=20_000, repeats=5):
 
 
 def run(quick):
-    from hpcpar import flight, watchdog
-    from hpcpar.config import TrainConfig
-    from hpcpar.loop import STOP_SIGNALS
-    from hpcpar.train import Trainer
+    from hpcpar.comm import flight
+    from hpcpar.watch import watchdog
+    from hpcpar.training.config import TrainConfig
+    from hpcpar.training.loop import STOP_SIGNALS
+    from hpcpar.training.train import Trainer
     world = MPI.COMM_WORLD
     dims = QUICK_MODEL if quick else BENCH_MODEL
     cfg = TrainConfig(model="small", untied=True, steps=10 ** 6, progress=False, tp=2, pp=2, dp=2,

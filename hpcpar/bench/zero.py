@@ -2,7 +2,7 @@
 
 At 8 ranks, memory: the small model (4 blocks, C = 256, T = 128, float32, AdamW) trained for two steps
 at dp 1, 2, 4 and 8 (the world cut into 8 / dp groups that each train it) and ZeRO 0 to 3.  Per rank,
-the engine's own count of its arrays (hpcpar/zero_memory.py: weights, gradients, optimizer state
+the engine's own count of its arrays (hpcpar/data_parallel/zero_memory.py: weights, gradients, optimizer state
 between steps, and the working set a step adds) against its formula (the same module: what
 --memory-budget checks) and against the planner's state terms for the same run (plan/memory.py).
 ZeRO-2 and 3 need dp > 1.
@@ -22,8 +22,8 @@ MEMORY_MODEL = dict(model="small", batch_size=8)
 
 
 def trainer(comm, **kw):
-    from hpcpar.config import TrainConfig
-    from hpcpar.train import Trainer
+    from hpcpar.training.config import TrainConfig
+    from hpcpar.training.train import Trainer
     return Trainer(TrainConfig(progress=False, steps=10 ** 6, warmup=0, **kw), comm)
 
 
@@ -44,7 +44,7 @@ PLANNER_STATE = ("weights", "gradients", "optimizer state", "ZeRO gradient shard
 
 
 def memory(world, quick, res):
-    from hpcpar.zero_memory import TERMS, formula, held
+    from hpcpar.data_parallel.zero_memory import TERMS, formula, held
     dims = dict(MEMORY_MODEL, **(QUICK if quick else {}))
     rows = []
     for dp in (1, 2, 4, 8):
@@ -68,7 +68,7 @@ def memory(world, quick, res):
               ["weights, gradients, optimizer: held between steps (optimizer: AdamW's two moments of this "
                "rank's slices and its scratch array); working set: the most a step adds at once (ZeRO-2: the "
                "full gradient buffers in the backward; ZeRO-3: gathered units and their full gradients). formula: "
-               "hpcpar/zero_memory.py's (what --memory-budget checks); planner: plan/memory.py's state terms."])
+               "hpcpar/data_parallel/zero_memory.py's (what --memory-budget checks); planner: plan/memory.py's state terms."])
     z3, z0 = res.figures["dp8_zero3"], res.figures["dp1_zero0"]
     state = sum(z3[k] for k in ("weights", "gradients", "optimizer state"))
     whole = sum(z0[k] for k in ("weights", "gradients", "optimizer state"))

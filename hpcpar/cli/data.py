@@ -27,9 +27,9 @@ def add_arguments(p):
 
 
 def run(args):
-    from hpcpar.config import DEFAULT_MODEL
+    from hpcpar.training.config import DEFAULT_MODEL
     from hpcpar.nn.gpt import PRESETS
-    from hpcpar.text import describe, prepare
+    from hpcpar.training.text import describe, prepare
     seq_len = args.seq_len or PRESETS[DEFAULT_MODEL].seq_len
     meta = prepare(args.texts, args.out, args.vocab, args.tokenizer, args.merges, args.val_fraction, args.progress,
                    seq_len)

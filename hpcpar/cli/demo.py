@@ -31,9 +31,9 @@ def add_arguments(p):
 
 
 def run(args):
-    from hpcpar import rank_guard
-    from hpcpar.config import TrainConfig
-    from hpcpar.watchdog import flight_dir
+    from hpcpar.watch import rank_guard
+    from hpcpar.training.config import TrainConfig
+    from hpcpar.watch.watchdog import flight_dir
     rank_guard.split(flight_dir(TrainConfig()))      # a parent that names this rank if it dies
     from mpi4py import MPI
     if MPI.COMM_WORLD.size != 8:
@@ -56,8 +56,8 @@ def say(*lines):
 
 def self_check():
     """The rank map and every wrapper against numpy; True when every rank passed."""
-    from hpcpar import selfcheck
-    from hpcpar.grid import ParallelGrid
+    from hpcpar.training import selfcheck
+    from hpcpar.comm.grid import ParallelGrid
     grid = ParallelGrid(tp=2, pp=2, dp=2)
     fails, volume = selfcheck.run(grid)
     all_fails = grid.world_comm.mpi.gather(fails, root=0)
@@ -74,8 +74,8 @@ def exactness():
     """The same steps on tp 2 x pp 2 x dp 2 and on one rank (rank 0), float64: both losses printed;
     True on every rank when they agree to 1e-10."""
     from mpi4py import MPI
-    from hpcpar.config import TrainConfig
-    from hpcpar.train import Trainer
+    from hpcpar.training.config import TrainConfig
+    from hpcpar.training.train import Trainer
     world = MPI.COMM_WORLD
     eight = Trainer(TrainConfig(tp=2, pp=2, dp=2, microbatches=2, **EXACT), world)
     losses8 = [eight.step(s)[0] for s in range(EXACT_STEPS)]
@@ -98,8 +98,8 @@ def train(args):
     """Training on 8 ranks to the floor, then the loss curve and samples (rank 0)."""
     from pathlib import Path
     from mpi4py import MPI
-    from hpcpar.config import TrainConfig
-    from hpcpar.loop import Loop
+    from hpcpar.training.config import TrainConfig
+    from hpcpar.training.loop import Loop
     out = Path(args.out)
     cfg = TrainConfig(model=args.model, data="synthetic", steps=args.steps, log_every=max(1, args.steps // 5),
                       metrics=str(out / "metrics.jsonl"), export=str(out / "model.safetensors"), **TRAIN_LAYOUT)
@@ -143,7 +143,7 @@ def sample(out, language):
     """A few lines sampled from the exported model, each started from the language's own first tokens;
     how many of their transitions the language allows (each context has `branching` successors)."""
     import numpy as np
-    from hpcpar.generate import generate, load_model
+    from hpcpar.training.generate import generate, load_model
     model, _ = load_model(out / "model.safetensors", "float64")
     k, V, allowed, total = language.order, language.vocab_size, 0, 0
     print(f"sampled from the trained model (temperature 1; the first {k} tokens are the prompt):")

@@ -26,7 +26,7 @@ def add_arguments(p):
 
 def run(args):
     from hpcpar.runtime import UsageError
-    from hpcpar.text import EOT, load_tokenizer
+    from hpcpar.training.text import EOT, load_tokenizer
     from mpi4py import MPI
     if MPI.COMM_WORLD.size > 1:
         raise UsageError(f"hpcpar generate runs on one rank, not {MPI.COMM_WORLD.size}")
@@ -35,7 +35,7 @@ def run(args):
             raise UsageError(f"--{name.replace('_', '-')} must not be negative, got {getattr(args, name)}")
     if args.temperature < 0:
         raise UsageError(f"--temperature must not be negative, got {args.temperature}")
-    from hpcpar.generate import generate, load_model
+    from hpcpar.training.generate import generate, load_model
     model, saved = load_model(args.model, args.dtype)
     tok = load_tokenizer(args.tokenizer or saved) if (args.tokenizer or saved) else None
     if tok is None:

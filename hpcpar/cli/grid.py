@@ -26,7 +26,7 @@ def add_arguments(p):
 
 
 def run(args):
-    from hpcpar.grid import GridLayout
+    from hpcpar.comm.grid import GridLayout
     if args.world is not None:
         layout = GridLayout(args.world, args.order, tp=args.tp, pp=args.pp, dp=args.dp, cp=args.cp)
         print(layout.describe())
@@ -34,7 +34,7 @@ def run(args):
         print(layout.picture())
         _nodes(layout, args.ranks_per_node)
         return 0
-    from hpcpar.grid import ParallelGrid
+    from hpcpar.comm.grid import ParallelGrid
     grid = ParallelGrid(order=args.order, tp=args.tp, pp=args.pp, dp=args.dp, cp=args.cp)
     # every rank reports what it sees; rank 0 checks it against the pure layout and prints the map
     mine = (grid.rank_id, grid.tp_comm.rank, grid.cp_comm.rank, grid.pp_comm.rank, grid.dp_comm.rank)
@@ -52,6 +52,6 @@ def run(args):
 
 def _nodes(layout, ranks_per_node):
     if ranks_per_node is not None:
-        from hpcpar.placement import describe
+        from hpcpar.comm.placement import describe
         print()
         print(describe(layout, ranks_per_node))

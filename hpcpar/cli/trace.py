@@ -7,7 +7,7 @@
   hpcpar trace plot out.json --annotate       ... with the communication lanes, the pipeline messages'
                                               arrows, and notes on a TP all-reduce, a send and the bubble
   hpcpar trace why RUN/flight                 after a hang or a dead rank: who stopped, who waited for whom
-                                              (from the flight records, hpcpar/trace_why.py)
+                                              (from the flight records, hpcpar/watch/why.py)
 
 The file itself opens in https://ui.perfetto.dev or chrome://tracing.
 """
@@ -31,10 +31,10 @@ def add_arguments(p):
 def run(args):
     from pathlib import Path
 
-    from hpcpar import trace_report
+    from hpcpar.trace import report as trace_report
     from hpcpar.runtime import UsageError
     if args.action == "why":
-        from hpcpar.trace_why import explain
+        from hpcpar.watch.why import explain
         try:
             print(explain(args.path))
         except (OSError, ValueError, KeyError) as err:

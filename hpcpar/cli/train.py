@@ -15,7 +15,7 @@ HELP = "train a model on a tp x cp x pp x dp grid"
 
 
 def add_arguments(p):
-    from hpcpar.config import GROUPS, TrainConfig
+    from hpcpar.training.config import GROUPS, TrainConfig
     p.add_argument("--config", default=None, help="TOML file of options (flags given here override it)")
     groups = {key: p.add_argument_group(title) for key, title in GROUPS.items()}
     for f in fields(TrainConfig):
@@ -34,10 +34,10 @@ def add_arguments(p):
 
 
 def run(args):
-    from hpcpar import rank_guard
-    from hpcpar.config import config_from
-    from hpcpar.watchdog import flight_dir
+    from hpcpar.watch import rank_guard
+    from hpcpar.training.config import config_from
+    from hpcpar.watch.watchdog import flight_dir
     cfg = config_from(args)
     rank_guard.split(flight_dir(cfg))      # under a launcher: a parent that names this rank if it dies
-    from hpcpar.loop import Loop
+    from hpcpar.training.loop import Loop
     return Loop(cfg).run()

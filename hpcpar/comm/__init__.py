@@ -15,7 +15,7 @@ which hand MPI a pointer to contiguous memory - no pickling.  The wrappers add e
    buffer that is reused across steps.
 4. **Flight recording**: when a flight recorder is installed (``hpcpar train`` does it), each call
    is entered in its ring buffer - operation, group, the group's collective number or the peer,
-   bytes, start, wait and end - so that a hung job can say who waited for whom (hpcpar/flight.py).
+   bytes, start, wait and end - so that a hung job can say who waited for whom (hpcpar/comm/flight.py).
 
 A communicator of size 1 is a no-op for every collective (nothing is counted, nothing is copied).
 
@@ -26,9 +26,21 @@ staging.py        pinned host buffers for device arrays when MPI is not CUDA-awa
 buffers.py        what MPI is handed: the array itself, bfloat16 as uint16, device memory staged
 hooks.py          what the tracer and the flight recorder see of each call, when they are on
 device.py         one GPU per rank (select_device) and whether MPI is CUDA-aware
+grid.py           the rank grid: an ordered list of axes, the groups along any of them
+placement.py      where the grid's ranks sit on nodes
+flight.py         the flight recorder: each rank's last calls, read back when a job hangs
 """
-from hpcpar.comm.communicator import OPS, Communicator
-from hpcpar.comm.requests import Request, test_all, wait_all
-from hpcpar.comm.stats import Stats
+import importlib
 
-__all__ = ["OPS", "Communicator", "Request", "Stats", "test_all", "wait_all"]
+# Importing mpi4py.MPI starts MPI, and a rank must fork its guard (watch/rank_guard.py) before that:
+# so the names below load their module on first use (PEP 562), and the grid, the placement and the
+# flight recorder - pure Python - can be imported before MPI starts.
+_HOME = {"OPS": "communicator", "Communicator": "communicator", "Request": "requests",
+         "test_all": "requests", "wait_all": "requests", "Stats": "stats"}
+__all__ = sorted(_HOME)
+
+
+def __getattr__(name):
+    if name not in _HOME:
+        raise AttributeError(f"module 'hpcpar.comm' has no attribute {name!r}")
+    return getattr(importlib.import_module(f"hpcpar.comm.{_HOME[name]}"), name)

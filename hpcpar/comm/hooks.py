@@ -1,5 +1,5 @@
-"""What may watch a Communicator's calls: the tracer (hpcpar/trace.py) and the flight recorder
-(hpcpar/flight.py).  A plain run has neither: Communicator._blocking then checks two globals and
+"""What may watch a Communicator's calls: the tracer (hpcpar/trace/tracer.py) and the flight recorder
+(hpcpar/comm/flight.py).  A plain run has neither: Communicator._blocking then checks two globals and
 calls MPI, and nothing here runs.  With either on, these two functions do the call's bookkeeping.
 
 A blocking call is one flight entry from its start to its end and one "comm" span in the trace (the
@@ -10,7 +10,8 @@ A group of one rank calls nothing and records nothing.
 """
 import time
 
-from hpcpar import flight, trace
+from hpcpar.comm import flight
+from hpcpar.trace import tracer as trace
 
 
 def watching():

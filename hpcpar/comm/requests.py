@@ -3,13 +3,13 @@ import time
 
 from mpi4py import MPI
 
-from hpcpar import flight
+from hpcpar.comm import flight
 
 
 class Request:
     """A pending non-blocking operation, keeping its buffers alive until it completes."""
 
-    flight = None                  # its flight-recorder entry (hpcpar/flight.py), when one is recording
+    flight = None                  # its flight-recorder entry (hpcpar/comm/flight.py), when one is recording
 
     def __init__(self, mpi_request, keep=(), finish=None, stats=None):
         self.mpi_request = mpi_request

@@ -20,7 +20,7 @@ each block on the compute track (``tracer.span``); waits that were not hidden la
 """
 import time
 
-from hpcpar import trace
+from hpcpar.trace import tracer as trace
 from hpcpar.backend import array_module
 from hpcpar.comm import wait_all
 from hpcpar.ops.ring_attention import balanced_positions, block_backward, block_forward, merge, ring_source, scale

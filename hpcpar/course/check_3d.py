@@ -1,7 +1,7 @@
 """Exercises on the grid: a rank's coordinates, and which pipeline hops cross nodes."""
 from hpcpar.course.wrong import Wrong
-from hpcpar.grid import GridLayout
-from hpcpar.placement import pipeline_hops
+from hpcpar.comm.grid import GridLayout
+from hpcpar.comm.placement import pipeline_hops
 
 AXES = ("tp", "pp", "dp")
 

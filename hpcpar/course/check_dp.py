@@ -4,7 +4,7 @@ from types import SimpleNamespace
 
 import numpy as np
 
-from hpcpar.buckets import Bucket
+from hpcpar.data_parallel.buckets import Bucket
 from hpcpar.course.wrong import Wrong
 
 # --- exercise 1: the ring all-reduce, simulated ------------------------------------------------------

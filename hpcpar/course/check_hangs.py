@@ -1,7 +1,7 @@
 """Hang-debugging exercise: from the flight records of a stuck job, the culprits and what every other
-rank waits in (hpcpar/flight.py writes the records, hpcpar/trace_why.py reads them)."""
+rank waits in (hpcpar/comm/flight.py writes the records, hpcpar/watch/why.py reads them)."""
 from hpcpar.course.wrong import Wrong
-from hpcpar.trace_why import blocked_in
+from hpcpar.watch.why import blocked_in
 
 
 def hang_diagnosis(records, world):

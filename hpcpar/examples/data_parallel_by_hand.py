@@ -26,7 +26,7 @@ def main():
 
     from hpcpar.comm import Communicator
     from hpcpar.data import MarkovLanguage
-    from hpcpar.data_parallel import DataParallel
+    from hpcpar.data_parallel.replicas import DataParallel
     from hpcpar.nn import GPT, Context
     from hpcpar.nn.gpt import preset
 

@@ -121,7 +121,7 @@ def main(argv=None):
     parser.add_argument("--expand", type=int, default=1, help="blocks traced in detail (default 1)")
     args = parser.parse_args(argv)
 
-    from hpcpar.buckets import FlatSlice
+    from hpcpar.data_parallel.buckets import FlatSlice
     from hpcpar.data import MarkovLanguage
     from hpcpar.nn import GPT, Context
     from hpcpar.nn.gpt import preset
@@ -187,8 +187,8 @@ def main(argv=None):
     print(f"next     loss on step 1's batch after the update: {loss1:.12f}")
 
     # the same step through the Trainer (flat buckets, the pipeline engine with one stage, AdamW)
-    from hpcpar.config import TrainConfig
-    from hpcpar.train import Trainer
+    from hpcpar.training.config import TrainConfig
+    from hpcpar.training.train import Trainer
     t = Trainer(TrainConfig(model="tiny", dtype="float64", steps=100, progress=False, seed=SEED))
     r0, r1 = t.step(0), t.step(1)
     print(f"check    Trainer: step 0 loss {r0.loss:.12f}, grad norm {r0.grad_norm:.6f}; step 1 loss {r1.loss:.12f}")

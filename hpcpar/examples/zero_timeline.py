@@ -23,9 +23,9 @@ from hpcpar.examples._common import once, require_size
 def main():
     from mpi4py import MPI
 
-    from hpcpar.config import TrainConfig
-    from hpcpar.train import Trainer
-    from hpcpar.zero_memory import held
+    from hpcpar.training.config import TrainConfig
+    from hpcpar.training.train import Trainer
+    from hpcpar.data_parallel.zero_memory import held
     world = MPI.COMM_WORLD
     require_size(world, 2, "zero_timeline")
     keep = "--keep" in sys.argv[1:]

@@ -23,7 +23,7 @@ DeepSeek-V3's auxiliary-loss-free balancing (``bias_rate`` > 0): a bias on the s
 choice only; it is a parameter with no gradient (the optimizer leaves it alone), moved once a step by
 ``update_bias`` towards an even load.
 
-Under expert parallelism (``parallel``, hpcpar/expert_parallel.py) the experts run on other ranks: the
+Under expert parallelism (``parallel``, hpcpar/expert_parallel/dispatch.py) the experts run on other ranks: the
 rows go there and back by all-to-all, between the dispatch and the combine, which stay here.
 
 Each backward adds its micro-batch's expert counts, dropped choices and aux_sum to ``stats``, which
@@ -106,7 +106,7 @@ class MoE(Module):
                                               seed, dtype)
         self.drop = Dropout(f"{prefix}.dropout", cfg.dropout)
         self.stats = MoEStats(E)
-        self.parallel = None            # expert parallelism: expert_parallel.py's dispatch over ranks
+        self.parallel = None            # expert parallelism: expert_parallel/dispatch.py's dispatch over ranks
 
     def forward(self, x, ctx=None):
         shape = x.shape

@@ -77,7 +77,7 @@ class Parameter:
     tied_copy    the last pipeline stage's copy of the tied token embedding: kept equal to the first
                  stage's by summing their gradients, and neither counted in norms nor saved twice
     master       under mixed precision the fp32 values the optimizer updates (``data`` is then their
-                 low-precision compute copy, hpcpar/buckets.py); None otherwise
+                 low-precision compute copy, hpcpar/data_parallel/buckets.py); None otherwise
     """
 
     def __init__(self, name, data, decay=None):

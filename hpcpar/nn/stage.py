@@ -5,7 +5,7 @@
     backward(dy, caches) -> dx                   dy: the loss scale on the last stage, else d(hidden);
                                                 dx: None on the first stage (inputs need no gradient)
 
-The single-rank model is the stage that holds everything.  Under ZeRO-3 ``sharding`` (hpcpar/fsdp.py)
+The single-rank model is the stage that holds everything.  Under ZeRO-3 ``sharding`` (hpcpar/data_parallel/fsdp.py)
 gathers each module's parameters before its forward and backward and frees them after.
 """
 from hpcpar.nn.module import Module, run_or_defer
@@ -15,7 +15,7 @@ class Stage(Module):
     embed = None      # input layer, first stage only
     blocks = ()       # this stage's blocks
     head = None       # output layer and loss, last stage only
-    sharding = None   # ZeRO-3's hooks around each module (hpcpar/fsdp.py), or None
+    sharding = None   # ZeRO-3's hooks around each module (hpcpar/data_parallel/fsdp.py), or None
 
     def modules(self):
         """The stage's parts in forward order."""

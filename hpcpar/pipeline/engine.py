@@ -22,7 +22,8 @@ step; there the engine passes ``on_grads_ready`` (data parallelism starts its al
 import time
 from collections import defaultdict
 
-from hpcpar import backend, flight
+from hpcpar import backend
+from hpcpar.comm import flight
 from hpcpar.comm import wait_all
 
 
@@ -79,7 +80,7 @@ class PipelineEngine:
         posted, sends = {}, []
         t0 = self.started = time.perf_counter()
         self.timeline = []
-        rec = flight.active()               # where this rank is, for a hang report (hpcpar/flight.py)
+        rec = flight.active()               # where this rank is, for a hang report (hpcpar/comm/flight.py)
 
         def post(i):
             """Post the receive of instruction i, if it is one and not yet posted."""

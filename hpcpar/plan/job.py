@@ -14,7 +14,7 @@ from hpcpar.plan.layout import SCHEDULES, stage_layers
 class Engine:
     """The engine features that change time or memory.  Defaults: hpcpar's own engine."""
     flash_attention: bool = False     # fused attention: no s*s score matrices in memory or HBM traffic
-    overlap_dp: bool = True           # DP all-reduce in buckets during the last backward (data_parallel.py)
+    overlap_dp: bool = True           # DP all-reduce in buckets during the last backward (data_parallel/replicas.py)
     overlap_p2p: bool = True          # non-blocking sends, receives posted ahead; False: a stage waits
                                       # for each transfer (blocking send/recv pairs)
     scatter_gather_p2p: bool = False  # Megatron's p2p optimisation: each TP rank sends 1/t of the activation
@@ -26,7 +26,7 @@ class Engine:
     # params and grads, Adam m, v); bf16 params, fp32 grads 2 + 4 + 12.
     mixed_state_bytes: tuple = None
     adam_buffers: int = 3             # Adam m and v, and hpcpar's scratch array (optim.py)
-    shard_grad_buffer: bool = True    # ZeRO-1/2 reduce-scatter into a separate gradient shard (data_parallel.py)
+    shard_grad_buffer: bool = True    # ZeRO-1/2 reduce-scatter into a separate gradient shard (data_parallel/replicas.py)
     numpy_caches: bool = True         # hpcpar keeps the scaled Q and GELU's tanh as well (memory.py)
     overlap_tp: bool = False          # TP collectives run under the GEMMs (Megatron's tp-comm-overlap,
                                       # PyTorch's async TP): only the part longer than the GEMMs shows

@@ -79,14 +79,14 @@ class LocalEstimate:
 def train_partition():
     """How an hpcpar train run cuts layers into stages by default (its --partition; Engine's default
     is the published engines' cut)."""
-    from hpcpar.config import TrainConfig
+    from hpcpar.training.config import TrainConfig
     return TrainConfig().partition
 
 
 def engine_shape(cfg, name):
     """The shape of an engine GPTConfig - the engine's own (``GPTConfig.shape``, from the architecture
     registry), named; a vocabulary of 0 is the synthetic language's."""
-    from hpcpar.config import TrainConfig
+    from hpcpar.training.config import TrainConfig
     return replace(cfg.shape, name=name, vocab=cfg.vocab_size or TrainConfig().synthetic_vocab)
 
 

@@ -7,7 +7,7 @@ A message of n bytes over a link costs alpha + n / beta.  Ring collectives over 
     reduce-scatter      (N-1)/N * n bytes in   (N-1) steps      (all-gather the same)
 
 so time = steps * alpha + bytes / beta.  Which link a group uses follows from the rank order
-``rank = tp + TP*(cp + CP*(dp + DP*pp))`` (hpcpar/grid.py's tp-dp-pp order, with context parallelism
+``rank = tp + TP*(cp + CP*(dp + DP*pp))`` (hpcpar/comm/grid.py's tp-dp-pp order, with context parallelism
 next to tensor parallelism as in Megatron-Core): a group whose members share one node talks over
 NVLink; one that spans nodes goes through the network, and when k of its members share a node the k
 rings that leave that node use k network ports at once, so beta = min(NVLink, k * port).  ZeRO and

@@ -5,7 +5,7 @@ Run as ``mpiexec -n 2 python -m hpcpar.plan.pingpong``; prints {"latency", "band
 
 * ping-pong: latency is half the round trip of an 8-byte message; bandwidth is the bytes of a 16 MiB
   message over half its round trip, minus the latency (the pipeline's activations and gradients);
-* data parallel: gradients go as data_parallel.py sends them - an ``iall_reduce_`` per bucket of
+* data parallel: gradients go as data_parallel/replicas.py sends them - an ``iall_reduce_`` per bucket of
   BUCKET bytes, all started, then one ``wait_all``.  dp_latency is the time of one 8-byte bucket;
   dp_bandwidth the bytes of 16 MiB (4 buckets) over their time less 4 latencies.  On CPUs this
   includes the reduction arithmetic and MPI's copies, so it is well below the ping-pong bandwidth.

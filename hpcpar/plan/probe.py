@@ -3,12 +3,12 @@
     python -m hpcpar.plan.probe '{"dtype": "float32", "layers": 2, "hidden": 128, ...}'
     mpiexec -n 2 python -m hpcpar.plan.probe '{... "tp": 2}'
 
-runs ``hpcpar.train.Trainer`` (the code ``hpcpar train`` runs) with those options on the synthetic
+runs ``hpcpar.training.train.Trainer`` (the code ``hpcpar train`` runs) with those options on the synthetic
 language and prints one JSON line (rank 0) with, for the fastest of the steps after the first:
 
     F, B       seconds of computation in one forward / backward action (one micro-batch through the
                stage): the action's time in the engine's timeline less the collectives inside it
-               (hpcpar.trace spans), i.e. the tensor-parallel all-reduces
+               (hpcpar.trace.tracer spans), i.e. the tensor-parallel all-reduces
     rest       the step less its actions: DP wait, gradient norm, optimizer, zeroing, data
     comm       seconds, calls and payload bytes of the TP group's collectives in the step
     cpu        process CPU time / wall time of that step, the lowest of the ranks: below 1 when another
@@ -30,9 +30,9 @@ def measure(options, steps=4):
     """Run ``steps`` training steps with ``options`` (TrainConfig fields); the figures above."""
     from mpi4py import MPI
 
-    from hpcpar import trace
-    from hpcpar.config import TrainConfig
-    from hpcpar.train import Trainer
+    from hpcpar.trace import tracer as trace
+    from hpcpar.training.config import TrainConfig
+    from hpcpar.training.train import Trainer
     comm = MPI.COMM_WORLD
     cfg = TrainConfig(model="tiny", progress=False, steps=steps, warmup=1, **options)
     trainer = Trainer(cfg, comm)

@@ -19,7 +19,7 @@ import sys
 import time
 from dataclasses import fields, replace
 
-from hpcpar.config import TrainConfig, check, config_from
+from hpcpar.training.config import TrainConfig, check, config_from
 from hpcpar.launch import THREAD_VARS, first_error, mpiexec, run_job
 from hpcpar.plan.layout import Layout
 from hpcpar.runtime import UsageError

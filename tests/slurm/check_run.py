@@ -9,7 +9,7 @@ import json
 import re
 import sys
 
-from hpcpar.grid import GridLayout
+from hpcpar.comm.grid import GridLayout
 
 REL = 1e-9     # float64 runs of one layout on one node and on two agree far closer than this
 

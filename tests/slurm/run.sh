@@ -185,7 +185,7 @@ check_single_node_mpiexec() {
 }
 
 # Two nodes x 4 ranks, tp 4 inside each node and pp 2 across, in float64.  The job's own summary
-# says where each rank ran and which bytes crossed between the nodes (hpcpar/placement.py); the
+# says where each rank ran and which bytes crossed between the nodes (hpcpar/comm/placement.py); the
 # same layout on one node must give the same losses.
 check_multi_node() {
     export DTYPE=float64 RUN_DIR=$WORK/multi STEPS=$MULTI_STEPS

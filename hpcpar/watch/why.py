@@ -2,10 +2,10 @@
 
     hpcpar trace why RUN/flight
 
-Every rank that could still run wrote ``rank-N.json`` (hpcpar/flight.py) when the job was ended: the
+Every rank that could still run wrote ``rank-N.json`` (hpcpar/comm/flight.py) when the job was ended: the
 operation it is blocked in, with the group and that group's collective number, or the rank it waits
 to hear from.  A rank without a record did not respond - it is stopped, swapping, stuck in I/O, or
-gone.  A rank that died has a record written for it by its guard process (hpcpar/rank_guard.py) with
+gone.  A rank that died has a record written for it by its guard process (hpcpar/watch/rank_guard.py) with
 the signal or exit status.  The diagnosis:
 
 1. the culprits: ranks that died, ranks that left no record, and ranks that are not inside any
@@ -19,7 +19,7 @@ Pure functions of the records: tests feed them synthetic ones.
 """
 from collections import defaultdict
 
-from hpcpar.flight import read_records
+from hpcpar.comm.flight import read_records
 
 NAMES = {"all_reduce": "all-reduce", "all_gather": "all-gather", "reduce_scatter": "reduce-scatter",
          "all_to_all": "all-to-all", "all_to_allv": "all-to-all-v", "bcast": "broadcast", "barrier": "barrier",
@@ -58,7 +58,7 @@ def describe_op(op):
 
 def coords_of(rank, records):
     """'tp 0, pp 1, dp 0' from the dead rank's own record or from the layout any record carries."""
-    from hpcpar.grid import AXES, Coord, GridLayout
+    from hpcpar.comm.grid import AXES, Coord, GridLayout
     own = records.get(rank, {}).get("coords")
     if own:
         return Coord(**own).words()

@@ -32,7 +32,7 @@ from contextlib import contextmanager
 
 from hpcpar import optim, precision
 from hpcpar.comm import communicator, requests
-from hpcpar.data_parallel import DataParallel
+from hpcpar.data_parallel.replicas import DataParallel
 
 OPS_CATEGORY = {"hpcpar.ops.linear": "GEMM", "hpcpar.ops.attention": "attention",
                 "hpcpar.ops.ring_attention": "attention", "hpcpar.ops.gqa": "attention",
@@ -143,7 +143,7 @@ class Profiler:
         wrapped[precision.gemm] = self._gemm(precision.gemm)
         wait_all = requests.wait_all
         wrapped[wait_all] = self._timed(wait_all, lambda args: _axis_of_requests(args[0]))
-        from hpcpar.train import Trainer
+        from hpcpar.training.train import Trainer
         wrapped[Trainer._contexts_and_batches] = self._timed(Trainer._contexts_and_batches, "data")
         for name, module in list(sys.modules.items()):
             if name.startswith("hpcpar") and module is not None:

@@ -11,7 +11,7 @@ parent - the process the launcher started - only waits for it, forwarding the si
 (``waitpid``), and it reads the child's coordinates and last step from a page of shared memory the
 child updates at each pipeline action (a few integers: below a microsecond).  It prints one line
 before the launcher hears of the death, writes the dead rank's flight record, raises the alarm so
-that the others write theirs (hpcpar/alarm.py), prints the diagnosis, and only then exits with the
+that the others write theirs (hpcpar/watch/alarm.py), prints the diagnosis, and only then exits with the
 child's signal - so the launcher's own report, and any error stack, come after.
 
 The child asks the kernel to kill it if the parent dies (``PR_SET_PDEATHSIG``): a launcher that
@@ -25,7 +25,9 @@ import signal
 import struct
 import sys
 
-from hpcpar import alarm, flight, runtime
+from hpcpar import runtime
+from hpcpar.watch import alarm
+from hpcpar.comm import flight
 
 # rank, world, tp, pp, dp, step (-1: not yet), micro-batch (-1: none), coordinates known (0/1), cp (-1: no axis)
 PAGE = struct.Struct("9q")
@@ -105,8 +107,8 @@ def _guard(child, shared, directory):
 
 def report_death(values, pid, how, directory):
     """The one line, the dead rank's flight record, the alarm and the others' diagnosis."""
-    from hpcpar.grid import Coord
-    from hpcpar.trace_why import where
+    from hpcpar.comm.grid import Coord
+    from hpcpar.watch.why import where
     rank, world, tp, pp, dp, step, mb, known, cp = values
     coords = Coord(tp=tp, pp=pp, dp=dp, cp=None if cp < 0 else cp) if known else None
     record = {"rank": rank, "dead": how, "reason": None, "coords": coords and coords.as_dict(), "step": step,

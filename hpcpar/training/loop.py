@@ -14,16 +14,18 @@ import time
 
 import numpy as np
 
-from hpcpar import checkpoint, trace, watchdog
+from hpcpar import checkpoint
+from hpcpar.trace import tracer as trace
+from hpcpar.watch import watchdog
 from hpcpar.checkpoint.consolidated import export, init_from
 from hpcpar.gemm_speed import gemm_throughput
 from hpcpar.pipeline.bubble import engine_window
 from hpcpar.precision import grads_overflowed
-from hpcpar.profiler import Profiler, report as profile_report
+from hpcpar.training.profiler import Profiler, report as profile_report
 from hpcpar.runtime import EXIT_FAILURE, EXIT_PREEMPTED
-from hpcpar.summary import summarize
-from hpcpar.text import tokenizer_of
-from hpcpar.train import Trainer
+from hpcpar.training.summary import summarize
+from hpcpar.training.text import tokenizer_of
+from hpcpar.training.train import Trainer
 
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGUSR1)
 

@@ -1,7 +1,7 @@
 """ZeRO-3 / fully sharded data parallelism: each rank keeps only its slice of the parameters.
 
 ZeRO-1 shards the optimizer state over the n = dp x cp ranks that hold the same parameters, ZeRO-2
-the gradients too (data_parallel.py); ZeRO-3 (Rajbhandari et al. 2020; PyTorch's FSDP) shards the
+the gradients too (data_parallel/replicas.py); ZeRO-3 (Rajbhandari et al. 2020; PyTorch's FSDP) shards the
 parameters themselves.  The model is cut into *units* - the embedding, each block (or ``--fsdp-blocks``
 consecutive blocks), the head - and each unit's parameters (this rank's TP shard of them) live in one
 flat buffer of ``size`` numbers, padded to a multiple of n, of which a rank keeps only its slice
@@ -36,8 +36,9 @@ the sums commute.
 """
 import time
 
-from hpcpar import backend, progress, trace
-from hpcpar.buckets import FlatSlice, placeholder
+from hpcpar import backend, progress
+from hpcpar.trace import tracer as trace
+from hpcpar.data_parallel.buckets import FlatSlice, placeholder
 from hpcpar.comm import test_all, wait_all
 
 

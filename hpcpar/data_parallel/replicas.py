@@ -17,7 +17,7 @@ Same bytes on the wire as one all-reduce (which *is* a reduce-scatter followed b
 reduce-scatter is done and allocates it again, zeroed, at the next step's start: between steps a
 rank holds only its slice of the gradients.  The buffer itself must live through the backward (every
 micro-batch of a pipeline adds into it), so each bucket is reduce-scattered once, after the last
-micro-batch.  ZeRO-3 shards the parameters too: hpcpar/fsdp.py.
+micro-batch.  ZeRO-3 shards the parameters too: hpcpar/data_parallel/fsdp.py.
 
 Some gradients are not final when the backward ends: the two copies of a tied embedding (first and
 last pipeline stage) must first be summed, and under sequence parallelism the replicated LayerNorm
@@ -26,8 +26,9 @@ reduced in ``finish``.
 """
 import time
 
-from hpcpar import backend, progress, trace
-from hpcpar.buckets import Bucket, FlatSlice, make_buckets
+from hpcpar import backend, progress
+from hpcpar.trace import tracer as trace
+from hpcpar.data_parallel.buckets import Bucket, FlatSlice, make_buckets
 from hpcpar.comm import test_all, wait_all
 
 

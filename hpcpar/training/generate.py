@@ -32,9 +32,9 @@ from hpcpar.runtime import UsageError
 def _checkpoint_model(path):
     """(GPTConfig, {name: array}, tokenizer path or None) of an hpcpar checkpoint directory."""
     from hpcpar.checkpoint.convert import open_checkpoint
-    from hpcpar.config import TrainConfig
-    from hpcpar.text import tokenizer_of
-    from hpcpar.train import model_config
+    from hpcpar.training.config import TrainConfig
+    from hpcpar.training.text import tokenizer_of
+    from hpcpar.training.train import model_config
     reader = open_checkpoint(path)
     saved = reader.manifest["config"]
     one_rank = dict(tp=1, pp=1, dp=1, chunks=1, microbatches=1, schedule="1f1b", sequence_parallel=False,
@@ -52,7 +52,7 @@ def _checkpoint_model(path):
 def _weights_model(path):
     """(GPTConfig, {name: array}, tokenizer path or None) of GPT-2 or Llama weights (a file or a directory)."""
     from hpcpar.checkpoint.consolidated import read_weights
-    from hpcpar.text import tokenizer_of
+    from hpcpar.training.text import tokenizer_of
     arch = read_architecture(path, "hpcpar generate")
     if not arch.n_head:
         raise UsageError(f"hpcpar generate: {path} does not say its number of attention heads "

@@ -5,11 +5,11 @@ stays there, spinning, for as long as the partner is gone - and Python cannot in
 (signal handlers run only between bytecodes of the main thread).  But mpi4py releases the interpreter
 lock inside every blocking MPI call, so a second thread keeps running.  The watchdog is that thread:
 
-* the flight recorder (hpcpar/flight.py) notes a heartbeat at every communication call, every
+* the flight recorder (hpcpar/comm/flight.py) notes a heartbeat at every communication call, every
   pipeline action and every step;
 * twice a second the thread compares the heartbeat with the deadline: ``--hang-timeout`` seconds, or
   three times the slowest step seen so far when that is longer (a big model's slow step is not a hang);
-* when the deadline passes it writes this rank's flight record, raises the alarm (hpcpar/alarm.py) so
+* when the deadline passes it writes this rank's flight record, raises the alarm (hpcpar/watch/alarm.py) so
   that every other rank writes its own, prints the diagnosis and calls ``MPI_Abort`` from the thread -
   which ends every process of the job, the stopped one included (the launcher kills them);
 * a stop signal (SIGTERM, SIGUSR1) reaches the thread at once through ``signal.set_wakeup_fd``, even
@@ -25,7 +25,11 @@ import sys
 import threading
 import time
 
-from hpcpar import alarm, flight, placement, rank_guard, runtime
+from hpcpar import runtime
+from hpcpar.watch import alarm
+from hpcpar.comm import flight
+from hpcpar.comm import placement
+from hpcpar.watch import rank_guard
 
 POLL_S = 0.5              # how often the thread looks at the heartbeat, the signals and the alarm
 STEP_FACTOR = 3           # the deadline is at least this many times the slowest step

@@ -22,17 +22,18 @@ from collections import namedtuple
 
 import numpy as np
 
-from hpcpar import backend, faults, precision, trace
+from hpcpar import backend, faults, precision
+from hpcpar.trace import tracer as trace
 from hpcpar.comm.device import select_device
-from hpcpar.config import check
+from hpcpar.training.config import check
 from hpcpar.context_parallel import check_context_parallel, parallelize_context
 from hpcpar.data import MarkovLanguage, Regression, TokenFile, validation_file
-from hpcpar.data_parallel import DataParallel
-from hpcpar.fsdp import FullyShardedDataParallel
-from hpcpar.grid import ParallelGrid
+from hpcpar.data_parallel.replicas import DataParallel
+from hpcpar.data_parallel.fsdp import FullyShardedDataParallel
+from hpcpar.comm.grid import ParallelGrid
 from hpcpar.nn import GPT, Context, MLPConfig, MLPModel
-from hpcpar.expert_load import ExpertLoad
-from hpcpar.expert_parallel import expert_group, parallelize_experts
+from hpcpar.training.expert_load import ExpertLoad
+from hpcpar.expert_parallel.dispatch import expert_group, parallelize_experts
 from hpcpar.nn.gpt import preset
 from hpcpar.nn.moe import check_moe, moe_options
 from hpcpar.ops.ring_attention import balanced_positions
@@ -44,7 +45,7 @@ from hpcpar.pipeline.schedules import KINDS
 from hpcpar.runtime import UsageError
 from hpcpar.tensor_parallel import parallelize
 from hpcpar.tensor_parallel.parallelize import check_divisible
-from hpcpar.zero_memory import check_budget
+from hpcpar.data_parallel.zero_memory import check_budget
 
 
 StepResult = namedtuple("StepResult", "loss grad_norm lr skipped stop")
@@ -315,7 +316,7 @@ class Trainer:
         return float(total[0]) / (batches * self.loss_terms)
 
     def _late_sums(self):
-        """Gradients that are not final when the backward ends (see data_parallel.py): (communicator,
+        """Gradients that are not final when the backward ends (see data_parallel/replicas.py): (communicator,
         parameters) pairs whose gradients are summed over it."""
         g = self.grid
         return [(comm, params) for comm, params in ((self.embed_comm, self.tied), (g.tp_comm, self.partial)) if params]

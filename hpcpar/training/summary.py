@@ -14,7 +14,7 @@ import statistics
 from hpcpar import launch
 from hpcpar.flops import gpt_step_flops, mlp_step_flops
 from hpcpar.pipeline.bubble import mean_costs, pipeline_bubble, simulated_bubble
-from hpcpar.placement import describe_boundary, world_ranks
+from hpcpar.comm.placement import describe_boundary, world_ranks
 
 GROUPS = ("tp", "cp", "pp", "dp", "dp_cp", "ep", "embed", "world")      # the communicators, in the order shown
 

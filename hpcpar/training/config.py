@@ -159,7 +159,7 @@ class TrainConfig:
     log_every: int = opt(0, "print a loss line every K steps (0: about 10 lines per run)",
                          group="files", bound="natural")
     progress: bool = opt(True, "show a progress bar on rank 0", group="files")
-    # --- hangs and shutdown (hpcpar/watchdog.py) --------------------------------------------
+    # --- hangs and shutdown (hpcpar/watch/watchdog.py) --------------------------------------------
     hang_timeout: float = opt(300.0, "end the job when a rank makes no progress for this long (seconds, at "
                                      "least 3 x the slowest step; 0 disables)", group="watch", bound="natural")
     shutdown_timeout: float = opt(20.0, "after SIGTERM/SIGUSR1, end the job if the checkpoint and exit take "
@@ -269,7 +269,7 @@ def _check_run(cfg, world):
 
 
 def _check_layout(cfg, world):
-    from hpcpar.grid import GridLayout
+    from hpcpar.comm.grid import GridLayout
     if cfg.dp == 0:
         model_parallel = cfg.tp * cfg.cp * cfg.pp
         if world % model_parallel:

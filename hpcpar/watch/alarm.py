@@ -9,7 +9,7 @@ directory (``<run dir>/flight``):
 2. every other rank's watchdog thread, while its own rank makes no progress, looks for ``ALARM`` twice
    a second (one ``stat``; never while the rank is busy) and writes its own record when it appears;
 3. the leader waits until every rank has a record or no new one has come for a second (at most a few
-   seconds: a stopped rank never answers), prints the diagnosis (hpcpar/trace_why.py) and ends the job.
+   seconds: a stopped rank never answers), prints the diagnosis (hpcpar/watch/why.py) and ends the job.
 """
 import os
 import sys
@@ -52,7 +52,7 @@ def await_records(directory, world, quiet=1.0, limit=5.0):
 
 def announce(directory, world):
     """The leader's last lines: wait for the others' records, then print who waited for whom."""
-    from hpcpar.trace_why import explain
+    from hpcpar.watch.why import explain
     await_records(directory, world)
     try:
         text = explain(directory)

@@ -23,7 +23,7 @@ The recorder also holds the *heartbeat* (``beat``: the time of the last progress
 watchdog compares with its deadline, and where the loop is (step, micro-batch, action, phase).  An entry
 costs a list of eleven items and two clock reads: about a microsecond (``make bench`` measures it).
 
-``dump`` writes everything as ``rank-N.json`` (atomically); hpcpar/trace_why.py reads those files.
+``dump`` writes everything as ``rank-N.json`` (atomically); hpcpar/watch/why.py reads those files.
 """
 import json
 import os
@@ -63,7 +63,7 @@ class FlightRecorder:
         self.groups = {}                # group name -> world ranks of its members, in group order
         self.step, self.mb, self.action, self.phase = -1, None, None, "start"
         self.beat = time.monotonic()
-        self.mirror = None              # the rank guard's shared page (hpcpar/rank_guard.py), if any
+        self.mirror = None              # the rank guard's shared page (hpcpar/watch/rank_guard.py), if any
 
     # --- the hot path: one call per operation ---------------------------------------------------
 
