@@ -24,8 +24,8 @@ def solo():
 
 def hf_mixtral(seed=0, dtype="float64", **dims):
     """A MixtralForCausalLM with random weights (norm gains too), run by transformers' eager expert loop."""
+    tf = transformers()                      # skips before torch is imported
     import torch
-    tf = transformers()
     torch.manual_seed(seed)
     config = tf.MixtralConfig(bos_token_id=None, eos_token_id=None, pad_token_id=None, **{**MIXTRAL_DIMS, **dims})
     config._experts_implementation = "eager"
@@ -48,6 +48,7 @@ def loaded(solo, path, **flags):
 
 
 def test_hugging_face_mixtral_gives_transformers_loss_and_aux_loss(solo, tmp_path):
+    transformers()                           # skips before torch is imported
     import torch
     from transformers.models.mixtral.modeling_mixtral import load_balancing_loss_func
     model = hf_mixtral()

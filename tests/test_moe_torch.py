@@ -16,8 +16,8 @@ C, F, E = 16, 12, 5
 
 
 def _hf_block(kind, top_k, normalise, seed=0):
+    tf = transformers()                      # skips before torch is imported
     import torch
-    tf = transformers()
     torch.manual_seed(seed)
     dims = dict(hidden_size=C, intermediate_size=F, num_experts_per_tok=top_k, num_attention_heads=4)
     if kind == "mixtral":
@@ -50,6 +50,7 @@ def _ours(block, top_k, normalise):
 @pytest.mark.parametrize("kind, top_k, normalise", [("mixtral", 2, True), ("qwen3_moe", 2, False),
                                                     ("qwen3_moe", 3, True)])
 def test_moe_block_matches_transformers(kind, top_k, normalise):
+    transformers()                           # skips before torch is imported
     import torch
     block = _hf_block(kind, top_k, normalise)
     moe = _ours(block, top_k, normalise)

@@ -97,16 +97,11 @@ def torch_pipeline_step(torch, trainer, schedule_name, rank):
     return step
 
 
-def torch_data_parallel_step(torch, trainer, rank):
-    """DistributedDataParallel over 2 ranks, each on its half of the batch (its gradient buckets are
-    all-reduced during the backward, as ours are)."""
-    from torch.nn.parallel import DistributedDataParallel
-
-    from hpcpar.bench.torch_gpt import Stage, adamw, loss_fn
-    m, cfg = trainer.mcfg, trainer.cfg
-    model = DistributedDataParallel(Stage(m))
-    opt = adamw(model, cfg)
-    half = cfg.batch_size // 2
+def half_batch_step(torch, trainer, rank, model):
+    """One AdamW step of ``model`` (wrapped for data parallelism) on this rank's half of the batch."""
+    from hpcpar.bench.torch_gpt import adamw, loss_fn
+    opt = adamw(model, trainer.cfg)
+    half = trainer.cfg.batch_size // 2
     ids, targets = (torch_tensor(torch, a).long()
                     for a in trainer.data.batch(0, range(rank * half, (rank + 1) * half)))
 
@@ -115,6 +110,15 @@ def torch_data_parallel_step(torch, trainer, rank):
         opt.step()
         opt.zero_grad()
     return step
+
+
+def torch_data_parallel_step(torch, trainer, rank):
+    """DistributedDataParallel over 2 ranks, each on its half of the batch (its gradient buckets are
+    all-reduced during the backward, as ours are)."""
+    from torch.nn.parallel import DistributedDataParallel
+
+    from hpcpar.bench.torch_gpt import Stage
+    return half_batch_step(torch, trainer, rank, DistributedDataParallel(Stage(trainer.mcfg)))
 
 
 def torch_fully_sharded_step(torch, trainer, rank):
@@ -122,22 +126,12 @@ def torch_fully_sharded_step(torch, trainer, rank):
     gathered before use and resharded after the forward - the counterpart of our --zero 3."""
     from torch.distributed.fsdp import fully_shard
 
-    from hpcpar.bench.torch_gpt import Stage, adamw, loss_fn
-    m, cfg = trainer.mcfg, trainer.cfg
-    model = Stage(m)
+    from hpcpar.bench.torch_gpt import Stage
+    model = Stage(trainer.mcfg)
     for block in model.h:
         fully_shard(block)
     fully_shard(model)
-    opt = adamw(model, cfg)
-    half = cfg.batch_size // 2
-    ids, targets = (torch_tensor(torch, a).long()
-                    for a in trainer.data.batch(0, range(rank * half, (rank + 1) * half)))
-
-    def step():
-        loss_fn(model(ids), targets).backward()
-        opt.step()
-        opt.zero_grad()
-    return step
+    return half_batch_step(torch, trainer, rank, model)
 
 
 def torch_tensor_parallel_step(torch, trainer):

@@ -80,7 +80,8 @@ class GPTConfig:
         planner shares.  The traits come from the architecture registry, the sizes from here."""
         p = self.parts
         return ModelShape(self.arch, self.n_layer, self.d_model, self.n_head, self.vocab_size,
-                          kv_heads=self.n_kv_head, ffn=self.d_ff, gated=p.gated, tied=self.tied,
+                          kv_heads=self.n_kv_head if p.grouped_kv else self.n_head,   # GPT-2: full K/V heads
+                          ffn=self.d_ff, gated=p.gated, tied=self.tied,
                           positions=p.positions, biases=p.biases, norm=p.norm_kind, dropout=self.dropout > 0,
                           experts=self.n_expert, top_k=self.top_k if self.n_expert else 0,
                           shared_experts=self.n_shared_expert, expert_bias=bool(self.n_expert and self.bias_rate))
