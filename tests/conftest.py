@@ -16,6 +16,10 @@ import pytest
 
 from reference import ENABLE, REASON, WHY_OPTIONAL
 
+# taken out of the environment as the session starts: a pytest that a test starts in a subprocess (the
+# course's checks, the docs' commands) must not add its own counts to make test's
+TALLY = os.environ.pop("HPCPAR_TEST_TALLY", None)
+
 
 def _under_mpi(config):
     return config.getoption("--with-mpi", False) or config.getoption("--only-mpi", False)
@@ -69,10 +73,9 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):
     if skipped:
         terminalreporter.write_line(f"{skipped} reference tests skipped: PyTorch/transformers not installed; "
                                     f"enable them with `{ENABLE}` ({WHY_OPTIONAL})")
-    tally = os.environ.get("HPCPAR_TEST_TALLY")
-    if tally:
+    if TALLY:
         counts = {kind: len(terminalreporter.stats.get(kind, [])) for kind in ("passed", "failed", "error", "skipped")}
         world = sys.modules["mpi4py.MPI"].COMM_WORLD.size if _under_mpi(config) else 0
-        with open(tally, "a") as f:
+        with open(TALLY, "a") as f:
             f.write(json.dumps({"world": world, "exit": int(exitstatus), "reference_skipped": skipped,
                                 **counts}) + "\n")
