@@ -129,6 +129,8 @@ def simulate(schedule, costs=Costs(), blocking_sends=False, program=None):
     events = [[] for _ in range(p)]
     inflight, peak = [0] * p, [0] * p
     paired = [_pairs(prog) for prog in program]
+    # each message's key, once per instruction: a receive is tried again every time its rank comes round
+    keys = [[None if a.op in COMPUTE else message_key(r, a, schedule) for a in prog] for r, prog in enumerate(program)]
 
     def waiting(r, ops):
         """The instruction rank r stands at, if it is one of ``ops``."""
@@ -149,15 +151,15 @@ def simulate(schedule, costs=Costs(), blocking_sends=False, program=None):
             # rendezvous: both sides leave together once both have arrived and the data has flown
             other = waiting(a.peer, ("RECV_F", "RECV_B") if a.op.startswith("SEND") else
                             ("SEND_F", "SEND_B"))
-            if other is None or message_key(a.peer, other, schedule) != message_key(r, a, schedule):
+            if other is None or keys[a.peer][pc[a.peer]] != keys[r][pc[r]]:
                 return False
             sender = r if a.op.startswith("SEND") else a.peer
             clock[r] = clock[a.peer] = max(clock[r], clock[a.peer]) + rank_costs[sender].latency
             pc[a.peer] += 1
         elif a.op.startswith("SEND"):
-            arrival[message_key(r, a, schedule)] = clock[r] + rank_costs[r].latency
+            arrival[keys[r][pc[r]]] = clock[r] + rank_costs[r].latency
         else:
-            key = message_key(r, a, schedule)
+            key = keys[r][pc[r]]
             if key not in arrival:
                 return False
             clock[r] = max(clock[r], arrival.pop(key))
