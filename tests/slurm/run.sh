@@ -34,7 +34,8 @@ unset HPCPAR_HOME HPCPAR_VENV HPCPAR_CMD HPCPAR_ARGS HPCPAR_LAUNCHER HPCPAR_DRY_
       PLAN_ARGS SCALING_MODE LAYOUTS RANKS POINT_TIMEOUT HPCPAR_SRUN HPCPAR_MPIEXEC
 # The training of every check: a few steps of the tiny model (jobs/common.sh's default model).
 export STEPS=3
-MULTI_STEPS=8       # the 2-node runs: the multi_node check's is the reference of the preempted one
+MULTI_STEPS=60      # the 2-node runs: the multi_node check's is the reference of the preempted one, which must
+                    # outlast the ~1 s Slurm takes to preempt it after its first checkpoint (8 steps did not, idle)
 
 finish() {
     local status=$?
