@@ -62,7 +62,7 @@ def check_step(comm, **kw):
     what = ", ".join(f"{k}={v}" for k, v in kw.items() if k != "dims")
     assert rel_err(loss, want_loss) <= 1e-10, f"loss differs ({what})"
     for p in t.parameters():
-        err = rel_err(full_grad(p, t.grid.tp_comm), want[p.name])
+        err = rel_err(full_grad(p, t.ep_comm if p.expert else t.grid.tp_comm), want[p.name])
         assert err <= 1e-10, f"gradient of {p.name} differs by {err:.1e} ({what})"
     free(t)
     free(ref)

@@ -1,8 +1,9 @@
 """Between a Trainer's flat buffers and per-tensor pieces.
 
 What a rank saves: the parameters it holds, once per model - rank 0 of the DP x CP group only (replicas
-and context-parallel ranks hold identical parameters),
-TP rank 0 only for a replicated parameter, never the last stage's copy of a tied embedding - and, for
+and context-parallel ranks hold identical parameters; an expert's: rank 0 of its expert-data-parallel
+group, ``Trainer.replica_comm``, so each ep rank's experts are written once), TP rank 0 only for a
+parameter TP does not cut, never the last stage's copy of a tied embedding - and, for
 each, the optimizer state of the same numbers (AdamW's two moments, SGD's momentum).  With ZeRO the
 optimizer state (ZeRO-3: the parameters too) is spread over the DP x CP group, so it is gathered first.
 
@@ -18,12 +19,12 @@ from hpcpar.checkpoint.files import CheckpointError
 
 
 def writes(trainer, p):
-    g = trainer.grid
-    return g.dp_cp_comm.rank == 0 and not p.tied_copy and (p.shard is not None or g.tp_rank == 0)
+    tp_cut = p.shard is not None and not p.expert            # an expert's shard is its ep cut, whole over TP
+    return trainer.replica_comm(p).rank == 0 and not p.tied_copy and (tp_cut or trainer.grid.tp_rank == 0)
 
 
 def _whole_state(trainer, i):
-    """{state name: array over the whole flat buffer i} (gathered over DP x CP under ZeRO), or None."""
+    """{state name: array over the whole flat buffer i} (gathered over its group under ZeRO), or None."""
     state = trainer.optimizer.state.get(i)
     if state is None:
         return None

@@ -34,31 +34,40 @@ from hpcpar.comm import test_all, wait_all
 
 class DataParallel:
     def __init__(self, params, dp_comm, bucket_mb=4.0, zero=0, late=(), uses=None, compute_dtype=None,
-                 groups=None):
+                 groups=None, comm_of=None):
         """``uses``: {id(param): how many model chunks report it ready} - a parameter that two chunks
         of this rank share (the tied embedding when one rank holds both ends of an interleaved model)
         is final only when the last of them is done with it. Default 1 each.  ``compute_dtype``: the
         low precision of the weights' compute copy under mixed precision (buckets.py).  ``groups``:
         ``params`` as the backward reports them ready, in that order (Stage.grad_groups); buckets are
         cut along them and filled with each group's parameters in reverse order (the backward's).
-        Default: one parameter at a time, in the reverse of ``params``.  ``zero``: the ZeRO stage, 0, 1 or 2."""
+        Default: one parameter at a time, in the reverse of ``params``.  ``zero``: the ZeRO stage, 0, 1 or 2.
+        ``comm_of(p)``: the group a parameter's replicas sit on, when not ``dp_comm`` (an expert's, under
+        expert parallelism): its parameters get buckets of their own, summed and ZeRO-cut over it."""
         self.comm, self.zero = dp_comm, zero
         self.sharded = zero >= 1                        # each rank updates (and owns the state of) its slice
         self._uses = uses or {}
-        align = dp_comm.size if self.sharded else 1
         groups = [[p] for p in reversed(params)] if groups is None else groups
         if sorted(id(p) for g in groups for p in g) != sorted(id(p) for p in params):
             raise ValueError("the groups must hold every parameter exactly once")
+        comm_of = comm_of or (lambda p: dp_comm)
+        comms = [dp_comm] + [c for c in {id(comm_of(p)): comm_of(p) for p in params}.values() if c is not dp_comm]
         late_ids = {id(p) for p in late}
-        backward_order = [[p for p in reversed(g) if id(p) not in late_ids] for g in groups]
-        self.buckets = make_buckets(backward_order, int(bucket_mb * 2**20), align, compute_dtype)
-        self.late = Bucket(list(late), align, compute_dtype) if late else None
-        if self.late:
-            self.buckets.append(self.late)
+        self.buckets, self.comms, self.lates = [], [], []       # comms[i]: the group bucket i is summed over
+        for comm in comms:
+            mine = lambda p: comm_of(p) is comm            # noqa: E731 (used at once)
+            align = comm.size if self.sharded else 1
+            backward_order = [[p for p in reversed(g) if id(p) not in late_ids and mine(p)] for g in groups]
+            made = make_buckets(backward_order, int(bucket_mb * 2**20), align, compute_dtype)
+            if any(mine(p) for p in late):
+                made.append(Bucket([p for p in late if mine(p)], align, compute_dtype))
+                self.lates.append(made[-1])
+            self.buckets += made
+            self.comms += [comm] * len(made)
         self.dtype = self.buckets[0].data.dtype          # of the master weights, gradients, optimizer state
         self._bucket_of = {id(p): i for i, b in enumerate(self.buckets) for p in b.params}
         xp = backend.array_module(self.buckets[0].data)
-        self._owned_grads = [xp.empty(b.size // dp_comm.size, dtype=b.grad.dtype) for b in self.buckets] \
+        self._owned_grads = [xp.empty(b.size // c.size, dtype=b.grad.dtype) for b, c in zip(self.buckets, self.comms)] \
             if self.sharded else None
         self.launch_times = []          # perf_counter() of each bucket launch (overlap is measurable)
         # MPICH moves a non-blocking all-reduce on only inside MPI calls, and it needs several of them
@@ -82,7 +91,7 @@ class DataParallel:
         """Called by the model as the final gradients of ``params`` are complete."""
         for p in params:
             i = self._bucket_of[id(p)]
-            if self.buckets[i] is self.late:
+            if any(self.buckets[i] is b for b in self.lates):
                 continue
             left = self._pending_uses.get(id(p), 1) - 1
             self._pending_uses[id(p)] = left
@@ -98,23 +107,29 @@ class DataParallel:
         test_all(self._requests)
 
     def _late_grads(self, params):
-        """The late bucket's gradients of ``params`` as one contiguous view (they were placed together)."""
-        spans = [(a, b) for p, a, b in self.late.segments if any(p is q for q in params)]
-        lo, hi = spans[0][0], spans[-1][1]
-        if sum(b - a for a, b in spans) != hi - lo:
-            raise ValueError("late parameters are not contiguous in their bucket")
-        return self.late.grad[lo:hi]
+        """The late buckets' gradients of ``params``, one contiguous view per late bucket that holds some
+        (they were placed together)."""
+        out = []
+        for late in self.lates:
+            spans = [(a, b) for p, a, b in late.segments if any(p is q for q in params)]
+            if not spans:
+                continue
+            lo, hi = spans[0][0], spans[-1][1]
+            if sum(b - a for a, b in spans) != hi - lo:
+                raise ValueError("late parameters are not contiguous in their bucket")
+            out.append(late.grad[lo:hi])
+        return out
 
     def _launch(self, i):
         if self._launched[i]:
             return
         self._launched[i] = True
         self.launch_times.append(time.perf_counter())
-        b = self.buckets[i]
+        b, comm = self.buckets[i], self.comms[i]
         if self.sharded:
-            self._requests.append(self.comm.ireduce_scatter(b.grad, self._owned_grads[i]))
+            self._requests.append(comm.ireduce_scatter(b.grad, self._owned_grads[i]))
         else:
-            self._requests.append(self.comm.iall_reduce_(b.grad))
+            self._requests.append(comm.iall_reduce_(b.grad))
         if self.poll == "gemms":
             progress.install(self._progress)
 
@@ -124,7 +139,8 @@ class DataParallel:
         in the late bucket).  Then launch what is left (in bucket order, the same on every DP rank) and
         wait for everything; ZeRO-2 frees the full gradient buffers."""
         for comm, params in late:
-            comm.all_reduce_(self._late_grads(params))
+            for grads in self._late_grads(params):
+                comm.all_reduce_(grads)
         for i in range(len(self.buckets)):
             self._launch(i)
         start = time.perf_counter()
@@ -144,18 +160,21 @@ class DataParallel:
         """The flat slices this rank updates: whole buckets, or its ZeRO range of each (ZeRO-1)."""
         out = []
         for i, b in enumerate(self.buckets):
-            lo, hi = b.zero_range(self.comm.rank, self.comm.size) if self.sharded else (0, b.size)
+            lo, hi = self.owned_range(i)
             grad = self._owned_grads[i] if self.sharded else b.grad
             decay = [(a - lo, c - lo) for a, c in b.ranges(lo, hi, lambda p: p.decay)]
             out.append(FlatSlice(i, b.data[lo:hi], grad, decay))
         return out
 
     def norm_sq(self, slices):
-        """Sum of squared gradients this rank is responsible for (each parameter counted once), as a
-        0-d array on the gradients' device (no copy to the host here)."""
+        """Sum of squared gradients this rank is responsible for (each parameter counted once: on every
+        rank its own ZeRO range, else on rank 0 of each bucket's group), as a 0-d array on the
+        gradients' device (no copy to the host here)."""
         total = 0.0
-        for s, b in zip(slices, self.buckets):
-            lo = b.zero_range(self.comm.rank, self.comm.size)[0] if self.sharded else 0
+        for i, (s, b) in enumerate(zip(slices, self.buckets)):
+            if not self.sharded and self.comms[i].rank:
+                continue
+            lo = self.owned_range(i)[0]
             for a, c in b.ranges(lo, lo + s.grad.size, lambda p: p.counted):
                 g = s.grad[a - lo:c - lo]
                 total = total + g @ g
@@ -165,7 +184,7 @@ class DataParallel:
         """ZeRO-1: every rank receives every other rank's updated slice.  Then (mixed precision) the
         compute copies are rounded from the updated masters."""
         if self.sharded:
-            wait_all([self.comm.iall_gather_(b.data) for b in self.buckets])
+            wait_all([c.iall_gather_(b.data) for b, c in zip(self.buckets, self.comms)])
         for b in self.buckets:
             b.refresh()
 
@@ -182,8 +201,8 @@ class DataParallel:
 
     def owned_range(self, i):
         """[lo, hi) of bucket i whose optimizer state this rank keeps."""
-        b = self.buckets[i]
-        return b.zero_range(self.comm.rank, self.comm.size) if self.sharded else (0, b.size)
+        b, comm = self.buckets[i], self.comms[i]
+        return b.zero_range(comm.rank, comm.size) if self.sharded else (0, b.size)
 
     def whole(self, i, owned):
         """The flat array of bucket i whose ZeRO range on each rank is that rank's ``owned`` (all-gathered)."""
@@ -191,9 +210,9 @@ class DataParallel:
         if not self.sharded:
             return owned
         full = backend.array_module(owned).zeros(b.size, dtype=owned.dtype)
-        lo, hi = b.zero_range(self.comm.rank, self.comm.size)
+        lo, hi = self.owned_range(i)
         full[lo:hi] = owned
-        wait_all([self.comm.iall_gather_(full)])
+        wait_all([self.comms[i].iall_gather_(full)])
         return full
 
     def master(self, i):

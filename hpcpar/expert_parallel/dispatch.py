@@ -10,23 +10,29 @@ arrive sorted by expert (ops/moe.py ``route_order``), so the rows for each rank 
     recv = all_to_allv(xs, send)     (R, C), source by source, expert by expert within  (dispatch)
     xe = recv[perm]                  the same rows expert by expert (source by source within): one slice
                                      per local expert, for the grouped GEMM
-    ye = experts(xe)                 my El experts (nn/experts.py, ``first`` = r El)
+    ye = experts(xe)                 my El experts (nn/experts.py: the weights this rank holds)
     ys = all_to_allv(ye[perm^-1], got.sum(1) -> send)    back to each token's rank, in its order  (combine)
 
 The backward sends the gradients the same two ways in reverse: dys to the experts, dxs back.
 Every rank of the group makes the same collectives in the same order (the same schedule, the same
 layers), so nothing can wait for a partner that is elsewhere.
 
-The expert weights stay whole on every rank; each rank computes the gradient of its own experts only
-(zero for the others), so the data-parallel sum over the dp x cp group adds, for each expert, the
-gradients of every token routed to it: the single rank's gradient.  Sharding the expert weights and
-their optimizer state (the memory EP saves) is the next step.
+Each rank holds only its El experts: every expert weight (E, ...) is cut along its first dimension
+(``Shard(0, ep, r)``, so checkpoints store each expert once and reshard between ep sizes like any cut).
+The gradient of expert e on rank r adds every token of its ep group routed to e; the other ep groups
+(the ranks of dp x cp with the same r, (dp x cp) / ep of them: the *expert-data-parallel* group,
+Megatron-core's name) hold the same experts and saw other tokens, so the expert gradients are summed
+over that group, as the dense ones are over dp x cp (``expert_data_group``; the Trainer routes each
+parameter to its group, hpcpar/data_parallel/replicas.py buckets them apart).  Optimizer state, ZeRO
+slices and the gradient norm follow the buckets: each expert is held, updated and counted once per
+expert-data-parallel group.
 """
 import numpy as np
 
 from hpcpar.backend import array_module, to_numpy
 from hpcpar.comm import Communicator
 from hpcpar.nn.moe import MoE
+from hpcpar.nn.parameter import Shard
 
 
 def expert_group(dp_cp_comm, ep):
@@ -35,12 +41,23 @@ def expert_group(dp_cp_comm, ep):
     return Communicator(dp_cp_comm.mpi.Split(r // ep, r), "ep")
 
 
+def expert_data_group(dp_cp_comm, ep):
+    """Collective over dp x cp: the ranks that hold the same experts as this one (the same place in their
+    ep groups), (dp x cp) / ep of them: the expert gradients are summed over it."""
+    r = dp_cp_comm.rank
+    return Communicator(dp_cp_comm.mpi.Split(r % ep, r), "edp")
+
+
 def parallelize_experts(stage, comm):
-    """Give every MoE layer of ``stage`` the expert-parallel dispatch over ``comm``. Returns ``stage``."""
+    """Give every MoE layer of ``stage`` the expert-parallel dispatch over ``comm`` and keep only this
+    rank's E / ep experts of each. Returns ``stage``."""
     if comm.size > 1:
         for block in stage.blocks:
             if isinstance(block.mlp, MoE):
                 block.mlp.parallel = ExpertParallel(comm, block.mlp.n_expert)
+                for p in block.mlp.experts.parameters():
+                    p.shard_(Shard(0, comm.size, comm.rank))            # (E, ...) -> (E / ep, ...)
+                    p.expert = True
     return stage
 
 
@@ -69,7 +86,7 @@ class ExpertParallel:
         xp = array_module(xs)
         perm_d = xp.asarray(perm)
         xe = comm.all_to_allv(xs, send, recv)[perm_d]
-        ye, c_exp = experts.forward(xe, local, ctx, first=comm.rank * El)
+        ye, c_exp = experts.forward(xe, local, ctx)
         ys = comm.all_to_allv(self._source_major(ye, perm_d), recv, send)
         return ys, (c_exp, perm_d, send, recv)
 

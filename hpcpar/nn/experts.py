@@ -1,8 +1,9 @@
 """The E expert MLPs of a mixture of experts, weights stacked, applied as grouped GEMMs (ops/moe.py).
 
-Rows arrive sorted by expert (xs (M, C), expert first + e's rows offsets[e]:offsets[e + 1]; ``first``
-> 0 and fewer offsets under expert parallelism, where a rank runs its own run of experts); each
-expert is its family's dense MLP, on its own rows only:
+Rows arrive sorted by expert (xs (M, C), local expert e's rows offsets[e]:offsets[e + 1]); each expert
+is its family's dense MLP, on its own rows only.  Under expert parallelism a rank holds only its E / ep
+experts (the first dimension of every weight below is then E / ep: hpcpar/expert_parallel/dispatch.py
+cuts it), and the rows it is given are theirs.
 
     GELU (GPT-2 family):   ys = gelu(xs W_fc[e] + b_fc[e]) W_proj[e] + b_proj[e]
                            W_fc (E, C, F), b_fc (E, F), W_proj (E, F, C), b_proj (E, C)
@@ -44,25 +45,25 @@ class GeluExperts(Module):
         """The family's dense MLP of width ``width``: the shared experts (no dropout of its own)."""
         return MLP(prefix, cfg.d_model, width, cfg.n_layer, 0.0, seed, dtype)
 
-    def forward(self, xs, offsets, ctx=None, first=0):
-        e = slice(first, first + len(offsets) - 1)
-        u = grouped_forward(xs, self.fc_w.data[e], offsets, self.fc_b.data[e])  # (M, F)
+    def forward(self, xs, offsets, ctx=None):
+        u = grouped_forward(xs, self.fc_w.data, offsets, self.fc_b.data)       # (M, F)
         h, t = gelu_forward(to_fp32(u))
         h = h.astype(u.dtype, copy=False)
-        return grouped_forward(h, self.proj_w.data[e], offsets, self.proj_b.data[e]), (xs, offsets, e, u, t, h)
+        return grouped_forward(h, self.proj_w.data, offsets, self.proj_b.data), (xs, offsets, u, t, h)
 
     def backward(self, dys, cache, defer=None):
-        xs, offsets, e, u, t, h = cache
-        run_or_defer(lambda: self._grad(self.proj_w, self.proj_b, e, dys, h, offsets), defer)
-        dh = grouped_backward_input(dys, self.proj_w.data[e], offsets)          # (M, F)
+        xs, offsets, u, t, h = cache
+        run_or_defer(lambda: self._grad(self.proj_w, self.proj_b, dys, h, offsets), defer)
+        dh = grouped_backward_input(dys, self.proj_w.data, offsets)             # (M, F)
         du = gelu_backward(to_fp32(dh), to_fp32(u), t).astype(dh.dtype, copy=False)
-        run_or_defer(lambda: self._grad(self.fc_w, self.fc_b, e, du, xs, offsets), defer)
-        return grouped_backward_input(du, self.fc_w.data[e], offsets)           # (M, C)
+        run_or_defer(lambda: self._grad(self.fc_w, self.fc_b, du, xs, offsets), defer)
+        return grouped_backward_input(du, self.fc_w.data, offsets)              # (M, C)
 
-    def _grad(self, w, b, e, dy, x, offsets):
-        dw, db = grouped_backward_weight(dy, x, offsets, e.stop - e.start)
-        w.grad[e] += dw
-        b.grad[e] += db
+    @staticmethod
+    def _grad(w, b, dy, x, offsets):
+        dw, db = grouped_backward_weight(dy, x, offsets, w.data.shape[0])
+        w.grad += dw
+        b.grad += db
 
 
 class SwiGLUExperts(Module):
@@ -77,22 +78,23 @@ class SwiGLUExperts(Module):
         """The family's dense MLP of width ``width``: the shared experts."""
         return SwiGLU(prefix, cfg.d_model, width, seed, dtype)
 
-    def forward(self, xs, offsets, ctx=None, first=0):
-        F, e = self.d_ff, slice(first, first + len(offsets) - 1)
-        au = grouped_forward(xs, self.gate_up.data[e], offsets)                # (M, 2F)
+    def forward(self, xs, offsets, ctx=None):
+        F = self.d_ff
+        au = grouped_forward(xs, self.gate_up.data, offsets)                   # (M, 2F)
         a32, u32 = to_fp32(au[:, :F]), to_fp32(au[:, F:])
         h, c_act = swiglu_forward(a32, u32)
         h = h.astype(au.dtype, copy=False)
-        return grouped_forward(h, self.down.data[e], offsets), (xs, offsets, e, a32, u32, c_act, h)
+        return grouped_forward(h, self.down.data, offsets), (xs, offsets, a32, u32, c_act, h)
 
     def backward(self, dys, cache, defer=None):
-        xs, offsets, e, a32, u32, c_act, h = cache
-        run_or_defer(lambda: self._grad(self.down, e, dys, h, offsets), defer)
-        dh = grouped_backward_input(dys, self.down.data[e], offsets)            # (M, F)
+        xs, offsets, a32, u32, c_act, h = cache
+        run_or_defer(lambda: self._grad(self.down, dys, h, offsets), defer)
+        dh = grouped_backward_input(dys, self.down.data, offsets)               # (M, F)
         da, du = swiglu_backward(to_fp32(dh), a32, u32, c_act)
         dau = array_module(dh).concatenate([da, du], axis=1).astype(dh.dtype, copy=False)    # (M, 2F)
-        run_or_defer(lambda: self._grad(self.gate_up, e, dau, xs, offsets), defer)
-        return grouped_backward_input(dau, self.gate_up.data[e], offsets)       # (M, C)
+        run_or_defer(lambda: self._grad(self.gate_up, dau, xs, offsets), defer)
+        return grouped_backward_input(dau, self.gate_up.data, offsets)          # (M, C)
 
-    def _grad(self, w, e, dy, x, offsets):
-        w.grad[e] += grouped_backward_weight(dy, x, offsets, e.stop - e.start)[0]
+    @staticmethod
+    def _grad(w, dy, x, offsets):
+        w.grad += grouped_backward_weight(dy, x, offsets, w.data.shape[0])[0]

@@ -76,6 +76,9 @@ class Parameter:
                  parallelism: LayerNorm and row-parallel bias see only this rank's tokens)
     tied_copy    the last pipeline stage's copy of the tied token embedding: kept equal to the first
                  stage's by summing their gradients, and neither counted in norms nor saved twice
+    expert       an expert's weights under expert parallelism: ``shard`` is this rank's experts (cut over
+                 the ep group, hpcpar/expert_parallel/), and the copies of that shard sit on the (dp x cp) / ep
+                 ranks of its expert-data-parallel group, over which its gradient is summed
     master       under mixed precision the fp32 values the optimizer updates (``data`` is then their
                  low-precision compute copy, hpcpar/data_parallel/buckets.py); None otherwise
     """
@@ -90,6 +93,7 @@ class Parameter:
         self.counted = True
         self.tp_partial = False
         self.tied_copy = False
+        self.expert = False
         self.master = None
 
     def master_data(self):

@@ -33,7 +33,7 @@ from hpcpar.data_parallel.fsdp import FullyShardedDataParallel
 from hpcpar.comm.grid import ParallelGrid
 from hpcpar.nn import GPT, Context, MLPConfig, MLPModel
 from hpcpar.training.expert_load import ExpertLoad
-from hpcpar.expert_parallel.dispatch import expert_group, parallelize_experts
+from hpcpar.expert_parallel.dispatch import expert_data_group, expert_group, parallelize_experts
 from hpcpar.nn.gpt import preset
 from hpcpar.nn.moe import check_moe, moe_options
 from hpcpar.ops.ring_attention import balanced_positions
@@ -163,7 +163,8 @@ class Trainer:
                                                reshard_after_forward=cfg.reshard_after_forward)
         else:
             self.dp = DataParallel(params, g.dp_cp_comm, cfg.bucket_mb, cfg.zero, late=self.tied + partial,
-                                   uses=uses, compute_dtype=self.compute, groups=self._grad_groups())
+                                   uses=uses, compute_dtype=self.compute, groups=self._grad_groups(),
+                                   comm_of=self.replica_comm)
         self.partial = partial
         self.optimizer = make_optimizer(cfg.optimizer, cfg.lr, cfg.momentum, cfg.beta1, cfg.beta2, cfg.eps,
                                         cfg.weight_decay)
@@ -193,6 +194,7 @@ class Trainer:
         if cfg.model != "mlp" and mcfg.tied and S > 1 and 0 in held and S - 1 in held:
             held[S - 1].head.weight = held[0].embed.wte     # one rank holds both ends (pp = 1 interleaved, a V)
         self.ep_comm = ep_comm = expert_group(g.dp_cp_comm, cfg.ep) if cfg.ep > 1 else None
+        self.edp_comm = expert_data_group(g.dp_cp_comm, cfg.ep) if cfg.ep > 1 else None
         for chunk in chunks:
             parallelize(chunk, g.tp_comm, cfg.sequence_parallel)
             parallelize_context(chunk, g.cp_comm)
@@ -264,7 +266,7 @@ class Trainer:
         """The second half of ``step``, after ``gradients``: norm, clipping, the optimizer step."""
         cfg, g = self.cfg, self.grid
         slices = self.dp.slices()
-        norm_sq = self.dp.norm_sq(slices) if (self.dp.sharded or g.dp_cp_comm.rank == 0) else 0.0
+        norm_sq = self.dp.norm_sq(slices)              # each parameter counted on one rank of its replicas
         loss, norm, stop = self.world_totals(losses, norm_sq, stop_requested)
         scale = self.scaler.scale
         norm /= scale                                   # the norm of the unscaled gradients
@@ -330,9 +332,14 @@ class Trainer:
             seen.update(id(p) for p in group)
         return groups[::-1]
 
+    def replica_comm(self, p):
+        """The ranks that hold the same numbers as this one for ``p``, over which its gradient is summed:
+        dp x cp, or an expert's (dp x cp) / ep (expert_parallel/dispatch.py)."""
+        return self.edp_comm if p.expert else self.grid.dp_cp_comm
+
     def communicators(self):
-        """The grid's communicators and the expert-parallel one (counted in the summary, profiled)."""
-        return self.grid.communicators() + ([self.ep_comm] if self.ep_comm is not None else [])
+        """The grid's communicators and the expert-parallel ones (counted in the summary, profiled)."""
+        return self.grid.communicators() + ([self.ep_comm, self.edp_comm] if self.ep_comm is not None else [])
 
     def parameters(self):
         """This rank's parameters, each once (one rank may hold both ends of a tied embedding)."""

@@ -1,0 +1,88 @@
+"""Expert parallelism holds each expert once per ep group: a rank's expert arrays are E / ep of the total, its
+optimizer state too; the clipped steps follow the single rank (the global norm counts each expert once), and a
+checkpoint moves between ep sizes (ep 2 -> ep 4 -> one rank) with the single rank's numbers (float64)."""
+import numpy as np
+import pytest
+
+from hpcpar.checkpoint import load_checkpoint, save_checkpoint
+from hpcpar.checkpoint.consolidated import gather_full
+from test_moe_train import MIXTRAL_DIMS
+from train_helpers import free, reference, rel_err, trainer
+
+DIMS = dict(MIXTRAL_DIMS, experts=4)
+STEPS = dict(dims=DIMS, lr=1e-2, grad_clip=0.05)          # the clip acts at every step (norms ~0.3)
+
+
+@pytest.fixture
+def shared_dir(comm, tmp_path_factory):
+    path = str(tmp_path_factory.mktemp("moe-ckpt")) if comm.rank == 0 else None
+    return comm.bcast(path, root=0)
+
+
+def expert_numbers(t):
+    """(expert numbers this rank holds, of its optimizer state) over the model's experts."""
+    held = {id(p) for p in t.parameters() if p.expert}
+    weights = sum(p.data.size for p in t.parameters() if p.expert)
+    state = sum(a.size for i, b in enumerate(t.dp.buckets) if all(id(p) in held for p in b.params)
+                for a in t.optimizer.state.get(i, {}).values())
+    return weights, state
+
+
+@pytest.mark.mpi(min_size=4)
+def test_a_rank_holds_its_share_of_the_experts(comm):
+    if comm.size != 4:
+        pytest.skip("dp 4")
+    ref = reference(comm, **STEPS)
+    ref.step(0)
+    total = sum(p.data.size for p in ref.parameters() if "experts" in p.name)
+    per_number = sum(a.size for st in ref.optimizer.state.values() for a in st.values()) \
+        // sum(p.data.size for p in ref.parameters())               # AdamW: two moments
+    total_state = per_number * total
+    for ep, zero in ((2, 0), (4, 0), (2, 1)):
+        t = trainer(comm, dp=4, ep=ep, zero=zero, **STEPS)
+        t.step(0)
+        experts = [p for p in t.parameters() if p.expert]
+        assert experts and all(p.data.shape[0] == DIMS["experts"] // ep for p in experts)
+        weights, state = expert_numbers(t)
+        edp = 4 // ep                                    # ZeRO cuts the experts' state over their own group
+        assert weights == total // ep
+        assert state == total_state // ep // (edp if zero else 1)
+        free(t)
+    free(ref)
+
+
+@pytest.mark.mpi(min_size=4)
+def test_ep2_to_ep4_to_one_rank_resumes_with_the_single_rank_numbers(comm, shared_dir):
+    from mpi4py import MPI
+    if comm.size != 4:
+        pytest.skip("dp 4 with ep 2, then ep 4")
+    ref = reference(comm, **STEPS)
+    want = [ref.step(s) for s in range(6)]
+    assert all(r.grad_norm > STEPS["grad_clip"] for r in want)
+    first = trainer(comm, dp=4, ep=2, zero=2, **STEPS)
+    got = [first.step(s) for s in range(2)]
+    save_checkpoint(first, f"{shared_dir}/a", 2)
+    free(first)
+    second = trainer(comm, dp=2, pp=2, microbatches=2, ep=2, zero=1, **STEPS)
+    assert load_checkpoint(second, f"{shared_dir}/a") == 2
+    got += [second.step(s) for s in range(2, 3)]
+    save_checkpoint(second, f"{shared_dir}/b", 3)
+    free(second)
+    third = trainer(comm, dp=4, ep=4, **STEPS)
+    assert load_checkpoint(third, f"{shared_dir}/b") == 3
+    got += [third.step(s) for s in range(3, 5)]
+    save_checkpoint(third, f"{shared_dir}/c", 5)
+    exported = gather_full(third)                        # the consolidated weights: every expert, once
+    free(third)
+    alone = trainer(MPI.COMM_SELF, **STEPS)
+    assert load_checkpoint(alone, f"{shared_dir}/c") == 5
+    if comm.rank == 0:
+        mine = {p.name: p.data for p in alone.parameters()}
+        assert exported.keys() == mine.keys()
+        for name, w in exported.items():
+            np.testing.assert_array_equal(w, mine[name])
+    got += [alone.step(5)]
+    for s, (g, w) in enumerate(zip(got, want)):
+        assert rel_err(g.loss, w.loss) <= 1e-10 and rel_err(g.grad_norm, w.grad_norm) <= 1e-10, f"step {s}"
+    free(alone)
+    free(ref)
