@@ -26,23 +26,40 @@ def test_expert_parallel_matches_one_rank(comm, dims):
         check_step(comm, pp=2, dp=comm.size // 2, ep=2, microbatches=2, recompute=True, dims=dims)
 
 
+MIXTRAL_TP = dict(MIXTRAL_DIMS, kv_heads=2)          # tp 2 cuts the K/V heads too
+
+
+@pytest.mark.mpi(min_size=4)
+@pytest.mark.parametrize("dims", [MOE_DIMS, MIXTRAL_TP], ids=["gpt2", "llama"])
+def test_tensor_and_expert_parallel_match_one_rank(comm, dims):
+    """tp 2 x ep 2: attention cut over TP, the experts whole on both TP ranks (each runs the MoE on the
+    same tokens), or with sequence parallelism each routing its own half of the sequence."""
+    if comm.size != 4:
+        pytest.skip("tp 2 x dp 2")
+    check_step(comm, tp=2, dp=2, ep=2, dims=dict(dims, shared_experts=1))
+    check_step(comm, tp=2, dp=2, ep=2, sequence_parallel=True, dims=dims)
+
+
 @pytest.mark.mpi(min_size=8)
 def test_eight_rank_expert_parallel_layouts_match_one_rank(comm):
     if comm.size != 8:
         pytest.skip("layouts of exactly 8 ranks")
     check_step(comm, dp=8, ep=8, dims=dict(MIXTRAL_DIMS, experts=8))
     check_step(comm, pp=2, dp=4, ep=4, microbatches=2, dims=MIXTRAL_DIMS)
+    check_step(comm, tp=2, pp=2, dp=2, ep=2, microbatches=2, dims=MIXTRAL_TP)
 
 
 @pytest.mark.mpi(min_size=4)
-def test_hugging_face_mixtral_on_ep2_pp2_gives_transformers_loss(comm, tmp_path_factory):
+@pytest.mark.parametrize("layout", [dict(pp=2, dp=2, ep=2), dict(tp=2, pp=2, dp=2, ep=2)],
+                         ids=["pp2-dp2-ep2", "tp2-pp2-dp2-ep2"])
+def test_hugging_face_mixtral_gives_transformers_loss_in_parallel(comm, tmp_path_factory, layout):
     import numpy as np
     from hf_helpers import hf_loss, save_hf, transformers
-    from hpcpar.checkpoint.consolidated import init_from
+    from hpcpar.checkpoint.consolidated import gather_full, init_from, read_weights
     from test_moe_hf import MIXTRAL_DIMS as HF_DIMS, hf_mixtral
     from train_helpers import trainer
-    if comm.size != 4:
-        pytest.skip("a pp 2 x dp 2 (ep 2) layout")
+    if comm.size != layout.get("tp", 1) * layout["pp"] * layout["dp"]:
+        pytest.skip(f"a layout of {comm.size} ranks")
     transformers()                                   # every rank skips together, or none does
     path = comm.bcast(str(tmp_path_factory.mktemp("mixtral")) if comm.rank == 0 else None, root=0)
     tokens = np.random.default_rng(5).integers(0, HF_DIMS["vocab_size"], size=(4, 13))
@@ -53,9 +70,13 @@ def test_hugging_face_mixtral_on_ep2_pp2_gives_transformers_loss(comm, tmp_path_
         save_hf(model, f"{path}/hf")
         want = hf_loss(model, x, y)
     want = comm.bcast(want, root=0)
-    t = trainer(comm, pp=2, dp=2, ep=2, microbatches=2, init_from=f"{path}/hf", layers=0, hidden=0, heads=0,
+    t = trainer(comm, **layout, microbatches=2, init_from=f"{path}/hf", layers=0, hidden=0, heads=0,
                 seq_len=12, batch_size=4, model="mixtral-tiny", dims=dict(MIXTRAL_DIMS, kv_heads=0, ffn=0))
     init_from(t, f"{path}/hf")
+    full = gather_full(t)                            # what --export writes: every expert once, whole
+    if comm.rank == 0:
+        for name, w in read_weights(f"{path}/hf").items():
+            np.testing.assert_array_equal(full[name], w, err_msg=name)
     t.data.batch = lambda step, ids: (x[list(ids)], y[list(ids)])
     losses = t.gradients(0)
     mine = sum(float(v) for v in losses) if (t.computes_loss and t.grid.tp_rank == 0) else 0.0

@@ -48,13 +48,13 @@ def test_the_bias_follows_the_step_counts(comm):
 
 @pytest.mark.parametrize("kw, message", [
     (dict(top_k=5), "--top-k 5 is more than the 4 experts"),
-    (dict(tp=2), "not cut over tensor parallelism"),
     (dict(capacity_factor=1.0, cp=2), "--aux-loss-coef and --capacity-factor count a micro-batch's tokens"),
     (dict(model="tiny", aux_loss_coef=0.1), "--aux-loss-coef needs experts"),
     (dict(export="out.safetensors"), "a GPT-2 with experts has no Hugging Face model"),
     (dict(ep=3), "--ep 3 must divide the 4 experts"),
     (dict(ep=2), r"--ep 2 must divide dp x cp = 1 x 1 = 1"),
     (dict(model="tiny", ep=2), "--ep needs experts"),
+    (dict(ep=2, dp=2, zero=3), "--zero 3 with --ep 2: ZeRO-3 does not shard the experts"),
 ])
 def test_bad_options_are_refused_in_one_line(kw, message):
     cfg = config(dims=MOE_DIMS, **kw)

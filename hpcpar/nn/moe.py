@@ -72,15 +72,12 @@ def check_moe(mcfg, cfg):
         raise UsageError(f"--top-k {mcfg.top_k} is more than the {mcfg.n_expert} experts")
     if mcfg.n_expert % cfg.ep:
         raise UsageError(f"--ep {cfg.ep} must divide the {mcfg.n_expert} experts (each rank runs E / ep of them)")
-    if (cfg.dp * cfg.cp) % cfg.ep:
-        raise UsageError(f"--ep {cfg.ep} must divide dp x cp = {cfg.dp} x {cfg.cp} = {cfg.dp * cfg.cp}: the "
-                         f"expert-parallel ranks are taken from the data- and context-parallel ones")
     if cfg.ep > 1 and cfg.zero == 3:
         raise UsageError(f"--zero 3 with --ep {cfg.ep}: ZeRO-3 does not shard the experts over their own group "
                          f"yet; use --zero 1 or 2 (the experts are already cut over ep)")
-    if cfg.tp > 1:
-        raise UsageError(f"--tp {cfg.tp}: the experts are not cut over tensor parallelism; use --tp 1 "
-                         f"(or a dense model)")
+    if (cfg.dp * cfg.cp) % cfg.ep:
+        raise UsageError(f"--ep {cfg.ep} must divide dp x cp = {cfg.dp} x {cfg.cp} = {cfg.dp * cfg.cp}: the "
+                         f"expert-parallel ranks are taken from the data- and context-parallel ones")
     if (cfg.cp > 1 or cfg.sequence_parallel) and (mcfg.aux_loss_coef or mcfg.capacity_factor):
         raise UsageError("--aux-loss-coef and --capacity-factor count a micro-batch's tokens, which --cp and "
                          "--sequence-parallel split over ranks: use them without")

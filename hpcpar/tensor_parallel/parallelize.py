@@ -11,6 +11,9 @@ Llama block: rmsnorm -> [q_proj, k_proj, v_proj: column, by heads, one input reg
              region] -> SwiGLU -> [down_proj: row]          2 all-reduces forward, 2 backward, as GPT-2
              K/V heads are cut like query heads: rank r holds query heads r NH/tp .. and exactly the
              K/V heads they read, r NKV/tp .., so tp must divide NKV as well as NH
+MoE block:   attention cut as above; the mixture of experts (router, experts, shared experts) is
+             replicated: every TP rank runs it on the tokens it holds (all of them, or with sequence
+             parallelism its own slice of the sequence); no all-reduce around it
 GPT ends:    embedding -> vocab-parallel; LM head -> vocab-parallel logits and loss
 Deep MLP:    each block column + row; the input and output layers stay replicated.
 
@@ -19,6 +22,7 @@ Which attribute of a block is cut how is the family's tensor-parallel plan (``Pa
 """
 from hpcpar.nn.gpt import GPT
 from hpcpar.nn.linear import Projections
+from hpcpar.nn.moe import MoE
 from hpcpar.runtime import UsageError
 from hpcpar.tensor_parallel.layers import (ColumnParallelLinear, ColumnParallelProjections, RowParallelLinear,
                                            VocabParallelEmbedding, VocabParallelLMHead, replicate)
@@ -55,7 +59,11 @@ def parallelize(stage, comm, sequence_parallel=False):
             cut(block, comm, sp, columns=("c_fc",), rows=("c_proj",))
             continue
         for c in parts.tp:
-            cut(getattr(block, c.module), comm, sp, columns=c.columns, rows=c.rows, groups=c.groups)
+            module = getattr(block, c.module)
+            if isinstance(module, MoE):     # experts whole on every TP rank (docs/moe.md, "Experts and TP")
+                replicate(module.parameters(), comm, sp)
+                continue
+            cut(module, comm, sp, columns=c.columns, rows=c.rows, groups=c.groups)
         if parts.tp_head_offset:
             block.attn.head_offset = comm.rank * block.attn.n_head // comm.size
         replicate([p for name in parts.tp_replicated for p in getattr(block, name).parameters()], comm, sp)

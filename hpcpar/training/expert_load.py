@@ -3,7 +3,8 @@
 Each MoE layer adds up its micro-batches' expert counts in its backward (nn/moe.py ``MoEStats``).
 After the optimizer step ``ExpertLoad.step`` sums them over the world in one all-reduce of
 (L E + 2) numbers - the data-parallel and context-parallel replicas see different tokens, the pipeline
-stages hold different layers (each at its own row), tensor-parallel ranks contribute once (tp rank 0).
+stages hold different layers (each at its own row), tensor-parallel ranks contribute once (tp rank 0; with
+sequence parallelism every one, each routing its own slice of the tokens).
 Every rank then has the whole model's counts: it moves the DeepSeek-V3 routing bias of its own layers
 (the same numbers everywhere, so replicas stay equal) and rank 0 reports
 
@@ -35,8 +36,10 @@ def effective_experts(counts):
 
 
 class ExpertLoad:
-    def __init__(self, mcfg, chunks, grid, loss_terms):
+    def __init__(self, mcfg, chunks, grid, loss_terms, sequence_parallel=False):
         self.layers = moe_layers(chunks)
+        # TP ranks route the same tokens (count them once), or with sequence parallelism each its own slice
+        self.counts_here = grid.tp_rank == 0 or sequence_parallel
         self.n_layer, self.n_expert, self.k = mcfg.n_layer, mcfg.n_expert, mcfg.top_k
         self.grid, self.loss_terms = grid, loss_terms
         self.warned = False
@@ -48,7 +51,7 @@ class ExpertLoad:
             return None
         L, E = self.n_layer, self.n_expert
         mine = np.zeros(L * E + 2)
-        if self.grid.tp_rank == 0:
+        if self.counts_here:
             for i, moe in self.layers.items():
                 mine[i * E:(i + 1) * E] = moe.stats.counts
                 mine[L * E] += moe.stats.dropped

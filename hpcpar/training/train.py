@@ -176,7 +176,8 @@ class Trainer:
         # of each, so dividing the world's sum by this is the single-rank mean
         self.loss_terms = cfg.batch_size * (mcfg.seq_len if is_gpt else mcfg.d_out)
         self.tokens_per_step = cfg.batch_size * (mcfg.seq_len if is_gpt else 1)
-        self.expert_load = ExpertLoad(mcfg, self.chunks, g, self.loss_terms) if is_gpt else None
+        self.expert_load = ExpertLoad(mcfg, self.chunks, g, self.loss_terms, cfg.sequence_parallel) \
+            if is_gpt else None
         self.experts = None                             # the last step's routing figures (expert_load.py)
 
     # --- construction -------------------------------------------------------------------------
