@@ -98,3 +98,24 @@ def test_steps_with_zero1_and_the_routing_bias_follow_one_rank(comm):
         assert rel_err(a.mlp.bias.data, b.mlp.bias.data) <= 1e-12 and abs(b.mlp.bias.data).max() > 0
     free(t)
     free(ref)
+
+
+@pytest.mark.mpi(min_size=2)
+def test_the_all_to_all_spans_carry_their_bytes(comm):
+    """A traced step: each 'ep all_to_allv' span holds the bytes its rank handed MPI; over the job they are
+    the rows of every choice, four times (dispatch and combine, forward and backward) per layer."""
+    import numpy as np
+    from hpcpar.trace import tracer as trace
+    from train_helpers import free, trainer
+    t = trainer(comm, dp=comm.size, ep=2, dims=MOE_DIMS)
+    trace.start("moe")
+    t.step(0)
+    spans = [e for e in trace.stop().events if e[1] == "collective" and e[0].startswith("ep all_to_all")]
+    mine = {name: sum(args["bytes"] for n, *_, args in spans if n == name)
+            for name in ("ep all_to_allv", "ep all_to_all")}
+    total = {k: t.grid.world_comm.all_reduce(np.array([v]))[0] for k, v in mine.items()}
+    L, C, k, E = MOE_DIMS["layers"], MOE_DIMS["hidden"], 2, 4
+    tokens = MOE_DIMS["batch_size"] * MOE_DIMS["seq_len"]
+    assert total["ep all_to_allv"] == 4 * L * tokens * k * C * 8
+    assert total["ep all_to_all"] == comm.size * L * E * 8        # the counts, once a layer and micro-batch
+    free(t)

@@ -3,9 +3,10 @@
 calls MPI, and nothing here runs.  With either on, these two functions do the call's bookkeeping.
 
 A blocking call is one flight entry from its start to its end and one "comm" span in the trace (the
-MPI call itself; staging copies of device memory have their own spans, staging.py); a non-blocking
-one (isend, iall_reduce_, ...) is entered when posted and completed by its Request (requests.py),
-which also marks when this rank began to wait for it - a trace shows it when somebody waits for it.
+MPI call itself, its args the bytes this rank hands MPI - an all-to-all's rows, say; staging copies
+of device memory have their own spans, staging.py); a non-blocking one (isend, iall_reduce_, ...) is
+entered when posted and completed by its Request (requests.py), which also marks when this rank began
+to wait for it - a trace shows it when somebody waits for it.
 A group of one rank calls nothing and records nothing.
 """
 import time
@@ -29,7 +30,7 @@ def blocking(comm, op, nbytes, peer, count, mpi_call, args):
     end = time.perf_counter()
     count.seconds += end - start
     if tracer is not None:
-        tracer.span(f"{comm.name} {op}", "collective", start, end, "comm")
+        tracer.span(f"{comm.name} {op}", "collective", start, end, "comm", bytes=nbytes)
     if entry is not None:
         rec.end(entry)
 
