@@ -16,7 +16,7 @@ from hpcpar.flops import gpt_step_flops, mlp_step_flops
 from hpcpar.pipeline.bubble import mean_costs, pipeline_bubble, simulated_bubble
 from hpcpar.comm.placement import describe_boundary, world_ranks
 
-GROUPS = ("tp", "cp", "pp", "dp", "dp_cp", "ep", "embed", "world")      # the communicators, in the order shown
+GROUPS = ("tp", "cp", "pp", "dp", "dp_cp", "ep", "edp", "embed", "world")      # the communicators, in the order shown
 
 
 def summarize(loop, peak):
