@@ -19,10 +19,15 @@ rank holds only its slice of the gradients.  The buffer itself must live through
 micro-batch of a pipeline adds into it), so each bucket is reduce-scattered once, after the last
 micro-batch.  ZeRO-3 shards the parameters too: hpcpar/data_parallel/fsdp.py.
 
+Under expert parallelism an expert's parameters are held by fewer ranks, its expert-data-parallel
+group ((dp x cp) / ep of them, hpcpar/expert_parallel/dispatch.py): they get buckets of their own, and
+everything done per bucket above (the sum, the ZeRO cut, the gather, the norm's count) runs over the
+bucket's group (``comms``).
+
 Some gradients are not final when the backward ends: the two copies of a tied embedding (first and
 last pipeline stage) must first be summed, and under sequence parallelism the replicated LayerNorm
-and bias gradients are partial sums over the TP group.  Those go into a *late* bucket, summed and
-reduced in ``finish``.
+and bias gradients are partial sums over the TP group.  Those go into a *late* bucket (one per group),
+summed and reduced in ``finish``.
 """
 import time
 
