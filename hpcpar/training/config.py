@@ -99,8 +99,9 @@ class TrainConfig:
                             ["softmax", "sigmoid"], "model")
     aux_loss_coef: float = opt(0.0, "coefficient of the load-balancing loss (Switch/Mixtral form, per layer)",
                                group="model", bound="natural")
-    capacity_factor: float = opt(0.0, "rows an expert takes, as a multiple of an even share N k / E; the rest "
-                                      "are dropped and counted (0: dropless, exact)", group="model", bound="natural")
+    capacity_factor: float = opt(0.0, "rows an expert takes, as a multiple of an even share N k / E, positive; the "
+                                      "rest are dropped and counted (without the flag: dropless, exact)",
+                                 group="model", bound="natural")
     bias_rate: float = opt(0.0, "DeepSeek-V3's auxiliary-loss-free balancing: step of the routing bias per "
                                 "optimizer step (0: off)", group="model", bound="natural")
     # --- data -------------------------------------------------------------------------------
@@ -214,6 +215,9 @@ def config_from(args):
     argparse namespace holds only the flags the user gave (the CLI's defaults are SUPPRESS)."""
     values = load_toml(args.config) if args.config else {}
     values.update({f.name: getattr(args, f.name) for f in fields(TrainConfig) if hasattr(args, f.name)})
+    if values.get("capacity_factor", 1) <= 0:       # given: dropless is the option left out, not a factor
+        raise UsageError(f"--capacity-factor must be positive, got {values['capacity_factor']} (dropless routing, "
+                         f"every choice computed, is the default: leave the option out)")
     return TrainConfig(**values)
 
 
