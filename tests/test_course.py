@@ -160,6 +160,19 @@ WRONG = {   # exercise: wrong-but-plausible answers, each a whole exercise file
          "    return [r for r in range(world) if r not in waits], waits\n"],                          # idle = culprit
     22: ["ANSWER = (1024, 2048, (1, 2, 2))\n", "ANSWER = (0, 3072, (1, 2, 2))\n", "ANSWER = (1024, 3072, (1, 1, 2))\n",
          "ANSWER = (1024, 3072, (1, 2, 3))\n"],
+    25: ["import numpy as np\n\ndef dispatch_combine(idx, w, n_expert, ep, ye):\n    N, k = idx.shape\n    flat = idx.reshape(-1)\n    order = np.argsort(flat, kind='stable')\n"
+         "    send = np.bincount(flat, minlength=n_expert)\n    y = np.zeros((N, ye.shape[1]))\n"
+         "    np.add.at(y, order // k, ye * w.reshape(-1)[order, None])\n    return order, send, y\n",   # counts per expert
+         "import numpy as np\n\ndef dispatch_combine(idx, w, n_expert, ep, ye):\n    N, k = idx.shape\n    flat = idx.reshape(-1)\n    order = np.argsort(flat, kind='stable')\n"
+         "    send = np.bincount(flat % ep, minlength=ep)\n    y = np.zeros((N, ye.shape[1]))\n"
+         "    np.add.at(y, order // k, ye * w.reshape(-1)[order, None])\n    return order, send, y\n",   # round-robin experts
+         "import numpy as np\n\ndef dispatch_combine(idx, w, n_expert, ep, ye):\n    N, k = idx.shape\n    flat = idx.reshape(-1)\n    order = np.argsort(flat, kind='stable')\n"
+         "    send = np.bincount(flat, minlength=n_expert).reshape(ep, -1).sum(axis=1)\n"
+         "    y = np.zeros((N, ye.shape[1]))\n    np.add.at(y, order // k, ye)\n    return order, send, y\n",  # no weights
+         "import numpy as np\n\ndef dispatch_combine(idx, w, n_expert, ep, ye):\n    N, k = idx.shape\n    flat = idx.reshape(-1)\n    order = np.argsort(flat, kind='stable')\n"
+         "    send = np.bincount(flat, minlength=n_expert).reshape(ep, -1).sum(axis=1)\n"
+         "    y = np.zeros((N, ye.shape[1]))\n    np.add.at(y, order % N, ye * w.reshape(-1)[order, None])\n"
+         "    return order, send, y\n"],                                                                # wrong token
     26: ["import numpy as np\n\ndef seq_to_heads(parts, positions):\n    p = len(parts)\n    h = parts[0].shape[1] // p\n"
          "    return [np.concatenate([x[:, j * h:(j + 1) * h] for x in parts], axis=2) for j in range(p)]\n",   # rank order
          "import numpy as np\n\ndef seq_to_heads(parts, positions):\n    p, order = len(parts), np.concatenate(positions)\n"

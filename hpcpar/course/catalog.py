@@ -133,6 +133,12 @@ EXERCISES = [
                  "selective drops the attention probabilities, (B, NH, T, T), and the scaled queries beside them",
                  "a block that recomputes runs its forward again in backward: attention with it"),
              after="Measure it: .venv/bin/hpcpar bench --only recompute --quick compares the modes on a whole model"),
+    Exercise(25, "17-all-to-all.md", "MoE", "the MoE dispatch and combine: permutation, send counts, combine",
+             "dispatch_combine", check_a2a.check_dispatch_combine, check_a2a.dispatch_combine, hints=(
+                 "assignment a = t k + j is token t's j-th choice; a stable sort of idx.reshape(-1) groups them "
+                 "by expert, in token order within each (np.argsort(..., kind='stable'))",
+                 "rank q holds experts q E/ep .. (q+1) E/ep - 1: its rows are the sum of those experts' counts",
+                 "row i of ye is assignment order[i]: token order[i] // k, weight w.reshape(-1)[order[i]]")),
     Exercise(26, "17-all-to-all.md", "CP", "the Ulysses transpose: sequence cut to head cut",
              "seq_to_heads", check_a2a.check_seq_to_heads, check_a2a.seq_to_heads, hints=(
                  "rank j's heads are one contiguous run: j H/p .. (j+1) H/p - 1, from every rank's part",

@@ -1,9 +1,11 @@
-"""All-to-all exercises: the Ulysses transpose, the sequence cut of a cp group turned into a head cut
+"""All-to-all exercises: the MoE's dispatch and combine (hpcpar/ops/moe.py, expert_parallel/dispatch.py,
+docs/moe.md), and the Ulysses transpose, the sequence cut of a cp group turned into a head cut
 (hpcpar/context_parallel/transpose.py, docs/context_parallel.md)."""
 import numpy as np
 
 from hpcpar.context_parallel.transpose import simulate_seq_to_heads
 from hpcpar.course.wrong import Wrong
+from hpcpar.ops.moe import combine_forward, route_order
 from hpcpar.ops.ring_attention import balanced_positions
 
 
@@ -37,3 +39,32 @@ def check_seq_to_heads(f):
             if bad.any():
                 b, h, t, _ = (int(i) for i in np.argwhere(bad)[0])
                 raise Wrong(f"{what}: rank {j}, its head {h}, token {t} of the sequence is wrong")
+
+
+def dispatch_combine(idx, w, n_expert, ep, ye):
+    """Reference: router choices idx (N, k), weights w (N, k), E experts on ep ranks (E/ep consecutive
+    experts each), the experts' outputs ye (N k, C) in dispatch order -> (order, send, y): the
+    permutation of the N k assignments that makes each expert's rows contiguous (token order within an
+    expert), the rows sent to each rank, and y (N, C) = sum over a token's choices of weight x output."""
+    order = route_order(idx, n_expert)[0]
+    send = np.bincount(idx.reshape(-1), minlength=n_expert).reshape(ep, -1).sum(axis=1)
+    return order, send, combine_forward(ye, w, order)
+
+
+def check_dispatch_combine(f):
+    rng = np.random.default_rng(25)
+    for N, k, E, ep in ((6, 2, 4, 2), (8, 2, 8, 4), (5, 3, 6, 3), (7, 1, 4, 2)):
+        what = f"{N} tokens, top-{k} of {E} experts on {ep} ranks"
+        idx = np.stack([rng.choice(E, k, replace=False) for _ in range(N)])
+        w = rng.random((N, k))
+        ye = rng.standard_normal((N * k, 3))
+        got = f(idx.copy(), w.copy(), E, ep, ye.copy())
+        want = dispatch_combine(idx, w, E, ep, ye)
+        for name, g, v in zip(("order", "send", "y"), got, want):
+            g = np.asarray(g)
+            if g.shape != v.shape:
+                raise Wrong(f"{what}: {name} has shape {g.shape}, expected {v.shape}")
+            bad = ~np.isclose(g, v, rtol=1e-12, atol=1e-12)
+            if bad.any():
+                i = tuple(int(j) for j in np.argwhere(bad)[0])
+                raise Wrong(f"{what}: {name}{list(i)} is {g[i]:.6g}, not what the package gives")
