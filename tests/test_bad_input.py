@@ -78,3 +78,11 @@ def test_a_llama_file_needs_no_model_flag_and_refuses_a_contradiction(tmp_path, 
     line = refused(["train", "--init-from", str(tmp_path / "llama"), "--model", "tiny", "--steps", "1"])
     assert line == (f"--model tiny contradicts --init-from {tmp_path / 'llama'}, which holds a Llama "
                     f"(LlamaForCausalLM) (without --model the family comes from the file)")
+
+
+@pytest.mark.parametrize("factor", ["0", "-1"])
+def test_a_capacity_factor_not_above_zero_is_refused(factor):
+    """Dropless routing is the option left out; a given factor <= 0 is a mistake, refused in one line."""
+    line = refused(["train", "--model", "moe-tiny", "--steps", "1", "--capacity-factor", factor])
+    assert line == (f"--capacity-factor must be positive, got {float(factor)} (dropless routing, every choice "
+                    f"computed, is the default: leave the option out)")

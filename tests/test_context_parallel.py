@@ -8,7 +8,7 @@ from hpcpar.training.config import check
 from hpcpar.runtime import UsageError
 from hpcpar.training.train import model_config
 from mpitools import hpcpar, run_mpi
-from train_helpers import config, rel_err
+from train_helpers import GPT_DIMS, LLAMA_DIMS, config, rel_err
 
 
 @pytest.mark.parametrize("kw, world, msg", [
@@ -20,6 +20,13 @@ from train_helpers import config, rel_err
     (dict(cp=2, dtype="float32", precision="bf16"), 2, "use --precision fp32"),
     (dict(cp=2, dims=dict(model="mlp", layers=2)), 2, "--cp needs a GPT model"),
     (dict(cp=0), 1, "--cp must be at least 1"),
+    (dict(cp=3, cp_kind="ulysses", seq_len=12), 3,
+     "--cp-kind ulysses --cp 3: the 8 attention heads must divide by cp"),
+    (dict(cp=4, tp=2, cp_kind="ulysses", dims=dict(GPT_DIMS, heads=4, seq_len=16)), 8,
+     "--cp-kind ulysses --cp 4: the 4 attention heads / tp 2 = 2 per tp rank must divide by cp"),
+    (dict(cp=4, cp_kind="ulysses", dims=dict(LLAMA_DIMS, seq_len=16)), 4,
+     "--cp-kind ulysses --cp 4: the 2 key/value heads must divide by cp"),
+    (dict(cp=2, cp_kind="tree"), 2, "--cp-kind"),
 ])
 def test_bad_context_parallel_sizes_are_refused(kw, world, msg):
     with pytest.raises(UsageError, match=msg.replace("(", r"\(").replace(")", r"\)")):

@@ -149,3 +149,74 @@ def test_llama_with_context_parallelism_matches_one_rank(comm):
         free(t)
         free(ref)
         assert rel_err(got, want) <= 1e-10, f"{kw}: losses {got} vs one rank {want}"
+
+
+# Ulysses (--cp-kind ulysses): (tp, cp, pp, dp) at world sizes 2, 4 and 8; the heads (8) per tp rank divide by cp
+ULYSSES_LAYOUTS = {2: [(1, 2, 1, 1)], 4: [(1, 4, 1, 1), (2, 2, 1, 1)], 8: [(2, 2, 1, 2)]}
+
+
+@pytest.mark.mpi(min_size=2)
+@pytest.mark.parametrize("layout", [x for n in sorted(ULYSSES_LAYOUTS) for x in ULYSSES_LAYOUTS[n]], ids=layout_id)
+def test_ulysses_layout_matches_single_rank(comm, single_rank, layout):
+    if np.prod(layout) != comm.size:
+        pytest.skip(f"a layout of {np.prod(layout)} ranks")
+    check_layout(comm, single_rank, layout, cp_kind="ulysses")
+
+
+@pytest.mark.mpi(min_size=4)
+def test_ulysses_with_the_other_options(comm, single_rank):
+    """Sequence parallelism, ZeRO-1, selective recomputation, and full recomputation under the
+    interleaved schedule (which runs the forward all-to-alls again in the backward)."""
+    if comm.size != 4:
+        pytest.skip("layouts of 4 ranks")
+    check_layout(comm, single_rank, (2, 2, 1, 1), cp_kind="ulysses", sequence_parallel=True)
+    check_layout(comm, single_rank, (1, 2, 1, 2), cp_kind="ulysses", zero1=True, recompute_attention=True)
+    check_layout(comm, single_rank, (1, 2, 2, 1), cp_kind="ulysses", schedule="interleaved", chunks=2,
+                 recompute=True)
+
+
+ULYSSES_LLAMA = dict(LLAMA, heads=8, kv_heads=4)          # tp 2 x cp 2: 2 K/V heads per tp rank, 1 per cp rank
+ULYSSES_LLAMA_LAYOUTS = {2: [dict(cp=2)], 4: [dict(tp=2, cp=2)]}
+
+
+@pytest.mark.mpi(min_size=2)
+def test_llama_with_ulysses_matches_one_rank(comm):
+    """Grouped K/V moved as their NKV heads and repeated after the all-to-all: one step's loss and
+    gradients, then three AdamW steps' losses, equal one rank's."""
+    if comm.size not in ULYSSES_LLAMA_LAYOUTS:
+        pytest.skip("layouts of 2 or 4 ranks")
+    for kw in ULYSSES_LLAMA_LAYOUTS[comm.size]:
+        kw = dict(kw, cp_kind="ulysses")
+        check_step(comm, dims=ULYSSES_LLAMA, **kw)
+        ref, t = reference(comm, dims=ULYSSES_LLAMA, **kw), trainer(comm, dims=ULYSSES_LLAMA, **kw)
+        want, got = [ref.step(s).loss for s in range(STEPS)], [t.step(s).loss for s in range(STEPS)]
+        free(t)
+        free(ref)
+        assert rel_err(got, want) <= 1e-10, f"{kw}: losses {got} vs one rank {want}"
+
+
+@pytest.mark.mpi(min_size=2)
+@pytest.mark.parametrize("dims", [DIMS, ULYSSES_LLAMA], ids=["gpt2", "llama"])
+def test_ulysses_moves_the_formula_bytes_and_traces_them(comm, dims):
+    """Per attention layer and micro-batch each cp rank hands the all-to-alls 4 B (T/cp) HS (NH + NKV)
+    numbers (docs/context_parallel.md, ``ulysses_bytes``): Q, K, V and O forward, dO and dQ, dK, dV
+    backward - the count of one step's gradients, and in a trace four spans on the "cp" track per layer
+    and micro-batch whose bytes add up to the same."""
+    if comm.size != 2:
+        pytest.skip("2 ranks")
+    from hpcpar.context_parallel.ulysses import ulysses_bytes
+    from hpcpar.trace import tracer as trace
+    t = trainer(comm, dims=dims, cp=2, cp_kind="ulysses")
+    cfg = t.mcfg
+    want = cfg.n_layer * t.cfg.microbatches * ulysses_bytes(t.micro, cfg.seq_len, 2, cfg.d_model // cfg.n_head,
+                                                            cfg.n_head, cfg.n_kv_head, 8)
+    tracer = trace.start("cp", comm)
+    try:
+        t.gradients(0)
+    finally:
+        trace.stop()
+        free(t)
+    assert t.grid.cp_comm.stats.bytes["all_to_all"] == want
+    spans = [(name, args["bytes"]) for name, cat, track, s, e, args in tracer.events if cat == "ulysses"]
+    assert len(spans) == 4 * cfg.n_layer * t.cfg.microbatches and sum(b for _, b in spans) == want
+    assert {name for name, _ in spans} == {"a2a qkv", "a2a o", "a2a do", "a2a dqkv"}

@@ -147,6 +147,7 @@ def test_context_parallel_doc_quotes_the_single_rank_losses():
     both = quoted_losses("context_parallel.md", "hpcpar train --steps 3 --dtype float64 --seq-len 16")
     assert len(both) == 6 and both[:3] == both[3:]
     assert quoted_losses("context_parallel.md", "hpcpar train --cp 2 --steps 3") == both[3:]
+    assert quoted_losses("context_parallel.md", "hpcpar train --cp 2 --cp-kind ulysses --steps 3") == both[3:]
 
 
 def test_schedule_plot_writes_a_png(tmp_path):

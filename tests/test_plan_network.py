@@ -108,3 +108,40 @@ def test_an_all_gather_cp_engine_waits_for_its_gather():
     from hpcpar.plan.explain import explain
     from hpcpar.plan.step import estimate
     assert "CP all-gather of 4 K and V chunks" in explain(estimate(gather, lay))
+
+
+def test_ulysses_all_to_alls_are_the_bytes_the_engine_sends():
+    """Ulysses (context_parallel/ulysses.py) hands its all-to-alls 4 b (s/cp) d (a + kv) / t bytes a layer
+    and micro-batch; the planner's two forward messages, counted twice (the backward moves the same),
+    are those bytes, and each costs (cp-1) alpha + (cp-1)/cp n / beta on the cp group's link, exposed."""
+    from hpcpar.context_parallel.ulysses import ulysses_bytes
+    from hpcpar.plan.compute import cp_times
+    from hpcpar.plan.job import Job
+    from hpcpar.plan.models import load_model
+    from hpcpar.plan.network import all_to_all_seconds, cp_all_to_all_seconds, ulysses_message_bytes
+    model = load_model("llama3-8b")                  # 32 heads, 8 key/value heads of 128
+    job = Job(model, A100, 16, 8, 8, 8192)
+    lay = Layout(2, 1, 2, cp=4, cp_kind="ulysses")
+    qkv, o = ulysses_message_bytes(job, lay)
+    assert 2 * (qkv + o) == ulysses_bytes(1, 8192, 4, 128, 32 // 2, 8 // 2, 2)
+    link = group_link(A100, lay, "cp", 8)
+    assert cp_all_to_all_seconds(job, lay) == pytest.approx(all_to_all_seconds(link, 4, qkv)
+                                                            + all_to_all_seconds(link, 4, o))
+    assert cp_times(job, lay, core=1.0) == {"fwd CP all-to-all": cp_all_to_all_seconds(job, lay),
+                                            "bwd CP all-to-all": cp_all_to_all_seconds(job, lay)}
+
+
+def test_ulysses_layouts_need_heads_divisible_by_cp_and_the_search_tries_both_kinds():
+    from hpcpar.plan.job import Job
+    from hpcpar.plan.layout import parse_layout
+    from hpcpar.plan.models import load_model
+    from hpcpar.plan.search import Space, candidates
+    job = Job(load_model("llama3-8b"), A100, 16, 8, 16, 8192)
+    lay = parse_layout("tp2-pp1-dp2-mb1-v1-1f1b-cp4-ulysses")
+    assert lay.cp_kind == "ulysses" and str(lay) == "tp2-pp1-dp2-mb1-v1-1f1b-cp4-ulysses"
+    assert job.check(lay) is None
+    assert "ulysses needs cp=8 to divide the 16 heads and 4 key/value heads" in job.check(
+        parse_layout("tp2-pp1-dp1-mb1-v1-1f1b-cp8-ulysses"))
+    kinds = {c.cp_kind for c in candidates(job, Space(fixed=(("cp", 4), ("tp", 2), ("pp", 1))))}
+    assert kinds == {"ring", "ulysses"}
+    assert {c.cp_kind for c in candidates(job, Space(fixed=(("cp", 1),)))} == {"ring"}

@@ -2,7 +2,7 @@
 
   hpcpar plan --model gpt3-175b --gpus 1024 --gpus-per-node 8 --hardware a100 \\
               --global-batch 1536 --seq-len 2048 [--top 10] [--explain top] [--plot plan.png]
-              [--tp 8] [--pp N] [--cp 16] [--zero 1|2|3] [--recompute none|selective|full]
+              [--tp 8] [--pp N] [--cp 16 [--cp-kind ring|ulysses]] [--zero 1|2|3] [--recompute none|selective|full]
               [--overlap-tp | --no-overlap-tp] [--fp8] [--cp-allgather]
               [--intra-gbps 450 --inter-gbps 50 --memory-gib 80]
   hpcpar plan --validate [MATCH]               predicted vs published runs (hpcpar/plan/runs/*.toml)
@@ -14,7 +14,7 @@
 --model: gpt2, gpt3-175b, llama-70b, ... (the files in hpcpar/plan/models), a .toml file, or dims such
 as l=24,h=2048,a=16,V=50257[,kv=8,f=5632,gated=1,tied=0].  --hardware: a100, h100, h200 or a profile
 .toml (e.g. from `hpcpar plan calibrate`).  A LAYOUT is written tp8-pp8-dp16-mb1-v1-1f1b[-sp][-z1]
-[-cp2][-z1|-z2|-z3][-rcsel|-rcfull]: tensor, pipeline and data parallel sizes, micro-batch size,
+[-cp2[-ulysses]][-z1|-z2|-z3][-rcsel|-rcfull]: tensor, pipeline and data parallel sizes, micro-batch size,
 chunks per stage, schedule (gpipe, 1f1b, interleaved, zb-h1), sequence parallelism, context
 parallelism, ZeRO stage (z3: FSDP), selective or full recomputation.  --tp/--pp/--dp/--cp/--zero/
 --recompute pin that part of the layout and the search ranks the rest.  The model behind the
@@ -43,6 +43,9 @@ def add_arguments(p):
     p.add_argument("--zero", type=int, choices=[0, 1, 2, 3], help="pin the ZeRO stage (3: FSDP)")
     p.add_argument("--recompute", choices=["none", "selective", "full"], help="pin the recomputation")
     p.add_argument("--cp", type=int, default=1, help="context-parallel size (default 1)")
+    p.add_argument("--cp-kind", choices=["ring", "ulysses"],
+                   help="pin how the cp ranks attend: ring, or ulysses (all-to-alls around attention; the heads "
+                        "per tp rank must divide by cp); default: both tried when --cp > 1")
     p.add_argument("--cp-allgather", action="store_true",
                    help="context parallelism all-gathers K and V before attention, exposed (Llama 3's), "
                         "instead of a ring overlapped with it")
@@ -121,6 +124,8 @@ def _space(args):
         fixed["zero"] = args.zero
     if args.recompute:
         fixed["recompute"] = args.recompute
+    if args.cp_kind:
+        fixed["cp_kind"] = args.cp_kind
     return Space(fixed=tuple(fixed.items()), max_tp=args.tp or 0)
 
 

@@ -23,6 +23,7 @@ import time
 from hpcpar.trace import tracer as trace
 from hpcpar.backend import array_module
 from hpcpar.comm import wait_all
+from hpcpar.ops.gqa import repeat_kv_backward, repeat_kv_forward
 from hpcpar.ops.ring_attention import balanced_positions, block_backward, block_forward, merge, ring_source, scale
 
 KV_TAG, DKV_TAG = 41, 42
@@ -78,11 +79,13 @@ class RingAttention:
         n = self.comm.size
         return [balanced_positions(t_local * n, n, j) for j in range(n)]
 
-    def forward(self, q, k, v, mask, selective, ctx):
-        """q, k, v (B, NH, T/cp, HS) of this rank's tokens -> O (B, NH, T/cp, HS), cache."""
+    def forward(self, q, k, v, mask, selective, ctx, rep=1):
+        """q (B, NH, T/cp, HS), k, v (B, NH/rep, T/cp, HS) of this rank's tokens -> O (B, NH, T/cp, HS), cache.
+        Grouped K/V are repeated to NH heads before the ring: its blocks are full heads."""
         n, r = self.comm.size, self.comm.rank
         pos = self._positions(q.shape[2])
         qs = scale(q)                                                        # Qs = Q / sqrt(HS)
+        k, v = repeat_kv_forward(k, rep), repeat_kv_forward(v, rep)
         kv = pair(k, v)                                                      # (2, B, NH, T/cp, HS)
         o = lse = None
         for step in range(n):
@@ -92,11 +95,12 @@ class RingAttention:
             o, lse = part if o is None else merge(o, lse, *part)             # (B, NH, T/cp, HS), (B, NH, T/cp)
             if hop is not None:
                 kv = hop.wait()
-        return o, (qs, k, v, o, lse, pos)
+        return o, (qs, k, v, o, lse, pos, rep)
 
     def backward(self, do, cache, out=None):
-        """do (B, NH, T/cp, HS) -> dq, dk, dv (written into ``out``, three arrays of that shape, if given)."""
-        qs, k, v, o, lse, pos = cache
+        """do (B, NH, T/cp, HS) -> dq, dk, dv (B, NH/rep, T/cp, HS) (written into ``out``, three arrays,
+        if given)."""
+        qs, k, v, o, lse, pos, rep = cache
         n, r = self.comm.size, self.comm.rank
         xp = array_module(do)
         delta = (do * o).sum(axis=-1)                                        # D = rowsum(dO * O)  (B, NH, T/cp)
@@ -115,7 +119,9 @@ class RingAttention:
             if kv_hop is not None:
                 kv = kv_hop.wait()
         dkv = dkv_hop.wait()                                                 # my block, from every rank
-        dq, dk, dv = out if out is not None else (xp.empty(qs.shape, dtype=qs.dtype) for _ in range(3))
+        dq, dk, dv = out if out is not None else (xp.empty(qs.shape, dtype=qs.dtype), None, None)
         dq[...] = scale(dqs)                                                 # dQ = dQs / sqrt(HS)
+        if out is None:
+            return dq, repeat_kv_backward(dkv[0], rep), repeat_kv_backward(dkv[1], rep)
         dk[...], dv[...] = dkv[0], dkv[1]
         return dq, dk, dv

@@ -1,6 +1,6 @@
 """The exercises (docs/course/): what each asks, its check, its reference, its hints.  Numbered in the
 order they joined the course; each lesson names its own."""
-from hpcpar.course import (check_3d, check_cp, check_dp, check_hangs, check_llama, check_memory, check_pp,
+from hpcpar.course import (check_3d, check_a2a, check_cp, check_dp, check_hangs, check_llama, check_memory, check_pp,
                            check_precision, check_state, check_tp)
 from hpcpar.course.collectives import ring_allreduce
 from hpcpar.course.exercise import Exercise
@@ -133,5 +133,16 @@ EXERCISES = [
                  "selective drops the attention probabilities, (B, NH, T, T), and the scaled queries beside them",
                  "a block that recomputes runs its forward again in backward: attention with it"),
              after="Measure it: .venv/bin/hpcpar bench --only recompute --quick compares the modes on a whole model"),
+    Exercise(25, "17-all-to-all.md", "MoE", "the MoE dispatch and combine: permutation, send counts, combine",
+             "dispatch_combine", check_a2a.check_dispatch_combine, check_a2a.dispatch_combine, hints=(
+                 "assignment a = t k + j is token t's j-th choice; a stable sort of idx.reshape(-1) groups them "
+                 "by expert, in token order within each (np.argsort(..., kind='stable'))",
+                 "rank q holds experts q E/ep .. (q+1) E/ep - 1: its rows are the sum of those experts' counts",
+                 "row i of ye is assignment order[i]: token order[i] // k, weight w.reshape(-1)[order[i]]")),
+    Exercise(26, "17-all-to-all.md", "CP", "the Ulysses transpose: sequence cut to head cut",
+             "seq_to_heads", check_a2a.check_seq_to_heads, check_a2a.seq_to_heads, hints=(
+                 "rank j's heads are one contiguous run: j H/p .. (j+1) H/p - 1, from every rank's part",
+                 "rank i's token t goes to position positions[i][t] of the whole sequence, not to i T/p + t",
+                 "with np.empty((B, H/p, T, HS)), out[:, :, positions[i]] = parts[i][:, heads of j] for every i")),
 ]
 BY_NUMBER = {e.number: e for e in EXERCISES}

@@ -6,8 +6,8 @@
 
 The head count is read off the projection's output width, so the same code runs on a tensor-parallel
 rank that holds only NH / tp heads (c_attn column-parallel, c_proj row-parallel).  The core, O from
-(Q, K, V), is an object of its own (``self.core``): context parallelism swaps it for ring attention
-(hpcpar/context_parallel/) and keeps everything around it.
+(Q, K, V), is an object of its own (``self.core``): context parallelism swaps it for ring or Ulysses
+attention (hpcpar/context_parallel/) and keeps everything around it.
 """
 import math
 
@@ -29,7 +29,7 @@ class Attention(Module):
         self.attn_drop = Dropout(f"{prefix}.attn_dropout", dropout)
         self.resid_drop = Dropout(f"{prefix}.resid_dropout", dropout)
         self.selective = False          # recompute the core's probabilities in backward (attention_core.py)
-        self.core = LocalAttention()    # context parallelism swaps in its ring
+        self.core = LocalAttention()    # context parallelism swaps in its ring or Ulysses
 
     def forward(self, x, ctx=None):
         qkv, c_attn = self.c_attn.forward(x, ctx)             # (B, T, 3 * C_local)

@@ -16,12 +16,15 @@ site, sample): nn/dropout.py), so the gradients are bit for bit those of keeping
 Full recomputation (nn/block.py ``recompute``) goes further: a block keeps only its input.
 
 Each attention module holds its core as an object (``LocalAttention`` below), so that context
-parallelism can swap in ring attention (hpcpar/context_parallel/ring.py, the same two methods) and
-keep everything around it.
+parallelism can swap in ring or Ulysses attention (hpcpar/context_parallel/ring.py, ulysses.py: the
+same two methods) and keep everything around it.  The core takes grouped-query K/V as they are
+(``rep`` = NH / NKV query heads per K/V head) and repeats them itself: Ulysses moves the NKV heads,
+not the NH repeated ones.
 """
 from typing import Any, Callable, NamedTuple
 
 from hpcpar.ops.attention import attention_backward, attention_forward
+from hpcpar.ops.gqa import repeat_kv_backward, repeat_kv_forward
 
 
 class CoreInputs(NamedTuple):
@@ -48,8 +51,13 @@ def core_backward(do, cache, out=None):
 class LocalAttention:
     """The core over the whole sequence held on this rank: ``core_forward`` / ``core_backward``."""
 
-    def forward(self, q, k, v, mask, selective, ctx):
-        return core_forward(q, k, v, mask, selective)
+    def forward(self, q, k, v, mask, selective, ctx, rep=1):
+        """q (B, NH, T, HS), k, v (B, NH/rep, T, HS) -> o (B, NH, T, HS), cache"""
+        o, cache = core_forward(q, repeat_kv_forward(k, rep), repeat_kv_forward(v, rep), mask, selective)
+        return o, (cache, rep)
 
     def backward(self, do, cache, out=None):
-        return core_backward(do, cache, out)
+        """do (B, NH, T, HS) -> dq (B, NH, T, HS), dk, dv (B, NH/rep, T, HS); ``out`` only when rep is 1."""
+        cache, rep = cache
+        dq, dk, dv = core_backward(do, cache, out)
+        return dq, repeat_kv_backward(dk, rep), repeat_kv_backward(dv, rep)

@@ -2,8 +2,8 @@
 
     q = x W_q  (B, T, NH*HS),   k = x W_k,  v = x W_v  (B, T, NKV*HS)       no biases
     q, k <- rope(q), rope(k)            each head rotated by its tokens' global positions (ops/rope.py)
-    k, v <- repeat_kv(k), repeat_kv(v)  NKV -> NH heads, query head h reads K/V head h // (NH/NKV)
-    o = attention(q, k, v)              the same core as GPT-2's (nn/attention_core.py), over NH full heads
+    o = attention(q, k, v)              the same core as GPT-2's (nn/attention_core.py), given the NKV K/V
+                                        heads: it repeats them to NH, query head h reads K/V head h // (NH/NKV)
     y = concat_h(o_h) W_o
 
 The positions come from the micro-batch's context (``ctx.positions``; 0..T-1 when it gives none), so a
@@ -22,7 +22,6 @@ from hpcpar.nn.attention_core import LocalAttention
 from hpcpar.nn.linear import Linear, Projections
 from hpcpar.nn.module import Module
 from hpcpar.ops.attention import attention_cached_forward, merge_heads, split_heads
-from hpcpar.ops.gqa import repeat_kv_backward, repeat_kv_forward
 from hpcpar.ops.rope import rope_backward, rope_forward, rope_tables
 
 
@@ -40,7 +39,7 @@ class RotaryAttention(Module):
                                  for name, heads in (("q", cfg.n_head), ("k", cfg.n_kv_head), ("v", cfg.n_kv_head))))
         self.o_proj = Linear(f"{prefix}.o_proj", cfg.n_head * HS, C, 0.02, seed, dtype, bias=False)
         self.selective = False          # recompute the core's probabilities in backward (attention_core.py)
-        self.core = LocalAttention()    # context parallelism swaps in its ring
+        self.core = LocalAttention()    # context parallelism swaps in its ring or Ulysses
 
     def rotated_heads(self, x, ctx=None, start=0):
         """q (B, nh, T, HS), k, v (B, nkv, T, HS) of x (B, T, C), q and k rotated by the tokens' positions
@@ -54,10 +53,9 @@ class RotaryAttention(Module):
     def forward(self, x, ctx=None):
         q, k, v, cos, sin, c_in = self.rotated_heads(x, ctx)
         nh, rep = q.shape[1], q.shape[1] // k.shape[1]
-        o, c_core = self.core.forward(q, repeat_kv_forward(k, rep), repeat_kv_forward(v, rep),
-                                      lambda: None, self.selective, ctx)      # no dropout in Llama
+        o, c_core = self.core.forward(q, k, v, lambda: None, self.selective, ctx, rep)   # no dropout in Llama
         y, c_o = self.o_proj.forward(merge_heads(o), ctx)             # (B, T, C)
-        return y, (c_in, c_core, c_o, cos, sin, nh, rep)
+        return y, (c_in, c_core, c_o, cos, sin, nh)
 
     def forward_cached(self, x, kv, start):
         """Forward only, for generation: x (B, T, C) of the tokens at positions [start, start + T);
@@ -73,10 +71,9 @@ class RotaryAttention(Module):
         return self.o_proj.forward(merge_heads(o))[0]                  # (B, T, C)
 
     def backward(self, dy, cache, defer=None):
-        c_in, c_core, c_o, cos, sin, nh, rep = cache
+        c_in, c_core, c_o, cos, sin, nh = cache
         do = split_heads(self.o_proj.backward(dy, c_o, defer), nh)   # (B, nh, T, HS)
-        dq, dk, dv = self.core.backward(do, c_core)                  # (B, nh, T, HS) each
+        dq, dk, dv = self.core.backward(do, c_core)                  # (B, nh, T, HS), (B, nkv, T, HS) twice
         dq = rope_backward(dq, cos, sin)
-        dk = rope_backward(repeat_kv_backward(dk, rep), cos, sin)     # (B, nkv, T, HS)
-        dv = repeat_kv_backward(dv, rep)
+        dk = rope_backward(dk, cos, sin)
         return self.qkv.backward([merge_heads(d) for d in (dq, dk, dv)], c_in, defer)     # (B, T, C)

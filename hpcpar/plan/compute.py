@@ -36,7 +36,7 @@ from dataclasses import dataclass, field, replace
 
 from hpcpar.plan.flops import layer_gemms, logits_gemm
 from hpcpar.plan.memory import tokens_per_rank
-from hpcpar.plan.network import cp_allgather_seconds, cp_ring_seconds, tp_all_reduce
+from hpcpar.plan.network import cp_all_to_all_seconds, cp_allgather_seconds, cp_ring_seconds, tp_all_reduce
 
 
 @dataclass
@@ -126,6 +126,9 @@ def cp_times(job, layout, core):
     """Exposed context-parallel communication of one layer, forward and backward ({} without cp)."""
     if layout.cp == 1:
         return {}
+    if layout.cp_kind == "ulysses":                      # blocking, before and after the core, both ways
+        a2a = cp_all_to_all_seconds(job, layout)
+        return {"fwd CP all-to-all": a2a, "bwd CP all-to-all": a2a}
     if job.engine.cp_allgather:
         gather = cp_allgather_seconds(job, layout)
         return {"fwd CP all-gather": gather, "bwd CP all-gather": 2 * gather}

@@ -10,8 +10,8 @@ from hpcpar.pipeline.schedules import KINDS
 from hpcpar.plan.compute import elementwise_bytes, gemm_rate, gemm_seconds, layout_engine_job
 from hpcpar.plan.flops import layer_gemms, narayanan_flops, step_flops
 from hpcpar.plan.memory import layer_activation_terms, stage_params, state_bytes_per_param
-from hpcpar.plan.network import (cp_allgather_seconds, cp_chunk_bytes, cp_ring_crosses_nodes, cp_ring_seconds,
-                                 group_link)
+from hpcpar.plan.network import (cp_all_to_all_seconds, cp_allgather_seconds, cp_chunk_bytes, cp_ring_crosses_nodes,
+                                 cp_ring_seconds, group_link, ulysses_message_bytes)
 
 GiB = 2**30
 
@@ -95,7 +95,13 @@ def compute_section(est):
     lines.append(f"  TP all-reduce of b*s*h = {nbytes / 2**20:.1f} MiB over {lay.tp} ranks: 2(t-1)*alpha + "
                  f"2(t-1)/t * n / beta, beta = {link.bandwidth * link.efficiency / 1e9:.0f} GB/s; 2 forward, 2 backward"
                  + ("; with sp an all-gather + reduce-scatter pair each, same time" if lay.sp else ""))
-    if lay.cp > 1 and job.engine.cp_allgather:
+    if lay.cp > 1 and lay.cp_kind == "ulysses":
+        qkv, o = ulysses_message_bytes(job, lay)
+        lines.append(f"  CP Ulysses: all-to-alls over {lay.cp} ranks of Q, K, V ({qkv / 2**20:.1f} MiB a rank) and O "
+                     f"({o / 2**20:.1f} MiB), (cp-1)/cp of each leaving the rank: "
+                     f"{_ms(cp_all_to_all_seconds(job, lay)).strip()} forward, the same backward (dO; dQ, dK, dV); "
+                     "exposed, around the attention core")
+    elif lay.cp > 1 and job.engine.cp_allgather:
         lines.append(f"  CP all-gather of {lay.cp} K and V chunks of {cp_chunk_bytes(job, lay) / 2**20:.1f} MiB over "
                      f"{lay.cp} ranks: {_ms(cp_allgather_seconds(job, lay)).strip()} forward, twice backward "
                      "(K, V gathered again, dK, dV reduce-scattered); exposed, before the attention core")

@@ -6,6 +6,7 @@ returns None.  Whether it *fits* in memory is memory.py's question; how fast it 
 from dataclasses import dataclass, field
 
 from hpcpar.pipeline.schedules import KINDS
+from hpcpar.plan.flops import kv_heads_per_rank
 from hpcpar.plan.hardware import DTYPE_BYTES
 from hpcpar.plan.layout import SCHEDULES, stage_layers
 
@@ -104,6 +105,11 @@ class Job:
             return f"ZeRO-{lay.zero} needs dp * cp > 1"
         if lay.cp < 1 or self.seq_len % (2 * lay.cp if lay.cp > 1 else 1):
             return f"cp={lay.cp} does not split the sequence {self.seq_len} into 2*cp load-balanced chunks"
+        if lay.cp_kind not in ("ring", "ulysses"):
+            return f"unknown cp kind {lay.cp_kind} (ring or ulysses)"
+        if lay.cp_kind == "ulysses" and (m.heads // lay.tp % lay.cp or kv_heads_per_rank(m, lay.tp) % lay.cp):
+            return (f"ulysses needs cp={lay.cp} to divide the {m.heads // lay.tp} heads and "
+                    f"{kv_heads_per_rank(m, lay.tp)} key/value heads of a tp rank")
         if KINDS[lay.schedule].v_shape:       # no closed form for them in plan/memory.py and bubble.py yet
             return f"the planner does not model the V schedule {lay.schedule} yet (see hpcpar schedule --compare)"
         if KINDS[lay.schedule].chunked:

@@ -1,11 +1,12 @@
 """A layout: how one training step is split over the GPUs, written as one string.
 
-    tp8-pp8-dp16-mb1-v1-1f1b[-cp2][-sp][-z1|-z2|-z3][-rcsel|-rcfull]
+    tp8-pp8-dp16-mb1-v1-1f1b[-cp2[-ulysses]][-sp][-z1|-z2|-z3][-rcsel|-rcfull]
 
     tpT    tensor-parallel size (ranks sharing every layer)
     ppP    pipeline stages
     dpD    data-parallel replicas                           T * C * P * D = number of GPUs
     cpC    context-parallel size: each of C ranks holds 1/C of every sequence (ring attention)
+    ulysses  context parallelism by two all-to-alls around attention (Ulysses) instead of the ring
     mbB    micro-batch size in sequences; the number of micro-batches is m = global batch / (D * B)
     vV     model chunks per stage (V > 1 only for the interleaved schedule)
     name   pipeline schedule: gpipe, 1f1b, interleaved, zb-h1
@@ -41,6 +42,7 @@ class Layout:
     zero: int = 0               # ZeRO stage 0-3 (3: FSDP)
     sp: bool = False
     cp: int = 1                 # context-parallel size
+    cp_kind: str = "ring"       # ring | ulysses: how the cp ranks attend (docs/context_parallel.md)
 
     def __post_init__(self):
         object.__setattr__(self, "zero", int(self.zero))     # zero=True reads as stage 1
@@ -48,7 +50,7 @@ class Layout:
     def __str__(self):
         text = f"tp{self.tp}-pp{self.pp}-dp{self.dp}-mb{self.mb}-v{self.v}-{self.schedule}"
         if self.cp > 1:
-            text += f"-cp{self.cp}"
+            text += f"-cp{self.cp}" + ("-ulysses" if self.cp_kind == "ulysses" else "")
         if self.sp:
             text += "-sp"
         if self.zero:
@@ -76,7 +78,7 @@ class Layout:
 def parse_layout(text):
     """Parse the string form above (order of the optional tags is free)."""
     parts = text.strip().lower().split("-")
-    numbers, flags = {}, {"sp": False, "zero": 0, "recompute": "none", "schedule": None}
+    numbers, flags = {}, {"sp": False, "zero": 0, "recompute": "none", "schedule": None, "cp_kind": "ring"}
     # a schedule's name may contain the separator ("zb-h1"): only a whole name counts, the longest first
     for name in sorted(SCHEDULES, key=lambda n: -n.count("-")):
         k = name.count("-") + 1
@@ -88,6 +90,8 @@ def parse_layout(text):
     for part in parts:
         if part == "sp":
             flags["sp"] = True
+        elif part == "ulysses":
+            flags["cp_kind"] = "ulysses"
         elif part in ("z1", "z2", "z3"):
             flags["zero"] = int(part[1])
         elif part in RECOMPUTE and part:
@@ -104,7 +108,7 @@ def parse_layout(text):
         raise UsageError(f"layout {text!r}: missing {', '.join(missing)}")
     return Layout(tp=numbers["tp"], pp=numbers["pp"], dp=numbers["dp"], mb=numbers.get("mb", 1),
                   v=numbers.get("v", 1), schedule=flags["schedule"] or "1f1b", recompute=flags["recompute"],
-                  zero=flags["zero"], sp=flags["sp"], cp=numbers.get("cp", 1))
+                  zero=flags["zero"], sp=flags["sp"], cp=numbers.get("cp", 1), cp_kind=flags["cp_kind"])
 
 
 @lru_cache(maxsize=None)

@@ -12,8 +12,14 @@ next to tensor parallelism as in Megatron-Core): a group whose members share one
 NVLink; one that spans nodes goes through the network, and when k of its members share a node the k
 rings that leave that node use k network ports at once, so beta = min(NVLink, k * port).  ZeRO and
 the gradient reduction run over the "shard" group: the dp * cp ranks that hold the same weights.
-Context parallelism passes K and V chunks round a ring (cp_ring_seconds) or all-gathers them
-(cp_allgather_seconds).
+Context parallelism passes K and V chunks round a ring (cp_ring_seconds), all-gathers them
+(cp_allgather_seconds), or trades the sequence cut for a head cut by all-to-alls (Ulysses,
+cp_all_to_all_seconds).  An all-to-all over N ranks hands each of the N-1 others one block of
+n / N bytes, so per rank
+
+    all-to-all          (N-1)/N * n bytes in   (N-1) steps      (pairwise exchange)
+
+the bytes of a reduce-scatter - on the same link - without its additions.
 """
 from hpcpar.plan.flops import kv_heads_per_rank
 from hpcpar.plan.hardware import Link
@@ -46,6 +52,13 @@ def all_reduce_seconds(link, size, nbytes):
 
 def reduce_scatter_seconds(link, size, nbytes):
     """Also the time of an all-gather that produces ``nbytes`` in total."""
+    if size == 1 or nbytes == 0:
+        return 0.0
+    return (size - 1) * link.latency + (size - 1) / size * nbytes / (link.bandwidth * link.efficiency)
+
+
+def all_to_all_seconds(link, size, nbytes):
+    """An all-to-all of ``nbytes`` per rank (its own block included) over ``size`` ranks on ``link``."""
     if size == 1 or nbytes == 0:
         return 0.0
     return (size - 1) * link.latency + (size - 1) / size * nbytes / (link.bandwidth * link.efficiency)
@@ -111,3 +124,20 @@ def cp_allgather_seconds(job, layout):
     # A ring all-gather is a ring reduce-scatter run backwards: cp - 1 steps, each passing one chunk
     # to the next rank (without the addition), so the same latency and bytes: (cp - 1) / cp of the total.
     return reduce_scatter_seconds(link, layout.cp, layout.cp * cp_chunk_bytes(job, layout))
+
+
+def ulysses_message_bytes(job, layout):
+    """(Q, K, V message, O message) of one Ulysses layer and micro-batch on a rank: b (s/cp) d x the heads
+    a tp rank moves, (a + 2 kv) / t and a / t (context_parallel/ulysses.py sends exactly these)."""
+    m = job.model
+    token_head = layout.mb * (job.seq_len // layout.cp) * m.head_dim * job.elem_bytes
+    heads = m.heads // layout.tp
+    return token_head * (heads + 2 * kv_heads_per_rank(m, layout.tp)), token_head * heads
+
+
+def cp_all_to_all_seconds(job, layout):
+    """Ulysses' forward of one layer and micro-batch: the Q, K, V all-to-all and the O all-to-all over the
+    cp group's link (the backward moves the same bytes: dO, then dQ, dK, dV).  Nothing overlaps them:
+    the attention core waits for its heads, the output projection for its tokens."""
+    link = group_link(job.hardware, layout, "cp", job.gpus_per_node)
+    return sum(all_to_all_seconds(link, layout.cp, n) for n in ulysses_message_bytes(job, layout))

@@ -32,6 +32,7 @@ class Space:
     recompute: tuple = ("none", "selective", "full")
     zero: tuple = (0, 1, 3)              # ZeRO stages to try (3: FSDP)
     cp: tuple = (1,)                     # context-parallel sizes to try
+    cp_kinds: tuple = ("ring", "ulysses")    # how cp > 1 attends: both tried unless pinned ("cp_kind")
     sp: tuple = (False, True)
     micro_batch_sizes: tuple = (1, 2, 4, 8)
     chunks: tuple = (2, 3, 4, 6, 8, 12)
@@ -45,7 +46,7 @@ def divisors(n):
 
 def candidates(job, space=Space()):
     """Every layout of the space whose shapes divide (no memory check yet); ``space.fixed`` pins
-    any of tp, cp, pp, dp, mb, v, schedule, recompute, zero."""
+    any of tp, cp, pp, dp, mb, v, schedule, recompute, zero, cp_kind."""
     fixed = dict(space.fixed)
     max_tp = space.max_tp or job.gpus_per_node
     sp_choices = (True,) if True in space.sp else (False,)
@@ -64,8 +65,10 @@ def candidates(job, space=Space()):
                 if pp == 1 and schedule != "1f1b":     # without a pipeline every schedule is the same
                     continue
                 chunks = free("v", space.chunks if KINDS[schedule].chunked else (1,))
-                for v, rc, zero in product(chunks, free("recompute", space.recompute), free("zero", space.zero)):
-                    lay = Layout(tp, pp, dp, mb, v, schedule, rc, zero, sp_choices[0] and tp > 1, cp)
+                kinds = free("cp_kind", space.cp_kinds) if cp > 1 else ["ring"]
+                for v, rc, zero, kind in product(chunks, free("recompute", space.recompute), free("zero", space.zero),
+                                                 kinds):
+                    lay = Layout(tp, pp, dp, mb, v, schedule, rc, zero, sp_choices[0] and tp > 1, cp, kind)
                     if job.check(lay) is None:
                         yield lay
 

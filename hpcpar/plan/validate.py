@@ -46,7 +46,8 @@ def run_job(run, calibration=None, engine=None):
 
 def run_space(run, pin_grid=True):
     f = run.features
-    fixed = {"mb": run.mb, "v": run.v, "schedule": run.schedule, "recompute": run.recompute}
+    # the published runs with cp used a ring or an all-gather of K/V (engine.cp_allgather), not Ulysses
+    fixed = {"mb": run.mb, "v": run.v, "schedule": run.schedule, "recompute": run.recompute, "cp_kind": "ring"}
     if pin_grid:
         fixed.update(tp=run.tp, pp=run.pp, dp=run.dp, cp=run.cp)
     cps = (run.cp,) if run.cp > 1 else (1,)

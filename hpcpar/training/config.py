@@ -35,6 +35,9 @@ class TrainConfig:
     tp: int = opt(1, "tensor-parallel size: ranks that share every layer's GEMMs", group="layout", bound="count")
     cp: int = opt(1, "context-parallel size: ranks that share every sequence (ring attention)",
                   group="layout", bound="count")
+    cp_kind: str = opt("ring", "context parallelism's attention: ring (K/V blocks travel round the cp ranks) or "
+                               "ulysses (two all-to-alls trade the sequence cut for a head cut; heads and K/V "
+                               "heads per tp rank must divide by cp)", ["ring", "ulysses"], "layout")
     pp: int = opt(1, "pipeline-parallel size: stages of consecutive layers", group="layout", bound="count")
     ep: int = opt(1, "expert-parallel size: consecutive ranks of dp x cp that share the experts of every MoE "
                      "layer, tokens sent to them by all-to-all (docs/moe.md)", group="layout", bound="count")
@@ -96,8 +99,9 @@ class TrainConfig:
                             ["softmax", "sigmoid"], "model")
     aux_loss_coef: float = opt(0.0, "coefficient of the load-balancing loss (Switch/Mixtral form, per layer)",
                                group="model", bound="natural")
-    capacity_factor: float = opt(0.0, "rows an expert takes, as a multiple of an even share N k / E; the rest "
-                                      "are dropped and counted (0: dropless, exact)", group="model", bound="natural")
+    capacity_factor: float = opt(0.0, "rows an expert takes, as a multiple of an even share N k / E, positive; the "
+                                      "rest are dropped and counted (without the flag: dropless, exact)",
+                                 group="model", bound="natural")
     bias_rate: float = opt(0.0, "DeepSeek-V3's auxiliary-loss-free balancing: step of the routing bias per "
                                 "optimizer step (0: off)", group="model", bound="natural")
     # --- data -------------------------------------------------------------------------------
@@ -211,6 +215,9 @@ def config_from(args):
     argparse namespace holds only the flags the user gave (the CLI's defaults are SUPPRESS)."""
     values = load_toml(args.config) if args.config else {}
     values.update({f.name: getattr(args, f.name) for f in fields(TrainConfig) if hasattr(args, f.name)})
+    if values.get("capacity_factor", 1) <= 0:       # given: dropless is the option left out, not a factor
+        raise UsageError(f"--capacity-factor must be positive, got {values['capacity_factor']} (dropless routing, "
+                         f"every choice computed, is the default: leave the option out)")
     return TrainConfig(**values)
 
 
@@ -298,10 +305,11 @@ def _check_layout(cfg, world):
         if cfg.model == "mlp":
             raise UsageError("--cp needs a GPT model (the MLP has no sequence to share)")
         if cfg.dropout:
-            raise UsageError(f"--cp {cfg.cp}: ring attention has no dropout on the attention probabilities; "
+            raise UsageError(f"--cp {cfg.cp}: {cfg.cp_kind} attention has no dropout on the attention probabilities; "
                              f"use --dropout 0")
         if cfg.precision != "fp32":
-            raise UsageError(f"--cp {cfg.cp}: ring attention computes in the parameters' dtype; use --precision fp32")
+            raise UsageError(f"--cp {cfg.cp}: {cfg.cp_kind} attention computes in the parameters' dtype; "
+                             f"use --precision fp32")
     schedule_for(cfg)                                                     # a hang refused before launch
     check_zero(cfg)
 

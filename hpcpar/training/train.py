@@ -105,7 +105,8 @@ def model_config(cfg):
     if cfg.model != "mlp":
         check_moe(mcfg, cfg)
     check_divisible(mcfg, cfg.tp, cfg.sequence_parallel, getattr(mcfg, "seq_len", None))
-    check_context_parallel(cfg.cp, getattr(mcfg, "seq_len", 0), cfg.tp, cfg.sequence_parallel)
+    check_context_parallel(cfg.cp, getattr(mcfg, "seq_len", 0), cfg.tp, cfg.sequence_parallel, cfg.cp_kind,
+                           getattr(mcfg, "n_head", 0), getattr(mcfg, "n_kv_head", 0))
     return mcfg
 
 
@@ -198,7 +199,7 @@ class Trainer:
         self.edp_comm = expert_data_group(g.dp_cp_comm, cfg.ep) if cfg.ep > 1 else None
         for chunk in chunks:
             parallelize(chunk, g.tp_comm, cfg.sequence_parallel)
-            parallelize_context(chunk, g.cp_comm)
+            parallelize_context(chunk, g.cp_comm, cfg.cp_kind)
             if ep_comm is not None:
                 parallelize_experts(chunk, ep_comm)
             chunk.set_recompute(cfg.recompute, cfg.recompute_attention)

@@ -1,0 +1,70 @@
+"""All-to-all exercises: the MoE's dispatch and combine (hpcpar/ops/moe.py, expert_parallel/dispatch.py,
+docs/moe.md), and the Ulysses transpose, the sequence cut of a cp group turned into a head cut
+(hpcpar/context_parallel/transpose.py, docs/context_parallel.md)."""
+import numpy as np
+
+from hpcpar.context_parallel.transpose import simulate_seq_to_heads
+from hpcpar.course.wrong import Wrong
+from hpcpar.ops.moe import combine_forward, route_order
+from hpcpar.ops.ring_attention import balanced_positions
+
+
+def seq_to_heads(parts, positions):
+    """Reference: parts[r] (B, H, T/p, HS) of rank r's tokens at ``positions[r]`` -> list over ranks j of
+    (B, H/p, T, HS): heads j H/p .. (j+1) H/p - 1 of every token, in sequence order."""
+    return simulate_seq_to_heads(parts, [np.asarray(p) for p in positions])
+
+
+def check_seq_to_heads(f):
+    rng = np.random.default_rng(26)
+    cases = [("2 ranks, contiguous halves of the sequence", 2, lambda T, p: [np.arange(r * T // p, (r + 1) * T // p)
+                                                                          for r in range(p)]),
+             ("2 ranks, the causal balance (chunks r and 2p-1-r)", 2, lambda T, p: [balanced_positions(T, p, r)
+                                                                                  for r in range(p)]),
+             ("4 ranks, the causal balance", 4, lambda T, p: [balanced_positions(T, p, r) for r in range(p)])]
+    for what, p, cut in cases:
+        T, H = 16, 8
+        positions = cut(T, p)
+        whole = rng.standard_normal((2, H, T, 3))
+        parts = [whole[:, :, pos].copy() for pos in positions]
+        got = f([x.copy() for x in parts], [pos.copy() for pos in positions])
+        want = seq_to_heads(parts, positions)
+        if len(got) != p:
+            raise Wrong(f"{what}: {len(got)} arrays, expected one per rank ({p})")
+        for j, (g, w) in enumerate(zip(got, want)):
+            g = np.asarray(g)
+            if g.shape != w.shape:
+                raise Wrong(f"{what}: rank {j} gets shape {g.shape}, expected {w.shape} (B, H/p, T, HS)")
+            bad = g != w
+            if bad.any():
+                b, h, t, _ = (int(i) for i in np.argwhere(bad)[0])
+                raise Wrong(f"{what}: rank {j}, its head {h}, token {t} of the sequence is wrong")
+
+
+def dispatch_combine(idx, w, n_expert, ep, ye):
+    """Reference: router choices idx (N, k), weights w (N, k), E experts on ep ranks (E/ep consecutive
+    experts each), the experts' outputs ye (N k, C) in dispatch order -> (order, send, y): the
+    permutation of the N k assignments that makes each expert's rows contiguous (token order within an
+    expert), the rows sent to each rank, and y (N, C) = sum over a token's choices of weight x output."""
+    order = route_order(idx, n_expert)[0]
+    send = np.bincount(idx.reshape(-1), minlength=n_expert).reshape(ep, -1).sum(axis=1)
+    return order, send, combine_forward(ye, w, order)
+
+
+def check_dispatch_combine(f):
+    rng = np.random.default_rng(25)
+    for N, k, E, ep in ((6, 2, 4, 2), (8, 2, 8, 4), (5, 3, 6, 3), (7, 1, 4, 2)):
+        what = f"{N} tokens, top-{k} of {E} experts on {ep} ranks"
+        idx = np.stack([rng.choice(E, k, replace=False) for _ in range(N)])
+        w = rng.random((N, k))
+        ye = rng.standard_normal((N * k, 3))
+        got = f(idx.copy(), w.copy(), E, ep, ye.copy())
+        want = dispatch_combine(idx, w, E, ep, ye)
+        for name, g, v in zip(("order", "send", "y"), got, want):
+            g = np.asarray(g)
+            if g.shape != v.shape:
+                raise Wrong(f"{what}: {name} has shape {g.shape}, expected {v.shape}")
+            bad = ~np.isclose(g, v, rtol=1e-12, atol=1e-12)
+            if bad.any():
+                i = tuple(int(j) for j in np.argwhere(bad)[0])
+                raise Wrong(f"{what}: {name}{list(i)} is {g[i]:.6g}, not what the package gives")
