@@ -136,6 +136,16 @@ LLAMA_LAYOUTS = {2: [dict(cp=2)],
                  8: [dict(tp=2, cp=2, pp=2, microbatches=4), dict(cp=8), dict(cp=2, dp=4)]}
 
 
+def check_step_then_losses(comm, dims, kw):
+    """One step's loss and gradients, then STEPS AdamW steps' losses, equal one rank's."""
+    check_step(comm, dims=dims, **kw)
+    ref, t = reference(comm, dims=dims, **kw), trainer(comm, dims=dims, **kw)
+    want, got = [ref.step(s).loss for s in range(STEPS)], [t.step(s).loss for s in range(STEPS)]
+    free(t)
+    free(ref)
+    assert rel_err(got, want) <= 1e-10, f"{kw}: losses {got} vs one rank {want}"
+
+
 @pytest.mark.mpi(min_size=2)
 def test_llama_with_context_parallelism_matches_one_rank(comm):
     """Rotary positions by global position, grouped-query K/V repeated before the ring: one step's
@@ -143,12 +153,7 @@ def test_llama_with_context_parallelism_matches_one_rank(comm):
     if comm.size not in LLAMA_LAYOUTS:
         pytest.skip("layouts of 2, 4 or 8 ranks")
     for kw in LLAMA_LAYOUTS[comm.size]:
-        check_step(comm, dims=LLAMA, **kw)
-        ref, t = reference(comm, dims=LLAMA, **kw), trainer(comm, dims=LLAMA, **kw)
-        want, got = [ref.step(s).loss for s in range(STEPS)], [t.step(s).loss for s in range(STEPS)]
-        free(t)
-        free(ref)
-        assert rel_err(got, want) <= 1e-10, f"{kw}: losses {got} vs one rank {want}"
+        check_step_then_losses(comm, LLAMA, kw)
 
 
 # Ulysses (--cp-kind ulysses): (tp, cp, pp, dp) at world sizes 2, 4 and 8; the heads (8) per tp rank divide by cp
@@ -187,12 +192,7 @@ def test_llama_with_ulysses_matches_one_rank(comm):
         pytest.skip("layouts of 2 or 4 ranks")
     for kw in ULYSSES_LLAMA_LAYOUTS[comm.size]:
         kw = dict(kw, cp_kind="ulysses")
-        check_step(comm, dims=ULYSSES_LLAMA, **kw)
-        ref, t = reference(comm, dims=ULYSSES_LLAMA, **kw), trainer(comm, dims=ULYSSES_LLAMA, **kw)
-        want, got = [ref.step(s).loss for s in range(STEPS)], [t.step(s).loss for s in range(STEPS)]
-        free(t)
-        free(ref)
-        assert rel_err(got, want) <= 1e-10, f"{kw}: losses {got} vs one rank {want}"
+        check_step_then_losses(comm, ULYSSES_LLAMA, kw)
 
 
 @pytest.mark.mpi(min_size=2)
