@@ -37,9 +37,9 @@ class Action:
     """One instruction of a rank: compute (F, B, W) or communication (SEND_F, RECV_F, SEND_B,
     RECV_B) of micro-batch ``mb`` for the rank's local model chunk ``chunk``; ``peer`` is the
     rank at the other end of a message.  ``overlap`` marks an F that runs as one F&B pair with the
-    B right after it (DualPipe): their messages travel together (both receives before the pair, both
-    sends after it), so one's communication hides behind the other's compute.  It is not part of
-    the action's identity: F3 paired is still F3."""
+    B right after it (DualPipe): both receives are taken before the pair, and F's activation is
+    sent before B computes, so one's communication hides behind the other's compute.  It is not
+    part of the action's identity: F3 paired is still F3."""
     op: str
     mb: int
     chunk: int = 0
@@ -110,7 +110,8 @@ class Schedule:
         W never communicates.  Virtual stage 0 reads the input and the last one computes the loss,
         so they receive (respectively send) nothing; neither does a hop between two stages of one
         rank (the turn of a V), which stays in memory.  An F&B pair (``Action.overlap``) is one
-        group: both receives, both computes, both sends."""
+        group: both receives first, then F and its send, so that the activation travels while B
+        computes, then B and its send."""
         last = self.stages * self.chunks - 1
         holder = {s: r for s, (r, _) in self.holders().items()}
         programs = []
@@ -120,18 +121,19 @@ class Schedule:
                 group.append(a)
                 if a.overlap:
                     continue                      # its B comes next: exchange their messages together
-                recvs, sends = [], []
+                recvs, sends, computes = [], [], []
                 for g in group:
                     s = self.stage(rank, g.chunk)
                     if g.op == "F" and s > 0 and holder[s - 1] != rank:
                         recvs.append(Action("RECV_F", g.mb, g.chunk, holder[s - 1]))
                     if g.op == "B" and s < last and holder[s + 1] != rank:
                         recvs.append(Action("RECV_B", g.mb, g.chunk, holder[s + 1]))
+                    computes.append(g)
                     if g.op == "F" and s < last and holder[s + 1] != rank:
-                        sends.append(Action("SEND_F", g.mb, g.chunk, holder[s + 1]))
+                        computes.append(Action("SEND_F", g.mb, g.chunk, holder[s + 1]))
                     if g.op == "B" and s > 0 and holder[s - 1] != rank:
                         sends.append(Action("SEND_B", g.mb, g.chunk, holder[s - 1]))
-                program += recvs + group + sends
+                program += recvs + computes + sends
                 group = []
             programs.append(program + group)
         return programs
