@@ -23,6 +23,16 @@ def test_every_schedule_matches_one_rank(comm, schedule, extra, dims):
 
 
 @pytest.mark.mpi(min_size=2)
+def test_zb_h2_matches_one_rank(comm):
+    # m = p cuts the warm-up of 2(p - 1 - r) forwards short (at pp 4), 2p + 1 runs it whole and is
+    # no multiple of p
+    for pp in layouts(comm):
+        for m in (pp, 2 * pp + 1):
+            dp = comm.size // pp
+            check_step(comm, pp=pp, dp=dp, schedule="zb-h2", microbatches=m, batch_size=dp * m)
+
+
+@pytest.mark.mpi(min_size=2)
 def test_uneven_partition_and_recompute(comm):
     check_step(comm, pp=2, dp=comm.size // 2, partition="5,3", recompute=True, microbatches=4)
     check_step(comm, pp=2, dp=comm.size // 2, partition="params", schedule="gpipe", microbatches=2)

@@ -42,3 +42,16 @@ def test_trace_of_a_pipeline_run(tmp_path):
     assert trace_report._largest_gap([[(0.0, 1.0, "F", 0, 0)], [(2.5, 3.0, "F", 0, 0)]], 3.0) == (1.25, 1)
     bad, _ = run(hpcpar() + ["trace", "summary", str(tmp_path / "missing.json")])
     assert bad.returncode == 2 and "cannot read trace" in bad.stderr
+
+
+def test_summary_simulates_the_runs_recorded_schedule():
+    """A --schedule-file run has no schedule name to rebuild by: the trace carries the order itself."""
+    from hpcpar.pipeline.bubble import simulated_bubble
+    from hpcpar.pipeline.csv_format import dumps
+    from hpcpar.pipeline.schedules import build
+    from hpcpar.trace.report import simulated
+    zbv = build("zb-v", 2, 4, 2)
+    meta = {"schedule": "schedule file zbv.csv", "stages": 2, "microbatches": 4, "chunks": 2,
+            "schedule_csv": dumps(zbv)}
+    figures = {0: {"costs": {"F": [1.0], "B": [2.0], "W": [1.0]}}}
+    assert simulated(meta, figures) == simulated_bubble(zbv, {"F": 1.0, "B": 2.0, "W": 1.0}) > 0

@@ -1,8 +1,9 @@
 """The V-shaped schedules (no MPI): ZB-V and DualPipeV place rank r's two chunks at stages r and
 2p-1-r, DualPipeV pairs a forward with a backward, and the simulator reproduces the published
-bubbles and activation memories - the zero-bubble repository's table (assuming T_F = T_B = T_W:
-ZB-H1 a third of 1F1B's bubble at 1F1B's memory, ZB-V no bubble at 1F1B's memory) and DualPipe's
-README ((PP/2-1)(F&B+B-3W), PP+1 activations) - for p <= 16 and m <= 64."""
+bubbles and activation memories - the zero-bubble paper's table (ZB-H1 (p-1)(F+B-W) at 1F1B's
+memory p, ZB-H2 (p-1)(F+B-2W) at 2p-1, ZB-V (p-1)(F+B-2W) at 1F1B's memory; the repository's
+T_F = T_B = T_W column: a third of 1F1B's bubble, none, none) and DualPipe's README
+((PP/2-1)(F&B+B-3W), PP+1 activations) - for p <= 16 and m <= 64."""
 import pytest
 
 from hpcpar.pipeline.schedules import Action, build
@@ -44,9 +45,9 @@ def test_dualpipev_pairs_a_forward_with_a_backward_of_another_microbatch():
         assert pairs and all(a.op == "F" and b.op == "B" and a.chunk != b.chunk and a.mb != b.mb
                              for a, b in pairs)
     assert "F9.1& B5 " in s.table()                 # a pair on rank 0
-    # one group for the pair's messages: both receives, both computes, both sends
+    # one group for the pair's messages: both receives, then F's activation leaves while B computes
     program = " ".join(map(str, s.with_communication()[1]))
-    assert "recvF6<0 recvB2.1<0 F6 B2.1 sendF6>2 sendB2.1>2" in program
+    assert "recvF6<0 recvB2.1<0 F6 sendF6>2 B2.1 sendB2.1>2" in program
 
 
 @pytest.mark.parametrize("costs", [Costs(1, 1, 1), Costs(2, 2, 2)])
@@ -62,6 +63,31 @@ def test_zero_bubble_table_equal_costs(costs):
         assert zbv.bubble_per_rank() == pytest.approx(max(0, 2 * (2 * p - 1 - m)) * costs.F)
         assert max(h1.peak_inflight) == max(ref.peak_inflight) == min(p, m)
         assert max(zbv.peak_inflight) == 2 * min(p, m)            # chunks: half a stage each
+
+
+@pytest.mark.parametrize("F, B, W", [(1, 1, 1), (1, 2, 1), (2, 1, 1), (2, 3, 1), (1, 1, 0.5), (1, 1, 0),
+                                     (3, 1, 1)])
+def test_zb_h2_idles_p_minus_1_times_f_plus_b_minus_2w_at_2p_minus_1_microbatches(F, B, W):
+    # the paper's table, while W <= min(F, B): with m >= 2p - 1 (the warm-up's forwards exist) a
+    # rank idles (p-1)(F+B-2W), nothing at F = B = W, holding up to 2p - 1 micro-batches (rank r:
+    # 2(p-r) - 1); each micro-batch missing from the warm-up leaves one W's worth of gap.  The
+    # step's makespan adds the ramp of the ranks' start times, (p - 1) F or the bubble if longer.
+    t = F + B + W
+    for p, m in SIZES:
+        r = simulate(build("zb-h2", p, m), Costs(F, B, W))
+        assert r.bubble_per_rank() == pytest.approx((p - 1) * (F + B - 2 * W) + max(0, 2 * p - 1 - m) * W)
+        assert r.peak_inflight == [min(2 * (p - rank) - 1, m) for rank in range(p)]
+        if m >= 2 * p - 1:
+            assert r.makespan == pytest.approx(m * t + (p - 1) * max(F, F + B - 2 * W))
+
+
+def test_zb_h2_trades_memory_for_the_bubble_zb_h1_keeps():
+    # same makespan as ZB-H1 at F = B = W (the ramp (p-1)F is ZB-H1's whole bubble there), but the
+    # ramp is only start times: ZB-H1 idles (p-1)(F+B-W) = 3 on a rank, ZB-H2 nothing
+    h1, h2 = simulate(build("zb-h1", 4, 8)), simulate(build("zb-h2", 4, 8))
+    assert h1.makespan == h2.makespan == 27
+    assert (h1.bubble_per_rank(), h2.bubble_per_rank()) == (3, 0)
+    assert (max(h1.peak_inflight), max(h2.peak_inflight)) == (4, 7)
 
 
 @pytest.mark.parametrize("F, B, W", [(1, 1, 0.5), (2, 2, 1), (3, 3, 1), (1, 1, 0)])
@@ -107,8 +133,8 @@ def test_cli_compare_export_load_check(tmp_path):
     from mpitools import hpcpar, run
     proc, _ = run(hpcpar() + ["schedule", "--stages", "4", "--microbatches", "8", "--compare", "--costs", "1,2,1"])
     assert proc.returncode == 0, proc.stderr
-    rows = {line.split()[0]: line.split()[1:] for line in proc.stdout.splitlines()[2:8]}
-    assert set(rows) == {"gpipe", "1f1b", "interleaved", "zb-h1", "zb-v", "dualpipev"}
+    rows = {line.split()[0]: line.split()[1:] for line in proc.stdout.splitlines()[2:9]}
+    assert set(rows) == {"gpipe", "1f1b", "interleaved", "zb-h1", "zb-h2", "zb-v", "dualpipev"}
     assert rows["1f1b"][0] == "44" and rows["zb-v"][:3] == ["35", "8.6%", "3"] and rows["zb-v"][3] == "4"
     csv = tmp_path / "zbv.csv"
     proc, _ = run(hpcpar() + ["schedule", "--stages", "2", "--microbatches", "4", "--schedule", "zb-v",

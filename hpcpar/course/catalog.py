@@ -1,7 +1,7 @@
 """The exercises (docs/course/): what each asks, its check, its reference, its hints.  Numbered in the
 order they joined the course; each lesson names its own."""
-from hpcpar.course import (check_3d, check_a2a, check_cp, check_dp, check_hangs, check_llama, check_memory, check_pp,
-                           check_precision, check_state, check_tp)
+from hpcpar.course import (check_3d, check_a2a, check_cp, check_dp, check_hangs, check_llama, check_memory,
+                           check_pp, check_precision, check_state, check_tp, check_v)
 from hpcpar.course.collectives import ring_allreduce
 from hpcpar.course.exercise import Exercise
 from hpcpar.ops.ring_attention import merge
@@ -133,6 +133,14 @@ EXERCISES = [
                  "selective drops the attention probabilities, (B, NH, T, T), and the scaled queries beside them",
                  "a block that recomputes runs its forward again in backward: attention with it"),
              after="Measure it: .venv/bin/hpcpar bench --only recompute --quick compares the modes on a whole model"),
+    Exercise(24, "16-v-pipelines.md", "PP", "ZB-V's order for one rank",
+             "zb_v", check_v.check_zb_v, check_v.zb_v, hints=(
+                 "micro-batch 0 comes back to rank r's chunk 1 after 2(p - r) - 1 chunk forwards: run that many "
+                 "chunk-0 forwards first",
+                 "then r pairs F.1, F as the first chunk-1 forwards arrive, then p - r times F.1 B.1 W.1",
+                 "steady: F, B, W of chunk 0 then F.1, B.1, W.1; in the drain keep the Ws back until the Bs are "
+                 "done (rank r: r pairs B, B.1, then p - r times B W)"),
+             after="Compare with .venv/bin/hpcpar schedule --stages 4 --microbatches 8 --schedule zb-v --table"),
     Exercise(25, "17-all-to-all.md", "MoE", "the MoE dispatch and combine: permutation, send counts, combine",
              "dispatch_combine", check_a2a.check_dispatch_combine, check_a2a.dispatch_combine, hints=(
                  "assignment a = t k + j is token t's j-th choice; a stable sort of idx.reshape(-1) groups them "

@@ -17,10 +17,14 @@ on one rank:
     1f1b         warm-up forwards, then one F one B          (m + p - 1) t               p
     interleaved  1f1b over v chunks of 1/v of the layers     (m + (p - 1)/v) t           p + (p - 1)/v
     zb-h1        1f1b with W postponed into the bubbles      m t + (p - 1)(F + B - W)    p
+    zb-h2        zb-h1 with a warm-up twice as long          m t + (p - 1) max(F, F+B-2W)  2p - 1
 
 Exact in the simulator (tests/test_simulate.py) with no latency; interleaved and zb-h1 for m >= p,
-zb-h1 while W <= min(F, B).  Memory: the activations rank 0 holds at most, in whole stages
-(interleaved: for m a multiple of p).  Details and pictures: docs/pipeline.md.
+zb-h2 for m >= 2p - 1, both zb while W <= min(F, B).  zb-h2 then idles (p - 1)(F + B - 2W) on every
+rank between its first and last action, nothing at F = B = W: the makespan's (p - 1) F is only the
+ramp of the ranks' start times, which the next step's forwards fill.  Memory: the activations rank 0
+holds at most, in whole stages (interleaved: for m a multiple of p).  Details and pictures:
+docs/pipeline.md.
 """
 from collections import Counter, deque
 from dataclasses import dataclass, field
@@ -33,9 +37,9 @@ class Action:
     """One instruction of a rank: compute (F, B, W) or communication (SEND_F, RECV_F, SEND_B,
     RECV_B) of micro-batch ``mb`` for the rank's local model chunk ``chunk``; ``peer`` is the
     rank at the other end of a message.  ``overlap`` marks an F that runs as one F&B pair with the
-    B right after it (DualPipe): their messages travel together (both receives before the pair, both
-    sends after it), so one's communication hides behind the other's compute.  It is not part of
-    the action's identity: F3 paired is still F3."""
+    B right after it (DualPipe): both receives are taken before the pair, and F's activation is
+    sent before B computes, so one's communication hides behind the other's compute.  It is not
+    part of the action's identity: F3 paired is still F3."""
     op: str
     mb: int
     chunk: int = 0
@@ -106,7 +110,8 @@ class Schedule:
         W never communicates.  Virtual stage 0 reads the input and the last one computes the loss,
         so they receive (respectively send) nothing; neither does a hop between two stages of one
         rank (the turn of a V), which stays in memory.  An F&B pair (``Action.overlap``) is one
-        group: both receives, both computes, both sends."""
+        group: both receives first, then F and its send, so that the activation travels while B
+        computes, then B and its send."""
         last = self.stages * self.chunks - 1
         holder = {s: r for s, (r, _) in self.holders().items()}
         programs = []
@@ -116,18 +121,19 @@ class Schedule:
                 group.append(a)
                 if a.overlap:
                     continue                      # its B comes next: exchange their messages together
-                recvs, sends = [], []
+                recvs, sends, computes = [], [], []
                 for g in group:
                     s = self.stage(rank, g.chunk)
                     if g.op == "F" and s > 0 and holder[s - 1] != rank:
                         recvs.append(Action("RECV_F", g.mb, g.chunk, holder[s - 1]))
                     if g.op == "B" and s < last and holder[s + 1] != rank:
                         recvs.append(Action("RECV_B", g.mb, g.chunk, holder[s + 1]))
+                    computes.append(g)
                     if g.op == "F" and s < last and holder[s + 1] != rank:
-                        sends.append(Action("SEND_F", g.mb, g.chunk, holder[s + 1]))
+                        computes.append(Action("SEND_F", g.mb, g.chunk, holder[s + 1]))
                     if g.op == "B" and s > 0 and holder[s - 1] != rank:
                         sends.append(Action("SEND_B", g.mb, g.chunk, holder[s - 1]))
-                program += recvs + group + sends
+                program += recvs + computes + sends
                 group = []
             programs.append(program + group)
         return programs
@@ -190,20 +196,40 @@ def _interleaved(rank, p, m, v):
     return _one_forward_one_backward(forwards, backwards, warmup)
 
 
+def _postpone_w(acts, delay):
+    """A split order from an unsplit one: each B computes only the input gradient, and its W runs
+    after ``delay`` more Bs (the last ``delay`` after the last B), where it fills time the rank would
+    otherwise wait for the next backward."""
+    out, waiting = [], deque()
+    for a in acts:
+        out.append(a)
+        if a.op == "B":
+            waiting.append(a)
+            if len(waiting) > delay:
+                out.append(Action("W", waiting.popleft().mb))
+    return out + [Action("W", b.mb) for b in waiting]
+
+
 def _zb_h1(rank, p, m, v):
     # 1F1B with the backward split; rank r postpones each weight gradient W until r more input
     # gradients B have run.  B is what the previous rank waits for, so it goes first; the postponed
     # Ws fill the cool-down, where rank r would otherwise wait for the late backwards of later
     # stages.  Rank r holds at most p - r micro-batches until B, exactly as 1F1B, plus r waiting
     # for their W: at most p on every rank, the peak of 1F1B's rank 0 (Qi et al. 2024, ZB-H1).
-    acts, waiting = [], deque()
-    for a in _1f1b(rank, p, m, v):
-        acts.append(a)
-        if a.op == "B":
-            waiting.append(a)
-            if len(waiting) > rank:
-                acts.append(Action("W", waiting.popleft().mb))
-    return acts + [Action("W", b.mb) for b in waiting]
+    return _postpone_w(_1f1b(rank, p, m, v), rank)
+
+
+def _zb_h2(rank, p, m, v):
+    # ZB-H2 (Qi et al. 2024): ZB-H1 with the bubble before the first B filled too.  Micro-batch 0
+    # reaches rank r's B after going down p - 1 - r stages and back up as many, 2(p - 1 - r) slots
+    # of F + B; the warm-up fills them with forwards instead of 1F1B's p - 1 - r, so rank r holds
+    # up to 2(p - r) - 1 micro-batches (rank 0: 2p - 1, twice 1F1B's memory).  The Ws, postponed
+    # by 2r backwards, make the drain a parallelogram: rank r ends 2r + 1 Ws after its last B,
+    # just as it started r forwards after rank 0, so no rank idles between its first and last
+    # action at F = B = W.  Fewer micro-batches than the warm-up: all m forwards first.
+    warmup = min(2 * (p - 1 - rank), m)
+    return _postpone_w(_one_forward_one_backward([Action("F", i) for i in range(m)],
+                                                 [Action("B", i) for i in range(m)], warmup), 2 * rank)
 
 
 class _Counters:
@@ -326,6 +352,7 @@ class Kind:
 
 KINDS = {"gpipe": Kind(_gpipe, all_forwards_first=True), "1f1b": Kind(_1f1b),
          "interleaved": Kind(_interleaved, chunked=True), "zb-h1": Kind(_zb_h1, split_backward=True),
+         "zb-h2": Kind(_zb_h2, split_backward=True),
          "zb-v": Kind(_zb_v, split_backward=True, chunked=True, placement=v_stage),
          "dualpipev": Kind(_dualpipev, split_backward=True, chunked=True, placement=v_stage,
                            min_microbatches=lambda p: 2 * p)}

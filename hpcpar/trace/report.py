@@ -92,12 +92,18 @@ def grid_name(meta):
 
 
 def simulated(meta, figures):
+    """The simulator's bubble for the run's own schedule, as the run recorded it (its CSV order: a
+    --schedule-file run has no name to rebuild it by); a trace written before that, by name."""
+    from hpcpar.pipeline.csv_format import loads
     from hpcpar.pipeline.schedules import build
     if not meta.get("schedule") or meta.get("stages", 1) == 1:
         return 0.0
     mean = {op: statistics.fmean([d for f in figures.values() for d in f["costs"][op]] or [0.0])
             for op in ("F", "B", "W")}
-    schedule = build(meta["schedule"], meta["stages"], meta["microbatches"], meta.get("chunks", 1))
+    if meta.get("schedule_csv"):
+        schedule = loads(meta["schedule_csv"], meta["schedule"])
+    else:
+        schedule = build(meta["schedule"], meta["stages"], meta["microbatches"], meta.get("chunks", 1))
     return simulated_bubble(schedule, mean)
 
 

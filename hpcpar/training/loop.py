@@ -241,8 +241,10 @@ class Tracing(Observer):
 
     def _start(self):
         cfg, g, s = self.cfg, self.loop.grid, self.loop.trainer.schedule
+        from hpcpar.pipeline.csv_format import dumps
+        # the order itself, not only its name: a --schedule-file run's cannot be rebuilt by name
         meta = {"schedule": s.name, "stages": s.stages, "microbatches": s.microbatches, "chunks": s.chunks,
-                "split_backward": s.split_backward, "tp": cfg.tp, "cp": cfg.cp, "pp": cfg.pp, "dp": cfg.dp,
+                "split_backward": s.split_backward, "schedule_csv": dumps(s), "tp": cfg.tp, "cp": cfg.cp, "pp": cfg.pp, "dp": cfg.dp,
                 "model": cfg.model, "dtype": cfg.dtype}
         return trace.start(f"rank {g.rank_id} {g.coords}", g.world_comm.mpi, meta)
 
