@@ -98,3 +98,27 @@ def test_no_family_test_outside_the_registry():
              for path in sorted((ROOT / "hpcpar").rglob("*.py")) if str(path.relative_to(ROOT)) not in REGISTRY
              for i, line in enumerate(path.read_text().splitlines(), 1) if FAMILY_TEST.search(line)]
     assert not found, "a family trait belongs in nn/gpt.py's ARCHITECTURES:\n" + "\n".join(found)
+
+
+# (world, options): ZeRO 0-3 as the planner and the engine's formula see them
+ZERO_RUNS = [(2, dict(dp=2, zero=z)) for z in range(4)] + [
+    (4, dict(dp=4, zero=3)), (8, dict(dp=8, zero=2)), (4, dict(dp=2, tp=2, zero=3)), (4, dict(dp=2, cp=2, zero=3)),
+    (4, dict(dp=2, pp=2, zero=3, microbatches=4)), (4, dict(dp=2, pp=2, zero=2, microbatches=2))]
+
+
+@pytest.mark.parametrize("world, options", ZERO_RUNS, ids=[str(o) for _, o in ZERO_RUNS])
+def test_planner_zero_terms_are_the_engines_formula(world, options):
+    """One table (data_parallel/zero_memory.py: per_rank) for both: the planner's weights, gradients,
+    optimizer state and ZeRO working set of every pipeline stage are the engine's formula, which the
+    engine's own arrays are held to (tests/test_zero_mpi.py, hpcpar bench --only zero)."""
+    from hpcpar.data_parallel.zero_memory import TERMS, formula
+    from hpcpar.plan.memory import stage_memory
+    cfg = engine_cfg("tiny")
+    c = run(world, model="tiny", batch_size=8, **options)
+    job, layout = planner_view(c, cfg)
+    for s in range(c.pp):
+        planned = stage_memory(job, layout, s, 1)
+        want = formula(c, cfg, s)
+        # the formula counts TP-replicated norms and biases as cut (/tp), the planner once a rank
+        close = 0.02 if c.tp > 1 else 1e-12
+        assert {k: planned.get(k, 0) for k in TERMS} == pytest.approx(want, rel=close), (s, options)

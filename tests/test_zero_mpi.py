@@ -98,3 +98,21 @@ def test_eight_ranks_with_zero3_train_what_one_rank_may_not_hold(comm):
     loss = t.step(0).loss
     free(t)
     assert np.isfinite(loss)
+
+
+@pytest.mark.mpi(min_size=2)
+@pytest.mark.parametrize("zero", [1, 2, 3])
+def test_the_arrays_held_are_the_formula_and_the_planners(comm, zero):
+    """What the engine's arrays hold after a step (zero_memory.held) is, within 10 %, the one table's
+    prediction: the engine's formula and the planner's terms (both zero_memory.per_rank)."""
+    from hpcpar.data_parallel.zero_memory import TERMS, formula, held
+    from hpcpar.plan.measured import planner_view
+    from hpcpar.plan.memory import stage_memory
+    t = trainer(comm, dp=comm.size, zero=zero, dtype="float32")
+    t.step(0)
+    got = sum(held(t).values())
+    job, layout = planner_view(t.cfg, t.mcfg)
+    planned = stage_memory(job, layout, 0, 1)
+    free(t)
+    assert abs(sum(formula(t.cfg, t.mcfg).values()) / got - 1) <= 0.1
+    assert abs(sum(planned.get(k, 0) for k in TERMS) / got - 1) <= 0.1

@@ -28,19 +28,16 @@ def trainer(comm, **kw):
 
 
 def planner(cfg, mcfg):
-    """The planner's state terms (plan/memory.py) on a rank of the first pipeline stage of this run."""
-    from dataclasses import replace
-
+    """The planner's model-state terms (plan/memory.py) on a rank of the first pipeline stage of this run
+    (the rest of its prediction - activations, buffers - is not model state)."""
     from hpcpar.plan.measured import planner_view
+    from hpcpar.data_parallel.zero_memory import TERMS
     from hpcpar.plan.memory import stage_memory
     job, layout = planner_view(cfg, mcfg)
-    terms = stage_memory(job, replace(layout, zero=cfg.zero, cp=cfg.cp), 0, 1)
-    return {k: v for k, v in terms.items() if k in PLANNER_STATE}
+    terms = stage_memory(job, layout, 0, 1)
+    return {k: terms.get(k, 0) for k in TERMS}
 
 
-# the planner's terms that are model state (the rest of its prediction - activations, buffers - is not)
-PLANNER_STATE = ("weights", "gradients", "optimizer state", "ZeRO gradient shard", "FSDP gathered units",
-                 "FSDP gathered stage")
 
 
 def memory(world, quick, res):
@@ -59,7 +56,7 @@ def memory(world, quick, res):
             t.grid.free()
             total, expected, planned = sum(got.values()), sum(want.values()), sum(plan.values())
             rows.append([dp, zero, size(got["weights"]), size(got["gradients"]), size(got["optimizer state"]),
-                         size(got["working set"]), size(total), ratio(expected / total), ratio(planned / total)])
+                         size(got["ZeRO working set"]), size(total), ratio(expected / total), ratio(planned / total)])
             res.figures[f"dp{dp}_zero{zero}"] = dict(got, formula=want, planner=plan)
         sub.Free()
     res.table("Model state per rank, ZeRO 0-3 (the small model, float32, AdamW): counted by the engine and "
@@ -68,7 +65,8 @@ def memory(world, quick, res):
               ["weights, gradients, optimizer: held between steps (optimizer: AdamW's two moments of this "
                "rank's slices and its scratch array); working set: the most a step adds at once (ZeRO-2: the "
                "full gradient buffers in the backward; ZeRO-3: gathered units and their full gradients). formula: "
-               "hpcpar/data_parallel/zero_memory.py's (what --memory-budget checks); planner: plan/memory.py's state terms."])
+               "hpcpar/data_parallel/zero_memory.py's (what --memory-budget checks); planner: plan/memory.py's model-state "
+               "terms, from the same table (zero_memory.per_rank)."])
     z3, z0 = res.figures["dp8_zero3"], res.figures["dp1_zero0"]
     state = sum(z3[k] for k in ("weights", "gradients", "optimizer state"))
     whole = sum(z0[k] for k in ("weights", "gradients", "optimizer state"))
@@ -77,6 +75,9 @@ def memory(world, quick, res):
     off = max(abs(sum(f["formula"].values()) / sum(v for k, v in f.items() if k in TERMS) - 1)
               for f in res.figures.values())
     res.target("the formula within 10% of the count on every row", "<= 10 %", pct(off), off <= 0.1)
+    off = max(abs(sum(f["planner"].values()) / sum(v for k, v in f.items() if k in TERMS) - 1)
+              for f in res.figures.values())
+    res.target("the planner within 10% of the count on every row", "<= 10 %", pct(off), off <= 0.1)
 
 
 def speed(world, quick, res):

@@ -1,27 +1,33 @@
-"""The model state a rank holds under ZeRO 0-3: counted from the engine's own arrays, and the formula for it,
-which ``--memory-budget`` checks before anything is allocated.
+"""The model state a rank holds under ZeRO 0-3: the one table of it (``per_rank``, which the planner's
+plan/memory.py uses too), the engine's run put into it (``formula``: what --memory-budget checks before
+anything is allocated), and the same counted from the engine's own arrays (``held``).
 
-Per rank, P numbers of its pipeline stage (its TP shard), n = dp x cp, b bytes a number (c under mixed
-precision: the compute copy's), U the largest unit (ZeRO-3: a block, --fsdp-blocks of them, or the
-token embedding):
+Per rank, P numbers of its pipeline stage (its TP shard), n = dp x cp, U the largest unit (ZeRO-3: a
+block, --fsdp-blocks of them, or the token embedding); bytes a number: m of the weights the optimizer
+updates, r of a compute copy kept beside them (mixed precision; 0 without one), g of a gradient, o of
+the optimizer state (ZeRO-1 shards it), c of a gathered number (the compute dtype):
 
     term              ZeRO 0    ZeRO 1          ZeRO 2     ZeRO 3
-    weights           P b (+ P c: the compute copy)         P b / n
-    gradients         P b       P b + P b / n   P b / n    P b / n
-    optimizer state   k P b     k P b / n       k P b / n  k P b / n    (AdamW k = 3: two moments and a
-                                                                         scratch array; SGD k = 1 or 0)
-    working set       0         0               P b        U (2 c + 2 b), or P c + 2 U b without
-                                                                         --reshard-after-forward
+    weights           P (m + r)                            P m / n
+    gradients         P g       P g + P g / n   P g / n    P g / n
+    optimizer state   P o       P o / n         P o / n    P o / n
+    ZeRO working set  0         0               P g        2 U c + 2 U g
 
-The working set is what a step adds at once: ZeRO-2's full gradient buffers during the backward;
+hpcpar: m = g = b (the dtype's bytes), r = 2 under --precision bf16/fp16, o = 3 b for AdamW (two
+moments and a scratch array; SGD b with momentum, else 0).  ZeRO-1's second gradient term is the
+slice its reduce-scatter fills (an engine that reduce-scatters into the full buffer has none).  The
+working set is what a step adds at once: ZeRO-2's full gradient buffers during the backward;
 ZeRO-3's unit in use and the prefetched one (gathered, compute dtype), the gradient being computed
-and the one being reduce-scattered (fsdp.py keeps at most one in flight).  ``held`` counts the same
-terms from the arrays; ``hpcpar bench --only zero`` sets the two, and the planner, side by side.
+and the one being reduce-scattered (fsdp.py keeps at most one in flight).  Without
+--reshard-after-forward every unit stays gathered from its forward to its backward: P c instead of
+2 U c; where a unit's gradient must outlive one backward (several micro-batches a step: hpcpar
+reduce-scatters once, after the last) the whole stage's: P g instead of 2 U g.
+``hpcpar bench --only zero`` sets ``held``, ``formula`` and the planner side by side.
 """
 from hpcpar.runtime import UsageError
 
 GB = 1e9
-TERMS = ("weights", "gradients", "optimizer state", "working set")
+TERMS = ("weights", "gradients", "optimizer state", "ZeRO working set")
 
 
 def held(trainer):
@@ -38,7 +44,7 @@ def held(trainer):
         full = sum(b.size * b.data.itemsize for b in dp.buckets)
         grads = (full if dp.zero < 2 else 0) + sum(g.nbytes for g in dp._owned_grads or ())
         working = full if dp.zero == 2 else 0
-    return {"weights": weights, "gradients": grads, "optimizer state": optimizer, "working set": working}
+    return {"weights": weights, "gradients": grads, "optimizer state": optimizer, "ZeRO working set": working}
 
 
 def rank_params(cfg, mcfg, pp_rank):
@@ -65,19 +71,36 @@ def rank_params(cfg, mcfg, pp_rank):
     return total / cfg.tp, unit / cfg.tp
 
 
+def per_rank(zero, n, params, unit, *, master, grad, optimizer, compute, copy=0, slice_buffer=True,
+             reshard=True, whole_grads=False):
+    """{term: bytes} of the table above: ``params`` P and ``unit`` U numbers, the rest bytes a number
+    (``slice_buffer``: ZeRO-1 reduce-scatters into a slice of its own; ``reshard``: ZeRO-3 frees a
+    unit after its forward; ``whole_grads``: ZeRO-3 holds the stage's whole gradient)."""
+    P, U = params, unit
+    weights = P * master / n if zero >= 3 else P * (master + copy)
+    if zero >= 2:
+        grads = P * grad / n
+    else:
+        grads = P * grad + (P * grad / n if zero == 1 and slice_buffer else 0)
+    working = 0
+    if zero == 2:
+        working = P * grad
+    elif zero >= 3:
+        working = (2 * U if reshard else P) * compute + (P if whole_grads else 2 * U) * grad
+    return {"weights": weights, "gradients": grads, "optimizer state": P * optimizer / (n if zero else 1),
+            "ZeRO working set": working}
+
+
 def formula(cfg, mcfg, pp_rank=0):
-    """{term: bytes} on a rank of pipeline rank ``pp_rank``, by the table above."""
+    """{term: bytes} on a rank of pipeline rank ``pp_rank`` of this run, by the table above."""
     import numpy as np
     P, U = rank_params(cfg, mcfg, pp_rank)
-    n, z = cfg.dp * cfg.cp, cfg.zero
     b = np.dtype(cfg.dtype).itemsize
     c = {"fp16": 2, "bf16": 2}.get(cfg.precision, b)
     k = 3 if cfg.optimizer == "adamw" else (1 if cfg.momentum else 0)
-    weights = P * b / n if z == 3 else P * b + (P * c if c != b else 0)
-    grads = {0: P * b, 1: P * b + P * b / n}.get(z, P * b / n)
-    working = {2: P * b, 3: U * (2 * c + 2 * b) if cfg.reshard_after_forward else P * c + 2 * U * b}.get(z, 0)
-    return {"weights": weights, "gradients": grads, "optimizer state": k * P * b / (n if z else 1),
-            "working set": working}
+    return per_rank(cfg.zero, cfg.dp * cfg.cp, P, U, master=b, copy=c if c != b else 0, grad=b,
+                    optimizer=k * b, compute=c, reshard=cfg.reshard_after_forward,
+                    whole_grads=cfg.microbatches > 1)
 
 
 def check_budget(cfg, mcfg):

@@ -38,6 +38,9 @@ class Engine:
     gemm_workspace_bytes: float = 0.0      # fixed cuBLAS workspace per GPU
     fsdp_gather_once_with_pp: bool = False  # ZeRO-3 with pp > 1: a stage's weights gathered once per
                                       # step and kept, gradients accumulated unsharded (torchtitan)
+    fsdp_reduce_once: bool = True     # ZeRO-3 with several micro-batches a step: a unit's gradient
+                                      # accumulated unsharded, reduce-scattered after its last one (hpcpar's
+                                      # fsdp.py); False: reduce-scattered after each (PyTorch's FSDP)
     allocator_cache: float = 0.0      # a caching allocator's reserve beyond what is allocated, as a share
                                       # of the per-micro-batch memory (memory.py)
     loss_bytes_per_logit: float = 4   # what the loss keeps per logit (memory.py); hpcpar: one fp32 array

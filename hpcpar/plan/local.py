@@ -91,8 +91,8 @@ def engine_shape(cfg, name):
 
 
 def zero_stage(train_cfg):
-    """The ZeRO stage 0-3 of an hpcpar train configuration (its option is ZeRO-1 on or off)."""
-    return int(train_cfg.zero1)
+    """The ZeRO stage 0-3 of an hpcpar train configuration (--zero, or its alias --zero1)."""
+    return max(train_cfg.zero, int(train_cfg.zero1))
 
 
 def recompute_policy(train_cfg):

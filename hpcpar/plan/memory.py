@@ -8,11 +8,13 @@ Model state, bytes per parameter (docs/design.md, Memory; Rajbhandari et al. 202
     fp32 / fp64             e + e + e * adam_buffers (Adam m and v; hpcpar adds one scratch array)
 
 ZeRO shards over the ``shard`` = dp * cp ranks that hold the same weights: stage 1 the optimizer
-state (hpcpar reduce-scatters into a separate 1/shard gradient buffer), stage 2 the gradients as well, stage 3 (FSDP) the weights too - which then are all-gathered
-one unit (a layer, or the embedding) at a time: the unit in use and the one prefetched are whole
-(16-bit), with the unit's unsharded gradient before its reduce-scatter.  An engine that, in a
-pipeline, gathers a stage's weights once per step (torchtitan) keeps them whole all step, and an
-unsharded gradient accumulator with them.
+state, stage 2 the gradients as well, stage 3 (FSDP) the weights too - which then are all-gathered
+one unit (a layer, or the embedding) at a time.  The table of what a rank holds at each stage, and
+the working set a step adds (ZeRO-2's full gradient during the backward; ZeRO-3's gathered units and
+their unsharded gradients), is the engine's: data_parallel/zero_memory.py's ``per_rank``, fed here
+with the job's bytes a number (``number_bytes``).  An engine that, in a pipeline, gathers a stage's
+weights once per step (torchtitan) keeps them whole all step, and an unsharded gradient accumulator
+with them.
 
 Activations kept per layer and micro-batch, 16-bit (Korthikanti et al. 2022, section 4):
 
@@ -50,27 +52,34 @@ Three terms no formula of the papers has, each explicit:
 """
 from dataclasses import dataclass
 
+from hpcpar.data_parallel.zero_memory import per_rank
 from hpcpar.pipeline.schedules import KINDS
 from hpcpar.plan.flops import kv_heads_per_rank
 from hpcpar.plan.network import cp_chunk_bytes
 
 MASK_BYTES = 1    # a dropout mask element
 # allocated once and kept all run; every other term is allocated and freed step by step
-STATE_TERMS = ("weights", "gradients", "optimizer state", "ZeRO gradient shard")
+STATE_TERMS = ("weights", "gradients", "optimizer state")
 ALLOCATOR_CACHE = "allocator cache"
+
+
+def number_bytes(job):
+    """Bytes a number for zero_memory.per_rank: the weights the optimizer updates (``master``), a
+    compute copy beside them (``copy``), a gradient, the optimizer state, a gathered number."""
+    e = job.elem_bytes
+    if job.dtype in ("fp32", "fp64"):
+        return dict(master=e, grad=e, optimizer=e * job.engine.adam_buffers, compute=e)
+    if job.engine.mixed_state_bytes is None:      # precision.py: fp32 masters (whole until ZeRO-3) and
+        # a 16-bit compute copy, fp32 gradients and optimizer arrays
+        return dict(master=4, copy=2, grad=4, optimizer=4 * job.engine.adam_buffers, compute=e)
+    weights, grads, optim = job.engine.mixed_state_bytes
+    return dict(master=weights, grad=grads, optimizer=optim, compute=e)
 
 
 def state_bytes_per_param(job, zero=0, shard=1):
     """(weights, gradients, optimizer) bytes per parameter held by one rank under ZeRO stage ``zero``."""
-    e = job.elem_bytes
-    if job.dtype in ("fp32", "fp64"):
-        weights, grads, optim = e, e, e * job.engine.adam_buffers
-    elif job.engine.mixed_state_bytes is None:     # precision.py: fp32 gradients, master and Adam state
-        weights, grads, optim = 2, 4, 4 + 4 * job.engine.adam_buffers
-    else:
-        weights, grads, optim = job.engine.mixed_state_bytes
-    return (weights / (shard if zero >= 3 else 1), grads / (shard if zero >= 2 else 1),
-            optim / (shard if zero >= 1 else 1))
+    terms = per_rank(zero, shard, 1, 0, slice_buffer=job.engine.shard_grad_buffer, **number_bytes(job))
+    return terms["weights"], terms["gradients"], terms["optimizer state"]
 
 
 def stage_params(job, layout, stage):
@@ -146,12 +155,12 @@ def analytic_inflight(schedule, p, m, v, stage):
     return min(m, p - stage)
 
 
-def fsdp_unit_bytes(job, layout):
-    """ZeRO-3: the whole weights (compute precision) of the unit in use and the prefetched one, and
-    one unit's gradient before its reduce-scatter."""
-    m, t = job.model, layout.tp
-    unit = max(m.layer_params(), m.vocab * m.hidden) / t
-    return unit * (2 * job.elem_bytes + state_bytes_per_param(job)[1])
+def fsdp_unit_params(job, layout, stage):
+    """ZeRO-3's largest unit on a rank of ``stage``: a layer, or the embedding (or its copy for the
+    head) where the stage holds one; its TP shard."""
+    m = job.model
+    ends = stage == 0 or (stage == layout.pp - 1 and (not m.tied or layout.pp > 1))
+    return max(m.layer_params(), m.vocab * m.hidden if ends else 0) / layout.tp
 
 
 def keeps_stage_gathered(job, layout):
@@ -187,21 +196,17 @@ def workspace_bytes(job, layout):
 @dataclass(frozen=True)
 class LayoutMemory:
     """What every stage of a layout shares, computed once per layout (the search asks for every stage)."""
-    state: tuple           # (weights, gradients, optimizer) bytes per parameter under the layout's ZeRO
-    gradient: float        # bytes of one unsharded gradient element
+    numbers: dict          # bytes a number (number_bytes)
     per_layer: float       # activation bytes one layer keeps per micro-batch
     working_set: float     # full recomputation: one layer's whole set, rebuilt for its backward
-    fsdp_units: float
     comm: float
     workspace: float
 
 
 def layout_memory(job, layout):
     lay = layout
-    return LayoutMemory(state_bytes_per_param(job, lay.zero, lay.shard), state_bytes_per_param(job)[1],
-                        layer_activation_bytes(job, lay),
+    return LayoutMemory(number_bytes(job), layer_activation_bytes(job, lay),
                         sum(layer_activation_terms(job, lay).values()) if lay.recompute == "full" else 0.0,
-                        fsdp_unit_bytes(job, lay) if lay.zero >= 3 else 0.0,
                         comm_buffer_bytes(job, lay), workspace_bytes(job, lay))
 
 
@@ -211,14 +216,15 @@ def stage_memory(job, layout, stage, inflight, shared=None):
     m, lay = job.model, layout
     shared = shared or layout_memory(job, lay)
     params = stage_params(job, lay, stage)
-    w, g, o = shared.state
     layers = job.stage_layers(lay)[stage]
     chunk = shared.per_layer * layers / lay.v
-    terms = {"weights": params * w, "gradients": params * g, "optimizer state": params * o}
-    if lay.zero >= 3 and keeps_stage_gathered(job, lay):
-        terms["FSDP gathered stage"] = params * (job.elem_bytes + shared.gradient)
-    elif lay.zero >= 3:
-        terms["FSDP gathered units"] = shared.fsdp_units
+    once = keeps_stage_gathered(job, lay)
+    accumulates = job.engine.fsdp_reduce_once and job.micro_batches(lay) > 1
+    terms = per_rank(lay.zero, lay.shard, params, fsdp_unit_params(job, lay, stage),
+                     slice_buffer=job.engine.shard_grad_buffer, reshard=not once, whole_grads=once or accumulates,
+                     **shared.numbers)
+    if not terms["ZeRO working set"]:
+        del terms["ZeRO working set"]
     terms["activations"] = chunk * inflight
     if lay.recompute == "full":   # the layer being back-propagated holds its full set again
         terms["recompute working set"] = shared.working_set
@@ -231,8 +237,6 @@ def stage_memory(job, layout, stage, inflight, shared=None):
         at_once = inflight if KINDS[lay.schedule].all_forwards_first else 1
         logits = max(job.engine.loss_bytes_per_logit, job.elem_bytes) * tokens_per_rank(job, lay) * m.vocab / lay.tp
         terms["head and logits"] = (2 * sbh * job.elem_bytes + logits) * at_once
-    if lay.zero in (1, 2) and job.engine.shard_grad_buffer:
-        terms["ZeRO gradient shard"] = params * shared.gradient / lay.shard
     terms["communication buffers"] = shared.comm
     terms["workspace"] = shared.workspace
     dynamic = sum(v for k, v in terms.items() if k not in STATE_TERMS)
