@@ -1,7 +1,9 @@
 """nn.Linear: y = x W + b with W (in, out) as in GPT-2's Conv1D; Projections: several of one input.
 
-Each backward GEMM is followed by a ``progress.poll()``: the gradient all-reduces of data parallelism
-move on between the GEMMs (hpcpar/progress.py)."""
+Each GEMM is followed by a ``progress.poll()`` (hpcpar/progress.py): in the backward the gradient
+all-reduces and reduce-scatters of data parallelism move on between the GEMMs; in the forward,
+ZeRO-3's prefetched all-gather of the next unit, which otherwise would wait untouched until its own
+wait."""
 from hpcpar import progress
 from hpcpar.nn.module import Module, run_or_defer
 from hpcpar.nn.parameter import Parameter, init_full
@@ -17,7 +19,9 @@ class Linear(Module):
 
     def forward(self, x, ctx=None):
         """x (..., in) -> y (..., out); the cache is x itself (all dW needs)."""
-        return linear_forward(x, self.weight.data, self.bias.data if self.bias else None), x
+        y = linear_forward(x, self.weight.data, self.bias.data if self.bias else None)
+        progress.poll()
+        return y, x
 
     def backward(self, dy, x, defer=None):
         run_or_defer(lambda: self.accumulate_weight_grad(dy, x), defer)
