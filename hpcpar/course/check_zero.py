@@ -122,13 +122,13 @@ def _run(f, p, rank, rng):
 
     def layer(j):
         def forward(x):
+            r = gathers.requests.get(j)
+            if r is None:
+                raise Wrong(f"{what}: unit {j}'s forward ran and its gather was never posted")
+            if not r.done:
+                raise Wrong(f"{what}: unit {j}'s forward ran before its gather was waited for (its "
+                            "numbers may still be on the way)")
             for i, (prm, _, _) in enumerate(units[j].segments):
-                r = gathers.requests.get(j)
-                if r is None:
-                    raise Wrong(f"{what}: unit {j}'s forward ran and its gather was never posted")
-                if not r.done:
-                    raise Wrong(f"{what}: unit {j}'s forward ran before its gather was waited for (its "
-                                "numbers may still be on the way)")
                 if np.shape(prm.data) != values[j][i].shape or not np.array_equal(prm.data, values[j][i]):
                     raise Wrong(f"{what}: in unit {j}'s forward, parameter {prm.name} is not its whole value: "
                                 f"param.data must be the gathered buffer's [a, b), shaped {values[j][i].shape}")
