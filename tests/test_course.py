@@ -63,6 +63,23 @@ ZBV_STEADY = "nxt('B', 0); nxt('W', 0); nxt('F', 1); nxt('B', 1); nxt('W', 1)"
 ZBV_STEADY_CHUNK_1_FIRST = "nxt('F', 1); nxt('B', 1); nxt('W', 1); nxt('B', 0); nxt('W', 0)"
 
 
+# exercise 23: ZeRO-3's forward as the lesson's hints say: POST fills a unit's buffer and posts its gather,
+# PREFETCH posts the next unit's, FREE drops the views and the buffer; the wrong answers change one of them
+ZERO3 = ("import numpy as np\ndef zero3_forward(units, layers, x, comm):\n    p, r = comm.size, comm.rank\n"
+         "    flight = {}\n    def post(i):\n        u = units[i]\n        k = len(u.shard)\n"
+         "        POST\n        flight[i] = (full, comm.iall_gather_(full))\n    post(0)\n"
+         "    for i, u in enumerate(units):\n        full, req = flight.pop(i)\n        req.wait()\n"
+         "        PREFETCH\n        for prm, a, b in u.segments:\n            prm.data = full[a:b].reshape(prm.data.shape)\n"
+         "        x = layers[i](x)\n        FREE\n    return x\n")
+ZERO3_POST = "full = np.empty(p * k)\n        full[r * k:(r + 1) * k] = u.shard"
+ZERO3_PREFETCH = "if i + 1 < len(units):\n            post(i + 1)"
+ZERO3_FREE = "for prm, a, b in u.segments:\n            prm.data = None\n        full = None"
+
+
+def _zero3(post=ZERO3_POST, prefetch=ZERO3_PREFETCH, free=ZERO3_FREE):
+    return ZERO3.replace("POST", post).replace("PREFETCH", prefetch).replace("FREE", free)
+
+
 WRONG = {   # exercise: wrong-but-plausible answers, each a whole exercise file
     1: [  # the right pattern of messages, zeros in them, and the sum taken from the inputs
         RING_START + "    for s in range(2 * (p - 1)):\n        for r in range(p):\n"
@@ -191,6 +208,15 @@ WRONG = {   # exercise: wrong-but-plausible answers, each a whole exercise file
          "    return [r for r in range(world) if r not in waits], waits\n"],                          # idle = culprit
     22: ["ANSWER = (1024, 2048, (1, 2, 2))\n", "ANSWER = (0, 3072, (1, 2, 2))\n", "ANSWER = (1024, 3072, (1, 1, 2))\n",
          "ANSWER = (1024, 3072, (1, 2, 3))\n"],
+    23: [_zero3(free="full = None"),                                                           # the views kept
+         _zero3(free="u.full = full\n        for prm, a, b in u.segments:\n            prm.data = None\n"
+                     "        full = None"),                                                   # kept on the unit
+         _zero3(post="full = np.empty(p * k)\n        full[:k] = u.shard"),                    # own slice first
+         _zero3(post="full = np.empty(u.segments[-1][2])\n        full[r * k:(r + 1) * k] = u.shard"),  # no padding
+         _zero3(post="n = u.segments[-1][2]\n        full = np.zeros(p * k)\n"
+                     "        full[r * (n // p):r * (n // p) + k] = u.shard"),                   # unpadded slices
+         _zero3(prefetch="pass"),                                                               # no prefetch
+         _zero3(prefetch=ZERO3_PREFETCH + "\n            flight[i + 1][1].wait()")],                 # waited at once
     24: [ZBV.replace("WARM", "2 * (p - rank) - 2").replace("STEADY", ZBV_STEADY),  # warm-up one short: a hang
          ZBV.replace("WARM", "2 * (p - rank) - 1").replace("STEADY", ZBV_STEADY_CHUNK_1_FIRST),  # one activation more
          ZBV.replace("WARM", "2 * (p - rank)").replace("STEADY", ZBV_STEADY),  # warm-up one too long: idles
@@ -227,9 +253,9 @@ def _verdict(tmp_path, number, code, timeout=60):
 
 
 def test_at_least_eighteen_exercises_three_of_them_under_mpiexec():
-    # numbered in the order they joined, each once (a number given to a branch not yet merged leaves a gap)
+    # numbered in the order they joined, each once
     numbers = [e.number for e in EXERCISES]
-    assert len(EXERCISES) >= 18 and numbers == sorted(set(numbers)) and numbers[0] == 1
+    assert len(EXERCISES) >= 18 and numbers == list(range(1, len(EXERCISES) + 1))
     assert len([e for e in EXERCISES if e.ranks]) >= 3 and all(e.ranks in (2, 4) for e in EXERCISES if e.ranks)
     assert all(len(WRONG[e.number]) >= 3 for e in EXERCISES)
     assert all(len(e.hints) >= 3 for e in EXERCISES)

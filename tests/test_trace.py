@@ -55,3 +55,26 @@ def test_summary_simulates_the_runs_recorded_schedule():
             "schedule_csv": dumps(zbv)}
     figures = {0: {"costs": {"F": [1.0], "B": [2.0], "W": [1.0]}}}
     assert simulated(meta, figures) == simulated_bubble(zbv, {"F": 1.0, "B": 2.0, "W": 1.0}) > 0
+
+
+def test_zero3_trace_holds_each_units_gathers_compute_frees_and_reduce_scatters(tmp_path):
+    """dp 2, 2 untied blocks (4 units): per rank and traced step, 7 all-gathers (the head's kept from its
+    forward into its backward), a forward and a backward of each unit, 7 frees, 4 reduce-scatters; each
+    unit's forward after the end of its all-gather; and the --zero plot of it."""
+    out = tmp_path / "z.json"
+    proc, _ = run_mpi(2, hpcpar() + ["train", "--dp", "2", "--zero", "3", "--untied", "--layers", "2", "--steps", "2",
+                                     "--no-progress", "--trace", str(out)], timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    events = [e for e in json.loads(out.read_text())["traceEvents"] if e["ph"] == "X" and e["cat"] == "fsdp"]
+    for pid in (0, 1):
+        mine = sorted((e for e in events if e["pid"] == pid), key=lambda e: e["ts"])
+        kinds = Counter(e["name"].rsplit(" ", 1)[0] for e in mine)
+        assert kinds == {"all-gather": 7, "F": 4, "B": 4, "free": 7, "reduce-scatter": 4}, kinds
+        gathered = {}                               # unit -> the end of its first all-gather's wait
+        for e in mine:
+            if e["name"].startswith("all-gather"):
+                gathered.setdefault(e["name"].split()[-1], e["ts"] + e["dur"])
+        assert all(e["ts"] >= gathered[e["name"].split()[-1]] - 0.01 for e in mine if e["name"].startswith("F "))
+    png = tmp_path / "z.png"
+    plot, _ = run(hpcpar() + ["trace", "plot", str(out), "--zero", "-o", str(png)])
+    assert plot.returncode == 0 and png.read_bytes()[:4] == b"\x89PNG", plot.stderr

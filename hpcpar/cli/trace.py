@@ -6,6 +6,8 @@
                                               into out.png beside the trace (-o to choose)
   hpcpar trace plot out.json --annotate       ... with the communication lanes, the pipeline messages'
                                               arrows, and notes on a TP all-reduce, a send and the bubble
+  hpcpar trace plot out.json --zero          ZeRO-3's gathers, waits, per-unit compute, frees and
+                                              reduce-scatters instead (hpcpar/trace/zero_plot.py)
   hpcpar trace why RUN/flight                 after a hang or a dead rank: who stopped, who waited for whom
                                               (from the flight records, hpcpar/watch/why.py)
 
@@ -23,6 +25,8 @@ def add_arguments(p):
     pl.add_argument("-o", "--output", default=None, help="PNG to write (default: the trace's path with .png)")
     pl.add_argument("--annotate", action="store_true",
                     help="draw communication lanes and message arrows, and label what to look at")
+    pl.add_argument("--zero", action="store_true",
+                    help="draw ZeRO-3's all-gathers, waits, per-unit compute, frees and reduce-scatters")
     pl.add_argument("--step", type=int, default=None, help="which traced step (default: the last)")
     w = sub.add_parser("why", help="who stopped and who waited for whom, from a run's flight records")
     w.add_argument("path", help="the flight directory (<run dir>/flight)")
@@ -45,7 +49,11 @@ def run(args):
             print(trace_report.summary(args.path))
         else:
             out = args.output or str(Path(args.path).with_suffix(".png"))
-            print(f"wrote {trace_report.plot(args.path, out, args.step, args.annotate)}")
+            if args.zero:
+                from hpcpar.trace.zero_plot import plot_zero
+                print(f"wrote {plot_zero(args.path, out, args.step)}")
+            else:
+                print(f"wrote {trace_report.plot(args.path, out, args.step, args.annotate)}")
     except (OSError, ValueError, KeyError) as err:
         raise UsageError(f"cannot read trace {args.path}: {err}") from None
     return 0

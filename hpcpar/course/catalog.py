@@ -1,7 +1,7 @@
 """The exercises (docs/course/): what each asks, its check, its reference, its hints.  Numbered in the
 order they joined the course; each lesson names its own."""
 from hpcpar.course import (check_3d, check_a2a, check_cp, check_dp, check_hangs, check_llama, check_memory,
-                           check_pp, check_precision, check_state, check_tp, check_v)
+                           check_pp, check_precision, check_state, check_tp, check_v, check_zero)
 from hpcpar.course.collectives import ring_allreduce
 from hpcpar.course.exercise import Exercise
 from hpcpar.ops.ring_attention import merge
@@ -133,6 +133,14 @@ EXERCISES = [
                  "selective drops the attention probabilities, (B, NH, T, T), and the scaled queries beside them",
                  "a block that recomputes runs its forward again in backward: attention with it"),
              after="Measure it: .venv/bin/hpcpar bench --only recompute --quick compares the modes on a whole model"),
+    Exercise(23, "15-zero.md", "DP", "ZeRO-3: gather a unit before its forward, free it after",
+             "zero3_forward", check_zero.check_zero3_forward, check_zero.zero3_forward, hints=(
+                 "the flat buffer holds p k numbers, k = len(shard); this rank's slice goes to [r k, (r + 1) k) "
+                 "before the gather is posted: the all-gather fills the other slices in place",
+                 "post unit 0's gather first; in the loop wait for unit i's, post unit i + 1's, then set "
+                 "param.data = full[a:b].reshape(param.data.shape) and run the layer",
+                 "after the layer: param.data = None for each of its parameters, and drop your own reference "
+                 "to the buffer (keep the requests and buffers in flight in a dict you pop from)")),
     Exercise(24, "16-v-pipelines.md", "PP", "ZB-V's order for one rank",
              "zb_v", check_v.check_zb_v, check_v.zb_v, hints=(
                  "micro-batch 0 comes back to rank r's chunk 1 after 2(p - r) - 1 chunk forwards: run that many "

@@ -20,6 +20,11 @@ Gathers are *prefetched*: before a module's forward the next module's gather is 
 backward, the previous module's), non-blocking, and waited for only when that module starts - so
 it travels while this module computes.
 
+Under ``--trace`` each unit's life is on the rank's ``fsdp`` track (``hpcpar trace plot --zero``):
+``all-gather u`` from its post to the end of its wait, ``F u`` / ``B u`` the module's compute, ``free u``
+(an instant), ``reduce-scatter u`` from its post until this rank sees it complete; u is the unit's
+number, in the order of the stage's modules.
+
 Per rank, with P the stage's parameters (its TP shard), n = dp x cp, b bytes a number:
 
     ZeRO-0   P b params + P b grads + 2 P b AdamW state
@@ -172,6 +177,16 @@ class FullyShardedDataParallel:
         self.prefetch = True                # off: each gather starts when its module needs it (benchmarks
         #                                     measure what prefetching hides)
         self._in_flight = []                # (unit, its reduce-scatter's request)
+        self._number = {id(u): i for i, u in enumerate(self.units)}
+        self._posted = {}                   # ("gather" | "reduce", id(unit)) -> when that was posted
+        self._began = 0.0                   # when the current module's compute began
+
+    def _mark(self, what, units, start, end=None):
+        """A span on the trace's fsdp track, named by the units' numbers (nothing without a tracer)."""
+        tracer = trace.active()
+        if tracer is not None and units:
+            names = ",".join(str(self._number[id(u)]) for u in units)
+            tracer.span(f"{what} {names}", "fsdp", start, time.perf_counter() if end is None else end, "fsdp")
 
     # --- the hooks around a module (nn/stage.py) -------------------------------------------------
 
@@ -181,6 +196,7 @@ class FullyShardedDataParallel:
     def _post(self, units):
         for u in units:
             if not u.gathered:
+                self._posted["gather", id(u)] = time.perf_counter()
                 u.start_gather(self.comm)
                 self.gathers += 1
         self._account()
@@ -195,19 +211,26 @@ class FullyShardedDataParallel:
         tracer = trace.active()
         if tracer is not None and end - start > 1e-5:
             tracer.span("fsdp gather wait", "collective", start, end, "comm")
+        for u in units:
+            if ("gather", id(u)) in self._posted:
+                self._mark("all-gather", [u], self._posted.pop(("gather", id(u))), end)
 
     def _release(self, units, keep_for):
         for u in units:
             if u not in keep_for:
                 u.free()
+                now = time.perf_counter()
+                self._mark("free", [u], now, now)
 
     def before_forward(self, modules, i):
         self._acquire(self._units(modules, i))
         if self.prefetch:
             self._post(self._units(modules, i + 1))       # travels while module i computes
+        self._began = time.perf_counter()
 
     def after_forward(self, modules, i, training):
         """The last module's units stay gathered in training: its backward is the first to need them."""
+        self._mark("F", self._units(modules, i), self._began)
         last = i == len(modules) - 1
         if not training or (self.reshard and not last):
             self._release(self._units(modules, i), self._units(modules, i + 1))
@@ -222,9 +245,11 @@ class FullyShardedDataParallel:
         if self.prefetch:
             self._post(self._units(modules, i - 1))
         self._account()
+        self._began = time.perf_counter()
 
     def after_backward(self, modules, i, final):
         """``final``: the module's last backward of the step (its units are not needed again)."""
+        self._mark("B", self._units(modules, i), self._began)
         if self.reshard or final:
             self._release(self._units(modules, i), self._units(modules, i - 1))
 
@@ -262,11 +287,11 @@ class FullyShardedDataParallel:
             u, r = self._in_flight.pop(0)
             if r is not None:
                 r.wait()
-            u.drop_grad()
+            self._reduced(u)
         still = []
         for u, r in self._in_flight:
             if r is None or r.test():
-                u.drop_grad()
+                self._reduced(u)
             else:
                 still.append((u, r))
         self._in_flight = still
@@ -276,7 +301,13 @@ class FullyShardedDataParallel:
         if id(u) in self._launched:
             return
         self._launched.add(id(u))
+        self._posted["reduce", id(u)] = time.perf_counter()
         self._in_flight.append((u, self.comm.ireduce_scatter(u.grad, u.shard_grad)))
+
+    def _reduced(self, u):
+        """Unit u's reduce-scatter has completed: free its full gradient."""
+        self._mark("reduce-scatter", [u], self._posted.pop(("reduce", id(u)), time.perf_counter()))
+        u.drop_grad()
 
     def _poll(self):
         """MPICH moves non-blocking collectives on only inside MPI calls (progress.py): between the
@@ -291,6 +322,8 @@ class FullyShardedDataParallel:
         start = time.perf_counter()
         progress.install(None)
         wait_all([r for _, r in self._in_flight])
+        for u, _ in self._in_flight:
+            self._reduced(u)
         self._in_flight = []
         for u in self.units:
             if u.grad is not None:

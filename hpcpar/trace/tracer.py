@@ -18,7 +18,8 @@ import json
 import time
 from contextlib import contextmanager
 
-TRACKS = {"compute": 0, "comm": 1, "dp": 2, "cp": 3}   # dp, cp: messages in flight, overlapping the others
+TRACKS = {"compute": 0, "comm": 1, "dp": 2, "cp": 3, "fsdp": 4}   # dp, cp: messages in flight, overlapping the
+#                                                                  others; fsdp: ZeRO-3 units (data_parallel/fsdp.py)
 _active = None
 
 
