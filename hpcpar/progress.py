@@ -1,11 +1,12 @@
-"""Progress for communication in flight, called from inside the backward pass.
+"""Progress for communication in flight, called from inside the forward and backward passes.
 
 MPICH moves a non-blocking collective on only while the rank is inside an MPI call, and an
 ``Iallreduce`` needs several such calls to finish (one per round of its algorithm: a 4 MB bucket
 takes 5 or 6 at two ranks, docs/performance.md).  A backward pass that enters MPI once per layer
 leaves the buckets waiting for tens of milliseconds between rounds.  So the modules call ``poll()``
 after each of their large GEMMs, and whoever has operations in flight (data parallelism, for the
-gradient buckets) installs what a poll does - one ``MPI_Testall``.
+gradient buckets; ZeRO-3 for its prefetched all-gathers, which the forward must move too, and its
+reduce-scatters) installs what a poll does - one ``MPI_Testall``.
 
 With nothing installed ``poll()`` is one global lookup: the single-rank model pays nothing.
 """
