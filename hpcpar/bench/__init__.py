@@ -60,8 +60,8 @@ BENCHMARKS = {
                 "(transformers' loop over experts)"),
     "planner": Spec("pl", "planner", "The planner's search: GPT-3 175B on 1024 GPUs (hpcpar plan)"),
     "zero": Spec("z", "zero", "ZeRO 0-3: model state per rank counted against the planner (8 ranks); ZeRO-3's "
-                 "step against ZeRO-1's and the gathers prefetching hides (2 ranks)", ranks=(2, 8), quick_ranks=(2,),
-                 timeout=900),
+                 "step against ZeRO-1's and the gathers prefetching hides (2 and 8 ranks)", ranks=(2, 8),
+                 quick_ranks=(2,), timeout=900),
     "watchdog": Spec("wd", "watchdog", "Watchdog and flight recorder: their share of a 2x2x2 step", ranks=(8,)),
     "threads": Spec("th", "threads", "The README's first run: hpcpar's BLAS thread choice against one thread, "
                     "idle and with six busy processes", timeout=1200),

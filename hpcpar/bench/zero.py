@@ -7,7 +7,7 @@ between steps, and the working set a step adds) against its formula (the same mo
 --memory-budget checks) and against the planner's state terms for the same run (plan/memory.py).
 ZeRO-2 and 3 need dp > 1.
 
-At 2 ranks, speed: a step at dp 2 under ZeRO-1 and ZeRO-3 side by side (wall time, slowest rank, best
+At 2 and 8 ranks, speed: a step at dp 2 (dp 8) under ZeRO-1 and ZeRO-3 side by side (wall time, slowest rank, best
 round), and ZeRO-3 with and without prefetching: **blocked** is the time a step waits for its gathers,
 per wait on the rank that arrived last (the others wait for that rank too: imbalance, not communication);
 hidden = 1 - blocked / the same all-gathers run alone, blocking, one after the other.
@@ -130,8 +130,8 @@ def speed(world, quick, res):
     res.figures["speed"] = {n: best(ts) for n, ts in times.items()}
     res.figures["gathers_alone_s"] = alone
     res.figures["gather_hidden"] = hidden
-    res.target(f"dp {world.size}: at least half of ZeRO-3's all-gather time hidden", ">= 50 %", pct(hidden),
-               hidden >= 0.5)
+    if world.size == 2:     # the issue's goal; at dp 8 eight ranks share two cores here: reported, not a goal
+        res.target("dp 2: at least half of ZeRO-3's all-gather time hidden", ">= 50 %", pct(hidden), hidden >= 0.5)
 
 
 def time_wall():
@@ -143,6 +143,5 @@ def run(quick):
     res = Result()
     if world.size >= 8:
         memory(world, quick, res)
-    else:
-        speed(world, quick, res)
+    speed(world, quick, res)
     return res if world.rank == 0 else None
