@@ -1,5 +1,5 @@
 """ZeRO-2 and ZeRO-3 on real ranks, float64: the loss, every gradient and every weight after one AdamW
-step equal the single rank's within 1e-10, composed with TP (and SP), CP, PP and its schedules, both
+step equal the single rank's within 1e-10, composed with TP (and SP), CP, PP and its schedules (the V-shaped ones too), both
 ways of --reshard-after-forward."""
 import numpy as np
 import pytest
@@ -16,6 +16,8 @@ CASES = [
     ("pp2.z2.zb-h1", dict(pp=2, zero=2, schedule="zb-h1", microbatches=4)),
     ("pp2.z3.zb-h1.recompute", dict(pp=2, zero=3, schedule="zb-h1", microbatches=4, recompute=True)),
     ("pp2.z3.gpipe.3-block-units", dict(pp=2, zero=3, schedule="gpipe", microbatches=2, fsdp_blocks=3)),
+    ("pp2.z3.zb-v", dict(pp=2, zero=3, schedule="zb-v", microbatches=4)),               # the V: two chunks a rank
+    ("pp2.z2.dualpipev", dict(pp=2, zero=2, schedule="dualpipev", microbatches=4)),
 ]
 
 
