@@ -5,7 +5,9 @@ anything is allocated), and the same counted from the engine's own arrays (``hel
 Per rank, P numbers of its pipeline stage (its TP shard), n = dp x cp, U the largest unit (ZeRO-3: a
 block, --fsdp-blocks of them, or the token embedding); bytes a number: m of the weights the optimizer
 updates, r of a compute copy kept beside them (mixed precision; 0 without one), g of a gradient, o of
-the optimizer state (ZeRO-1 shards it), c of a gathered number (the compute dtype):
+the optimizer state (ZeRO-1 shards it), c of a gathered number (the compute dtype).  A mixture of
+experts' routed experts (X numbers, E/ep of them on a rank) follow the same table with n / ep for n:
+their replicas are the ranks of dp x cp that hold the same experts.
 
     term              ZeRO 0    ZeRO 1          ZeRO 2     ZeRO 3
     weights           P (m + r)                            P m / n
@@ -48,27 +50,35 @@ def held(trainer):
 
 
 def rank_params(cfg, mcfg, pp_rank):
-    """(P, U): the numbers a rank of pipeline rank ``pp_rank`` holds (its TP shard, replicated norms
-    and biases counted as cut too), and its largest ZeRO-3 unit."""
+    """(P, X, U): the numbers a rank of pipeline rank ``pp_rank`` holds outside the routed experts (its
+    TP shard, replicated norms and biases counted as cut too; a mixture of experts' router and shared
+    experts whole: the MoE layer is not cut over TP), those of its routed experts (E/ep of each
+    block's, whole on every TP rank), and its largest ZeRO-3 unit."""
     from hpcpar.pipeline.partition import partition
     from hpcpar.pipeline.schedules import build
     schedule = build(cfg.schedule, cfg.pp, cfg.microbatches, cfg.chunks)
     S = cfg.pp * cfg.chunks
     ranges = partition(mcfg.n_layer, S, cfg.partition, mcfg)
     stages = [schedule.stage(pp_rank, c) for c in range(cfg.chunks)]
-    total, unit = 0, 0
+    shape = mcfg.shape
+    routed = shape.experts * shape.mlp_params()                     # a block's routed experts
+    whole = shape.feed_forward_params() - routed if shape.experts else 0     # router, shared experts, bias
+    cut = mcfg.block_params() - routed - whole                     # the rest of a block: cut over TP
+    block = cut / cfg.tp + whole + routed / cfg.ep
+    total, experts, unit = 0, 0, 0
     for s in stages:
         blocks = len(ranges[s])
-        total += blocks * mcfg.block_params()
-        unit = max(unit, min(blocks, cfg.fsdp_blocks) * mcfg.block_params())
+        total += blocks * (cut / cfg.tp + whole)
+        experts += blocks * routed / cfg.ep
+        unit = max(unit, min(blocks, cfg.fsdp_blocks) * block)
         if s == 0:
-            total += mcfg.embedding_params()
-            unit = max(unit, mcfg.vocab_size * mcfg.d_model)
+            total += mcfg.embedding_params() / cfg.tp
+            unit = max(unit, mcfg.vocab_size * mcfg.d_model / cfg.tp)
         if s == S - 1:
             copy = not mcfg.tied or 0 not in stages          # a tied weight on another rank: a copy here
-            total += mcfg.head_params(copy)
-            unit = max(unit, mcfg.vocab_size * mcfg.d_model if copy else mcfg.head_params(False))
-    return total / cfg.tp, unit / cfg.tp
+            total += mcfg.head_params(copy) / cfg.tp
+            unit = max(unit, (mcfg.vocab_size * mcfg.d_model if copy else mcfg.head_params(False)) / cfg.tp)
+    return total, experts, unit
 
 
 def per_rank(zero, n, params, unit, *, master, grad, optimizer, compute, copy=0, slice_buffer=True,
@@ -94,13 +104,21 @@ def per_rank(zero, n, params, unit, *, master, grad, optimizer, compute, copy=0,
 def formula(cfg, mcfg, pp_rank=0):
     """{term: bytes} on a rank of pipeline rank ``pp_rank`` of this run, by the table above."""
     import numpy as np
-    P, U = rank_params(cfg, mcfg, pp_rank)
+    P, X, U = rank_params(cfg, mcfg, pp_rank)
     b = np.dtype(cfg.dtype).itemsize
     c = {"fp16": 2, "bf16": 2}.get(cfg.precision, b)
     k = 3 if cfg.optimizer == "adamw" else (1 if cfg.momentum else 0)
-    return per_rank(cfg.zero, cfg.dp * cfg.cp, P, U, master=b, copy=c if c != b else 0, grad=b,
-                    optimizer=k * b, compute=c, reshard=cfg.reshard_after_forward,
-                    whole_grads=cfg.microbatches > 1)
+    n = cfg.dp * cfg.cp
+
+    def table(params, group):
+        return per_rank(cfg.zero, group, params, U, master=b, copy=c if c != b else 0, grad=b, optimizer=k * b,
+                        compute=c, reshard=cfg.reshard_after_forward, whole_grads=cfg.microbatches > 1)
+    dense = table(P, n)
+    if not X:
+        return dense
+    # the routed experts are sliced over their own group: the (dp x cp) / ep ranks holding the same ones
+    experts = table(X, n // cfg.ep)
+    return {term: dense[term] + experts[term] for term in TERMS}
 
 
 def check_budget(cfg, mcfg):
