@@ -86,3 +86,44 @@ def test_ep2_to_ep4_to_one_rank_resumes_with_the_single_rank_numbers(comm, share
         assert rel_err(g.loss, w.loss) <= 1e-10 and rel_err(g.grad_norm, w.grad_norm) <= 1e-10, f"step {s}"
     free(alone)
     free(ref)
+
+
+@pytest.mark.mpi(min_size=4)
+def test_zero3_with_experts_resumes_exactly_and_reshards(comm, shared_dir):
+    """ZeRO-3 at dp 4 ep 2 (each expert sliced over its group of 2) resumes bit for bit, then moves to
+    ep 4 (a group of one: the experts resident, whole) and to one rank with the single rank's numbers."""
+    from mpi4py import MPI
+    if comm.size != 4:
+        pytest.skip("dp 4 with ep 2, then ep 4")
+    ref = reference(comm, **STEPS)
+    want = [ref.step(s) for s in range(5)]
+    first = trainer(comm, dp=4, ep=2, zero=3, **STEPS)
+    got = [first.step(s) for s in range(2)]
+    save_checkpoint(first, f"{shared_dir}/a", 2)
+    exported = gather_full(first)
+    straight = first.step(2)
+    free(first)
+    second = trainer(comm, dp=4, ep=2, zero=3, **STEPS)
+    assert load_checkpoint(second, f"{shared_dir}/a") == 2
+    again = gather_full(second)
+    if comm.rank == 0:
+        assert sorted(again) == sorted(exported)
+        for name, w in exported.items():
+            np.testing.assert_array_equal(again[name], w)
+    got.append(second.step(2))
+    assert (got[2].loss, got[2].grad_norm) == (straight.loss, straight.grad_norm)
+    save_checkpoint(second, f"{shared_dir}/b", 3)
+    free(second)
+    third = trainer(comm, dp=4, ep=4, zero=3, reshard_after_forward=False, **STEPS)
+    assert all(u.resident == any(p.expert for p in u.params) for u in third.dp.units)
+    assert load_checkpoint(third, f"{shared_dir}/b") == 3
+    got.append(third.step(3))
+    save_checkpoint(third, f"{shared_dir}/c", 4)
+    free(third)
+    alone = trainer(MPI.COMM_SELF, **STEPS)
+    assert load_checkpoint(alone, f"{shared_dir}/c") == 4
+    got.append(alone.step(4))
+    for s, (g, w) in enumerate(zip(got, want)):
+        assert rel_err(g.loss, w.loss) <= 1e-10 and rel_err(g.grad_norm, w.grad_norm) <= 1e-10, f"step {s}"
+    free(alone)
+    free(ref)

@@ -54,13 +54,19 @@ def test_the_bias_follows_the_step_counts(comm):
     (dict(ep=3), "--ep 3 must divide the 4 experts"),
     (dict(ep=2), r"--ep 2 must divide dp x cp = 1 x 1 = 1"),
     (dict(model="tiny", ep=2), "--ep needs experts"),
-    (dict(ep=2, dp=2, zero=3), "--zero 3 with --ep 2: ZeRO-3 does not shard the experts"),
+    (dict(bias_rate=0.01, dp=2, zero=3), "--bias-rate with --zero 3: every rank moves the whole routing bias"),
 ])
 def test_bad_options_are_refused_in_one_line(kw, message):
     cfg = config(dims=MOE_DIMS, **kw)
     cfg.dp, cfg.chunks = 1, 1
     with pytest.raises(UsageError, match=message):
         model_config(cfg)
+
+
+def test_zero3_with_experts_is_accepted():
+    """ZeRO-3 slices the experts over their own group (tests/test_zero_mpi.py runs it)."""
+    cfg = config(dims=MOE_DIMS, dp=4, ep=2, zero=3)
+    assert model_config(cfg).n_expert == 4
 
 
 def test_capacity_factor_must_not_be_negative():

@@ -106,10 +106,9 @@ def speed(world, quick, res):
         """The same step's all-gathers, one after the other, blocking, with nothing to hide behind."""
         for _ in range(fsdp.gathers // len(fsdp.units)):
             for u in fsdp.units:
-                u.start_gather(world_comm)
+                u.start_gather()
                 u.finish_gather()
                 u.free()
-    world_comm = fsdp.comm
     cases = {n: step(n) for n in runs}
     cases["all-gathers alone"] = gathers_alone
     times = slowest_rank(world, interleave(cases, rounds, time_wall, world.Barrier))

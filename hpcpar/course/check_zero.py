@@ -115,8 +115,9 @@ def _run(f, p, rank, rng):
         return [SimpleNamespace(name=f"{'wb'[i]}{j}", data=v.copy(), grad=np.zeros_like(v))
                 for i, v in enumerate(values[j])]
     # every rank's slices, laid out by the engine
-    shards = [[Unit(params(j), p, q, None).shard for q in range(p)] for j in range(len(LAYERS))]
-    units = [Unit(params(j), p, rank, None) for j in range(len(LAYERS))]
+    shards = [[Unit(params(j), SimpleNamespace(size=p, rank=q), None).shard for q in range(p)]
+              for j in range(len(LAYERS))]
+    units = [Unit(params(j), SimpleNamespace(size=p, rank=rank), None) for j in range(len(LAYERS))]
     gathers = _Gathers(p, rank, shards, [u.size for u in units], what)
     given = [SimpleNamespace(shard=u.shard.copy(), segments=list(u.segments)) for u in units]
 

@@ -33,6 +33,12 @@ Per rank, with P the stage's parameters (its TP shard), n = dp x cp, b bytes a n
     ZeRO-3   P b / n    + P b / n   + 2 P b / n   + the gathered units (at most two, or all of them
                                                     with reshard-after-forward off) and their gradients
 
+Under expert parallelism a block's routed experts (E/ep of them, whole over TP) are held by fewer
+ranks: their replicas are the expert-data-parallel group, (dp x cp) / ep ranks (``comm_of``).  They
+form a unit of their own, sliced, all-gathered and reduce-scattered over that group, and gathered,
+prefetched and freed together with the block's other unit; over a group of one rank (ep = dp x cp)
+that unit is *resident*: the slice is the whole, as under ZeRO-0, and nothing is sent.
+
 Some gradients are final only after a sum over another group: the two copies of a tied embedding
 (first and last pipeline stage, each a unit of its own, so that their slices line up) and, under
 sequence parallelism, the replicated parameters' partial sums over TP (every TP rank has the same
@@ -48,16 +54,22 @@ from hpcpar.comm import test_all, wait_all
 
 
 class Unit:
-    """Parameters gathered and freed together; this rank keeps slice [lo, hi) of their flat buffer."""
+    """Parameters gathered and freed together over ``comm``; this rank keeps slice [lo, hi) of their flat
+    buffer.  Over a group of one rank (an expert's when ep = dp x cp) the slice is the whole: the unit is
+    *resident* - its parameters view the slice (or, under mixed precision, a compute copy of it kept
+    between steps) and accumulate their gradients in it, as under ZeRO-0; nothing is gathered, freed or
+    reduce-scattered."""
 
-    def __init__(self, params, n, rank, compute_dtype):
+    def __init__(self, params, comm, compute_dtype):
         xp = backend.array_module(params[0].data)
         dtype = params[0].data.dtype
+        self.comm = comm
         self.compute_dtype = compute_dtype if compute_dtype is not None else dtype
+        n = comm.size
         total = sum(p.data.size for p in params)
         self.size = -(-total // n) * n                          # padded to a multiple of n
         k = self.size // n
-        self.lo, self.hi = rank * k, (rank + 1) * k
+        self.lo, self.hi = comm.rank * k, (comm.rank + 1) * k
         flat = xp.zeros(self.size, dtype=dtype)                 # (size,) only while building
         self.segments, start = [], 0                            # (param, start, stop)
         for p in params:
@@ -71,35 +83,52 @@ class Unit:
         self.full = None                                        # (size,) compute dtype, while gathered
         self.grad = None                                        # (size,) while the backward runs
         self.gathering = None                                   # the all-gather's request, until waited
+        self.resident = n == 1
         for p in params:
             p.master = None
             p.data, p.grad = placeholder(p.data), placeholder(p.grad)
+        if self.resident:                                       # gathered and with a gradient for good
+            self.full = self.shard if self.compute_dtype == dtype else self.shard.astype(self.compute_dtype)
+            self.grad = self.shard_grad
+            self._view()
+            for p, a, b in self.segments:
+                p.grad = self.grad[a:b].reshape(p.grad.shape)
 
     @property
     def gathered(self):
         return self.full is not None
 
-    def start_gather(self, comm):
+    def start_gather(self):
         xp = backend.array_module(self.shard)
         self.full = xp.empty(self.size, dtype=self.compute_dtype)
         self.full[self.lo:self.hi] = self.shard                 # (rounded to the compute dtype)
-        self.gathering = comm.iall_gather_(self.full)
+        self.gathering = self.comm.iall_gather_(self.full)
 
     def finish_gather(self):
         if self.gathering is not None:
             self.gathering.wait()
             self.gathering = None
+        self._view()
+
+    def _view(self):
         for p, a, b in self.segments:
             p.data = self.full[a:b].reshape(p.data.shape)
 
     def free(self):
         """Drop the gathered values (a gather in flight is finished first: MPI still writes into it)."""
+        if self.resident:
+            return
         if self.gathering is not None:
             self.gathering.wait()
             self.gathering = None
         self.full = None
         for p, _, _ in self.segments:
             p.data = placeholder(p.data)
+
+    def refresh(self):
+        """A resident unit's compute copy rounded again from its master values (after they changed)."""
+        if self.resident and self.full is not self.shard:
+            self.full[...] = self.shard
 
     def new_grad(self):
         xp = backend.array_module(self.shard)
@@ -108,6 +137,8 @@ class Unit:
             p.grad = self.grad[a:b].reshape(p.grad.shape)
 
     def drop_grad(self):
+        if self.resident:
+            return
         self.grad = None
         for p, _, _ in self.segments:
             p.grad = placeholder(p.grad)
@@ -122,7 +153,14 @@ class Unit:
         return out
 
     def gathered_bytes(self):
+        """Bytes of the working set: gathered values and full gradient (a resident unit's are its state)."""
+        if self.resident:
+            return 0
         return (self.full.nbytes if self.full is not None else 0) + (self.grad.nbytes if self.grad is not None else 0)
+
+    def weight_bytes(self):
+        """Bytes of weights kept between steps: the slice, and a resident unit's compute copy."""
+        return self.shard.nbytes + (self.full.nbytes if self.resident and self.full is not self.shard else 0)
 
 
 def module_groups(chunk, blocks_per_unit):
@@ -140,10 +178,14 @@ class FullyShardedDataParallel:
     zero, sharded = 3, True
 
     def __init__(self, chunks, comm, uses=None, compute_dtype=None, alone=(), blocks_per_unit=1,
-                 reshard_after_forward=True):
+                 reshard_after_forward=True, comm_of=None):
         """``alone``: parameters that get a unit of their own (the tied embedding: its two copies'
-        slices must line up); so does a parameter two modules share.  ``uses``: as DataParallel's."""
+        slices must line up); so does a parameter two modules share.  ``uses``: as DataParallel's.
+        ``comm_of(p)``: the group a parameter's replicas sit on, when not ``comm`` (an expert's, under
+        expert parallelism): a module's parameters of another group form a unit of their own, sliced,
+        gathered and reduce-scattered over it - and gathered and freed with the module's other units."""
         self.comm, self.reshard = comm, reshard_after_forward
+        comm_of = comm_of or (lambda p: comm)
         self._uses = uses or {}
         holders = {}
         for chunk in chunks:
@@ -154,9 +196,12 @@ class FullyShardedDataParallel:
         self.units, self._unit_of = [], {}
 
         def add(params):
-            if params:
-                self.units.append(Unit(params, comm.size, comm.rank, compute_dtype))
-                self._unit_of.update((id(p), self.units[-1]) for p in params)
+            groups = {}                                 # the parameters of each group, in their order
+            for p in params:
+                groups.setdefault(id(comm_of(p)), (comm_of(p), []))[1].append(p)
+            for group, mine in groups.values():
+                self.units.append(Unit(mine, group, compute_dtype))
+                self._unit_of.update((id(p), self.units[-1]) for p in mine)
         for chunk in chunks:
             for group in module_groups(chunk, blocks_per_unit):
                 params = [p for m in group for p in m.parameters() if id(p) not in self._unit_of]
@@ -197,7 +242,7 @@ class FullyShardedDataParallel:
         for u in units:
             if not u.gathered:
                 self._posted["gather", id(u)] = time.perf_counter()
-                u.start_gather(self.comm)
+                u.start_gather()
                 self.gathers += 1
         self._account()
 
@@ -301,8 +346,10 @@ class FullyShardedDataParallel:
         if id(u) in self._launched:
             return
         self._launched.add(id(u))
+        if u.resident:                      # its gradient is already in its slice: nothing to reduce
+            return
         self._posted["reduce", id(u)] = time.perf_counter()
-        self._in_flight.append((u, self.comm.ireduce_scatter(u.grad, u.shard_grad)))
+        self._in_flight.append((u, u.comm.ireduce_scatter(u.grad, u.shard_grad)))
 
     def _reduced(self, u):
         """Unit u's reduce-scatter has completed: free its full gradient."""
@@ -361,7 +408,10 @@ class FullyShardedDataParallel:
         return total
 
     def gather_params(self):
-        """Nothing to do: a unit is gathered (and rounded to the compute dtype) when it is next used."""
+        """Nothing to gather: a unit is gathered (and rounded to the compute dtype) when it is next used;
+        a resident unit's compute copy is rounded from the updated master values now."""
+        for u in self.units:
+            u.refresh()
 
     def zero_grad(self):
         for u in self.units:
@@ -381,7 +431,7 @@ class FullyShardedDataParallel:
         u = self.units[i]
         full = backend.array_module(owned).zeros(u.size, dtype=owned.dtype)
         full[u.lo:u.hi] = owned
-        wait_all([self.comm.iall_gather_(full)])
+        wait_all([u.comm.iall_gather_(full)])
         return full
 
     def master(self, i):
@@ -392,6 +442,7 @@ class FullyShardedDataParallel:
         """Set unit i's master values from its whole flat array (this rank keeps its slice)."""
         u = self.units[i]
         u.shard[...] = whole[u.lo:u.hi]
+        u.refresh()
 
     def gathered(self, what="data"):
         """Collective: {parameter name: this rank's (TP-shard) values} of the master weights ("data")

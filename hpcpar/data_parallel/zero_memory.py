@@ -7,7 +7,10 @@ block, --fsdp-blocks of them, or the token embedding); bytes a number: m of the 
 updates, r of a compute copy kept beside them (mixed precision; 0 without one), g of a gradient, o of
 the optimizer state (ZeRO-1 shards it), c of a gathered number (the compute dtype).  A mixture of
 experts' routed experts (X numbers, E/ep of them on a rank) follow the same table with n / ep for n:
-their replicas are the ranks of dp x cp that hold the same experts.
+their replicas are the ranks of dp x cp that hold the same experts.  Under ZeRO-3 a block's experts
+are a unit of their own over that group, gathered with the block's other unit (U counts both); over a
+group of one rank (ep = dp x cp) they stay whole - ZeRO-0's column, X (m + r) + X g + X o, nothing
+gathered.
 
     term              ZeRO 0    ZeRO 1          ZeRO 2     ZeRO 3
     weights           P (m + r)                            P m / n
@@ -38,7 +41,7 @@ def held(trainer):
     optimizer = sum(a.nbytes for st in opt.state.values() for a in st.values()) + \
         sum(a.nbytes for a in opt._scratch.values())
     if dp.zero == 3:
-        weights = sum(u.shard.nbytes for u in dp.units)
+        weights = sum(u.weight_bytes() for u in dp.units)
         grads = sum(u.shard_grad.nbytes for u in dp.units)
         working = dp.peak_gathered
     else:
@@ -64,7 +67,9 @@ def rank_params(cfg, mcfg, pp_rank):
     routed = shape.experts * shape.mlp_params()                     # a block's routed experts
     whole = shape.feed_forward_params() - routed if shape.experts else 0     # router, shared experts, bias
     cut = mcfg.block_params() - routed - whole                     # the rest of a block: cut over TP
-    block = cut / cfg.tp + whole + routed / cfg.ep
+    # ZeRO-3 gathers a block's experts with it, unless their group is one rank: resident (fsdp.Unit)
+    gathered = routed / cfg.ep if cfg.dp * cfg.cp > cfg.ep else 0
+    block = cut / cfg.tp + whole + gathered
     total, experts, unit = 0, 0, 0
     for s in stages:
         blocks = len(ranges[s])
@@ -110,14 +115,17 @@ def formula(cfg, mcfg, pp_rank=0):
     k = 3 if cfg.optimizer == "adamw" else (1 if cfg.momentum else 0)
     n = cfg.dp * cfg.cp
 
-    def table(params, group):
-        return per_rank(cfg.zero, group, params, U, master=b, copy=c if c != b else 0, grad=b, optimizer=k * b,
+    def table(params, group, unit, zero=cfg.zero):
+        return per_rank(zero, group, params, unit, master=b, copy=c if c != b else 0, grad=b, optimizer=k * b,
                         compute=c, reshard=cfg.reshard_after_forward, whole_grads=cfg.microbatches > 1)
-    dense = table(P, n)
+    dense = table(P, n, U)
     if not X:
         return dense
-    # the routed experts are sliced over their own group: the (dp x cp) / ep ranks holding the same ones
-    experts = table(X, n // cfg.ep)
+    # the routed experts are sliced over their own group: the (dp x cp) / ep ranks holding the same ones.
+    # Under ZeRO-3 U counts them already (a block's experts are gathered with it); over a group of one
+    # rank they stay whole, as under ZeRO-0
+    group = n // cfg.ep
+    experts = table(X, group, 0, cfg.zero if group > 1 or cfg.zero < 3 else 0)
     return {term: dense[term] + experts[term] for term in TERMS}
 
 

@@ -23,8 +23,9 @@ The gradient of expert e on rank r adds every token of its ep group routed to e;
 (the ranks of dp x cp with the same r, (dp x cp) / ep of them: the *expert-data-parallel* group,
 Megatron-core's name) hold the same experts and saw other tokens, so the expert gradients are summed
 over that group, as the dense ones are over dp x cp (``expert_data_group``; the Trainer routes each
-parameter to its group, hpcpar/data_parallel/replicas.py buckets them apart).  Optimizer state, ZeRO
-slices and the gradient norm follow the buckets: each expert is held, updated and counted once per
+parameter to its group, hpcpar/data_parallel/replicas.py buckets them apart, ZeRO-3's
+hpcpar/data_parallel/fsdp.py gives them units of their own).  Optimizer state, ZeRO slices and the
+gradient norm follow the buckets (the units): each expert is held, updated and counted once per
 expert-data-parallel group.
 """
 import numpy as np

@@ -72,9 +72,9 @@ def check_moe(mcfg, cfg):
         raise UsageError(f"--top-k {mcfg.top_k} is more than the {mcfg.n_expert} experts")
     if mcfg.n_expert % cfg.ep:
         raise UsageError(f"--ep {cfg.ep} must divide the {mcfg.n_expert} experts (each rank runs E / ep of them)")
-    if cfg.ep > 1 and cfg.zero == 3:
-        raise UsageError(f"--zero 3 with --ep {cfg.ep}: ZeRO-3 does not shard the experts over their own group "
-                         f"yet; use --zero 1 or 2 (the experts are already cut over ep)")
+    if cfg.zero == 3 and mcfg.bias_rate:
+        raise UsageError("--bias-rate with --zero 3: every rank moves the whole routing bias after the step, and "
+                         "ZeRO-3 keeps only a slice of it; use --zero 1 or 2")
     if (cfg.dp * cfg.cp) % cfg.ep:
         raise UsageError(f"--ep {cfg.ep} must divide dp x cp = {cfg.dp} x {cfg.cp} = {cfg.dp * cfg.cp}: the "
                          f"expert-parallel ranks are taken from the data- and context-parallel ones")

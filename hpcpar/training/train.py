@@ -161,7 +161,8 @@ class Trainer:
         if cfg.zero == 3:
             self.dp = FullyShardedDataParallel(self.chunks, g.dp_cp_comm, uses, self.compute, alone=self.tied,
                                                blocks_per_unit=cfg.fsdp_blocks,
-                                               reshard_after_forward=cfg.reshard_after_forward)
+                                               reshard_after_forward=cfg.reshard_after_forward,
+                                               comm_of=self.replica_comm)
         else:
             self.dp = DataParallel(params, g.dp_cp_comm, cfg.bucket_mb, cfg.zero, late=self.tied + partial,
                                    uses=uses, compute_dtype=self.compute, groups=self._grad_groups(),
