@@ -102,7 +102,8 @@ def unstacked(weights, n_layer, names=NAMES):
         F = down.shape[1]
         for j in range(len(gate_up)):
             base = f"layers.{i}.{names.block}.experts.{j}"
-            out[f"{base}.{gate_name}.weight"], out[f"{base}.{up_name}.weight"] = gate_up[j][:, :F].T, gate_up[j][:, F:].T
+            out[f"{base}.{gate_name}.weight"] = gate_up[j][:, :F].T
+            out[f"{base}.{up_name}.weight"] = gate_up[j][:, F:].T
             out[f"{base}.{down_name}.weight"] = down[j].T
     return out
 

@@ -73,8 +73,8 @@ class TrainConfig:
     model: str = opt("", "model preset (GPT-2 blocks, or llama-*: RMSNorm, RoPE, SwiGLU, grouped-query "
                          "attention; moe-tiny, mixtral-tiny: the same with mixtures of experts; qwen3-moe-tiny: "
                          "mixtral-tiny with QK-norm; '': tiny, or the family of --init-from)",
-                     ["tiny", "small", "gpt2", "llama-tiny", "llama-small", "moe-tiny", "mixtral-tiny", "qwen3-moe-tiny",
-                      "mlp"], "model")
+                     ["tiny", "small", "gpt2", "llama-tiny", "llama-small", "moe-tiny", "mixtral-tiny",
+                      "qwen3-moe-tiny", "mlp"], "model")
     layers: int = opt(0, "number of blocks (0: preset)", group="model", bound="natural")
     hidden: int = opt(0, "model width d_model (0: preset)", group="model", bound="natural")
     heads: int = opt(0, "attention heads (0: preset)", group="model", bound="natural")

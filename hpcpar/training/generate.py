@@ -13,8 +13,9 @@ Picking the token: greedy (temperature 0) takes the most likely one; otherwise t
 by the temperature (< 1 sharper, > 1 flatter), all but the ``top_k`` largest are dropped, and the token
 is drawn from the softmax with a generator seeded by ``seed``.
 
-The model, GPT-2 or Llama (with experts: Mixtral, Qwen3-MoE), comes from a checkpoint directory (hpcpar's own, any layout) or from Hugging
-Face weights (an ``--export``, or a save_pretrained directory); the tokenizer is the one saved with them.
+The model, GPT-2 or Llama (with experts: Mixtral, Qwen3-MoE), comes from a checkpoint directory
+(hpcpar's own, any layout) or from Hugging Face weights (an ``--export``, or a save_pretrained
+directory); the tokenizer is the one saved with them.
 What differs between the two families (a position table or rotary positions, all heads or grouped K/V
 heads in the cache, LayerNorm or RMSNorm) lives in the modules' own ``forward_cached``.
 """
