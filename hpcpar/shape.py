@@ -11,7 +11,8 @@ d = h/a, kv key/value heads, f the MLP width)::
     experts    instead of one MLP: the router h*E, E MLPs, the shared experts (one MLP S*f wide), the
                balancing bias E; a token's FLOPs go through the router and k + S MLPs (active, not total)
     biases     (h + 2*kv*d) + h + f (2f gated) + h             (GPT-2; Llama has none)
-    norms      two per block: 2h each for LayerNorm (weight and shift), h for RMSNorm (weight)
+    norms      two per block: 2h each for LayerNorm (weight and shift), h for RMSNorm (weight); with
+               QK-norm (Qwen3) two gains of d more, one for the queries' heads and one for the keys'
 
 so a GPT-2 block holds 12h^2 + 13h parameters, and the whole model
 P = 12*l*h^2 * (1 + 13/(12h) + (V + s)/(12*l*h)) with tied embeddings and learned positions.
@@ -46,6 +47,7 @@ class ModelShape:
     top_k: int = 0               # routed experts a token goes through
     shared_experts: int = 0      # experts every token goes through: one MLP shared_experts * ffn wide
     expert_bias: bool = False    # the auxiliary-loss-free balancing bias (one number per expert)
+    qk_norm: bool = False        # RMSNorm over each head's queries and keys: two gains of head_dim (Qwen3)
     source: str = ""
     _layer: int = field(init=False, repr=False, compare=False, default=0)   # layer_params, counted once
 
@@ -92,7 +94,8 @@ class ModelShape:
     def _count_layer(self):
         h = self.hidden
         attention = h * self.qkv_width + h * h + (self.qkv_width + h if self.biases else 0)
-        return attention + self.feed_forward_params() + 2 * self.norm_params()
+        qk_norm = 2 * self.head_dim if self.qk_norm else 0
+        return attention + qk_norm + self.feed_forward_params() + 2 * self.norm_params()
 
     def mlp_params(self, width=None):
         """One MLP of ``width`` (default ffn): its matrices, and with biases one per column-side output

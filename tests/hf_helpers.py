@@ -43,20 +43,39 @@ def hf_llama(seed=0, dtype="float64", **dims):
     return in_its_dtype(model)
 
 
+def hf_moe(kind, dims, seed=0, dtype="float64"):
+    """A MixtralForCausalLM or Qwen3MoeForCausalLM (``kind``: "Mixtral" or "Qwen3Moe") with random weights
+    - every norm gain too, and a router with opinions (varied choices) - run by transformers' eager loop
+    over the experts; ``dims`` are its config's."""
+    tf = transformers()                      # skips before torch is imported
+    import torch
+    torch.manual_seed(seed)
+    config = getattr(tf, f"{kind}Config")(bos_token_id=None, eos_token_id=None, pad_token_id=None, **dims)
+    config._experts_implementation = "eager"
+    model = getattr(tf, f"{kind}ForCausalLM")(config).eval().to(getattr(torch, dtype))
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if name.endswith("norm.weight"):
+                p.add_(0.2 * torch.randn_like(p))
+            elif "mlp.gate.weight" in name:
+                p.normal_(0.0, 0.3)
+    return in_its_dtype(model)
+
+
 def in_its_dtype(model):
-    """transformers' Llama (and Mixtral) computes RMSNorm and the rotary angles (Mixtral: and the router's
-    softmax) in float32 whatever the model's dtype
+    """transformers' Llama (and Mixtral, Qwen3-MoE) computes RMSNorm and the rotary angles (Mixtral,
+    Qwen3-MoE: and the router's softmax) in float32 whatever the model's dtype
     (casts written into its code), which in a float64 model costs float32 round-off (1e-7).  For a
     float64 reference those two run here in the model's dtype, with the same formulas; other models and
     dtypes are left as they are."""
     import torch
-    if model.config.model_type not in ("llama", "mixtral") or model.dtype != torch.float64:
+    if model.config.model_type not in ("llama", "mixtral", "qwen3_moe") or model.dtype != torch.float64:
         return model
     for m in model.modules():
         kind = type(m).__name__                     # LlamaRMSNorm, MixtralRMSNorm, ...
-        if kind.endswith("TopKRouter"):             # Mixtral's router: its softmax, too, in float32
-            m.forward = lambda h, m=m: float64_router(m, h)
-        elif kind.endswith("RMSNorm"):
+        if kind.endswith("TopKRouter"):             # the router: its softmax, too, in float32
+            m.forward = lambda h, m=m: float64_router(m, h, getattr(m, "norm_topk_prob", True))
+        elif kind.endswith("RMSNorm"):              # the blocks' and (Qwen3-MoE) QK-norm's
             m.forward = lambda h, m=m: m.weight * (h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True)
                                                                   + m.variance_epsilon))
         elif kind.endswith("RotaryEmbedding"):
@@ -102,3 +121,40 @@ def load_hf(directory, dtype="float64"):
     import torch
     model = tf.AutoModelForCausalLM.from_pretrained(str(directory), dtype=getattr(torch, dtype))
     return in_its_dtype(model.eval())
+
+
+def assert_transformers_loss_and_aux_loss(t, model, inputs, targets, coef):
+    """hpcpar's Trainer ``t`` gives transformers' loss of the batch (float64, 1e-10), and a load-balancing
+    loss of ``coef`` x transformers' load_balancing_loss_func of each layer's router logits, summed over the
+    layers (ours is per layer; transformers sums in float32: equal to float32's round-off)."""
+    import importlib
+
+    import pytest
+    import torch
+    ours = float(t.gradients(0)[0]) / t.loss_terms
+    assert ours == pytest.approx(hf_loss(model, inputs, targets), rel=1e-10)
+    aux = importlib.import_module(type(model).__module__).load_balancing_loss_func     # the model's own file
+    with torch.no_grad():
+        logits = model(input_ids=torch.as_tensor(inputs), output_router_logits=True).router_logits
+    want = sum(float(aux((g,), model.num_experts, model.num_experts_per_tok)) for g in logits)
+    assert t.expert_load.step()["aux_loss"] == pytest.approx(coef * want, rel=1e-6)
+
+
+def assert_export_round_trip(t, directory, reload, inputs, targets):
+    """Two steps, then an export to a directory and to a lone file: transformers loads the directory
+    with hpcpar's loss of the batch (float64, 1e-10), ``reload`` the lone file with the same numbers.
+    Returns (transformers' model, the reloaded Trainer)."""
+    import pytest
+    from hpcpar.checkpoint.consolidated import export
+    for s in range(2):
+        t.step(s)
+    export(t, directory / "out")
+    export(t, directory / "one.safetensors")
+    ours = float(t.gradients(5)[0]) / t.loss_terms
+    model = load_hf(directory / "out")
+    model.config._experts_implementation = "eager"
+    assert hf_loss(model, inputs, targets) == pytest.approx(ours, rel=1e-10)
+    back = reload(directory / "one.safetensors")
+    for p, q in zip(back.parameters(), t.parameters()):       # a lone file holds the same numbers
+        np.testing.assert_array_equal(p.data, q.data)
+    return model, back

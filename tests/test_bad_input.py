@@ -53,13 +53,14 @@ def test_training_refuses_text_too_short_for_one_window(tmp_path):
 
 
 @pytest.mark.parametrize("config, named", [
-    ({"architectures": ["Qwen3MoeForCausalLM"], "model_type": "qwen3_moe", "num_experts": 8},
-     "holds a Qwen3MoeForCausalLM: a mixture of experts hpcpar does not implement (it runs GPT-2 "
-     "(GPT2LMHeadModel), Llama (LlamaForCausalLM), Mixtral (MixtralForCausalLM))"),
+    ({"architectures": ["Qwen2MoeForCausalLM"], "model_type": "qwen2_moe", "num_experts": 8},
+     "holds a Qwen2MoeForCausalLM: a mixture of experts hpcpar does not implement (it runs GPT-2 "
+     "(GPT2LMHeadModel), Llama (LlamaForCausalLM), Mixtral (MixtralForCausalLM), Qwen3-MoE "
+     "(Qwen3MoeForCausalLM))"),
     ({"architectures": ["FalconForCausalLM"], "model_type": "falcon"},
      "holds a FalconForCausalLM, a family hpcpar does not implement (it runs GPT-2 (GPT2LMHeadModel), "
-     "Llama (LlamaForCausalLM), Mixtral (MixtralForCausalLM))"),
-], ids=["qwen3-moe", "falcon"])
+     "Llama (LlamaForCausalLM), Mixtral (MixtralForCausalLM), Qwen3-MoE (Qwen3MoeForCausalLM))"),
+], ids=["qwen2-moe", "falcon"])
 def test_a_family_hpcpar_does_not_implement_is_named(tmp_path, config, named):
     (tmp_path / "config.json").write_text(json.dumps(config))
     line = refused(["train", "--init-from", str(tmp_path), "--steps", "1"])

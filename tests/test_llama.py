@@ -2,6 +2,8 @@
 recomputation, rotary positions taken from the context, parameter and FLOP counts, refused layouts
 (the refusal on the command line, one line before any rank communicates, is quoted in docs/llama.md
 and checked by test_docs)."""
+from dataclasses import replace
+
 import numpy as np
 import pytest
 
@@ -18,20 +20,32 @@ from train_helpers import config
 # 4 query heads reading 2 K/V heads, an F that is not 4C: every Llama-specific shape in play
 CFG = GPTConfig(vocab_size=23, seq_len=8, n_layer=2, n_head=4, n_kv_head=2, d_model=16, d_ff=24, arch="llama",
                 tied=False, ln_eps=1e-6)
+QK_NORM = replace(CFG, qk_norm=True)        # Qwen3's attention: q and k normalised per head before RoPE
 
 
-def test_llama_gradients_match_finite_differences():
-    model = GPT(CFG, seed=3, dtype="float64")
-    x, y = batch(CFG)
+def with_random_gains(model):
+    """QK-norm's gains start at one; drawn at random a misplaced gain cannot hide."""
+    rng = np.random.default_rng(4)
+    for p in model.parameters():
+        if p.name.endswith(("q_norm.weight", "k_norm.weight")):
+            p.data[:] = 1 + 0.3 * rng.standard_normal(p.data.shape)
+    return model
+
+
+@pytest.mark.parametrize("cfg", [CFG, QK_NORM], ids=["llama", "qk-norm"])
+def test_llama_gradients_match_finite_differences(cfg):
+    model = with_random_gains(GPT(cfg, seed=3, dtype="float64"))
+    x, y = batch(cfg)
     _, g = grads(model, x, y)
     assert not any(p.name.endswith(".bias") for p in model.parameters())
     for p in model.parameters():
         assert_grad(lambda: model.forward(x, None, y)[0], p.data, g[p.name], p.name, n=6)
 
 
-def test_split_backward_and_recompute_give_the_same_gradients():
-    model = GPT(CFG, seed=1, dtype="float64")
-    x, y = batch(CFG)
+@pytest.mark.parametrize("cfg", [CFG, QK_NORM], ids=["llama", "qk-norm"])
+def test_split_backward_and_recompute_give_the_same_gradients(cfg):
+    model = with_random_gains(GPT(cfg, seed=1, dtype="float64"))
+    x, y = batch(cfg)
     _, plain = grads(model, x, y)
     work = []
     grads(model, x, y, defer=work)
@@ -92,6 +106,8 @@ def test_rotary_positions_come_from_the_context():
 def test_parameter_and_flop_counts():
     model = GPT(CFG, seed=0, dtype="float64")
     assert sum(p.data.size for p in model.parameters()) == CFG.n_params()
+    qk = sum(p.data.size for p in GPT(QK_NORM, seed=0, dtype="float64").parameters())
+    assert qk == QK_NORM.n_params() == CFG.n_params() + 2 * 2 * 4        # two gains of HS = 4 per layer
     C, F, kv, T = 16, 24, 2 * 4, 8                    # K/V width: 2 heads of 4
     assert gpt_block_forward_flops(CFG) == 2 * (2 * C * C + 2 * C * kv + 3 * C * F) + 4 * T * C
     gpt = GPTConfig(vocab_size=23, seq_len=8, n_layer=2, n_head=4, d_model=16)

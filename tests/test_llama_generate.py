@@ -108,3 +108,25 @@ def test_hugging_face_llama_gives_transformers_logits_and_greedy_tokens(tmp_path
                                                        for n in range(5, 21)]
     # two implementations, different kernels and orders of summation: float64 round-off apart
     np.testing.assert_allclose(np.concatenate(got, axis=1), want, rtol=1e-10, atol=1e-12)
+
+
+@pytest.mark.parametrize("family", ["mixtral", "qwen3_moe"])
+def test_hugging_face_mixtures_of_experts_generate_transformers_greedy_tokens(tmp_path, family):
+    """A Mixtral's and a Qwen3-MoE's directory generate as a Llama's does: the experts (and QK-norm) from
+    the file, transformers' greedy tokens and logits."""
+    if family == "mixtral":
+        from test_moe_hf import hf_mixtral as build
+    else:
+        from test_qwen3_moe_hf import hf_qwen3_moe as build
+    model = build()                                                      # skips without transformers
+    import torch
+    save_hf(model, tmp_path / "hf")
+    ours, _ = load_model(tmp_path / "hf", "float64")
+    assert ours.cfg.n_expert == 4 and ours.cfg.qk_norm == (family == "qwen3_moe")
+    prompt = [3, 14, 15, 9, 26]
+    tokens = model.generate(torch.tensor([prompt]), max_new_tokens=12, do_sample=False, pad_token_id=0)[0]
+    assert generate(ours, prompt, 12, temperature=0) == tokens.tolist()
+    with torch.no_grad():
+        want = model(input_ids=tokens[None]).logits.numpy()
+    got = forward_cached(ours, tokens[None].numpy(), new_cache(ours, 1, 17), 0)
+    np.testing.assert_allclose(got, want, rtol=1e-10, atol=1e-12)

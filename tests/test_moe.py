@@ -146,7 +146,7 @@ def test_balance_bias_update_moves_choice_off_the_busy_expert():
     np.testing.assert_allclose(bias, [-0.1, 0.1, 0.1])
 
 
-@pytest.mark.parametrize("name", ["moe-tiny", "mixtral-tiny"])
+@pytest.mark.parametrize("name", ["moe-tiny", "mixtral-tiny", "qwen3-moe-tiny"])
 def test_model_parameter_count(name):
     for kw in ({}, dict(n_shared_expert=2, bias_rate=0.1)):
         cfg = preset(name, vocab_size=40, **kw)

@@ -2,11 +2,9 @@
 locally, loads into hpcpar (--init-from, the experts stacked) with transformers' loss in float64 (1e-10),
 the per-layer load-balancing loss equals transformers' load_balancing_loss_func applied layer by layer,
 an export loads back into transformers with the same loss, and what hpcpar does not compute is refused."""
-import numpy as np
 import pytest
 
-from hf_helpers import hf_loss, in_its_dtype, load_hf, save_hf, transformers
-from hpcpar.checkpoint.consolidated import export
+from hf_helpers import assert_export_round_trip, assert_transformers_loss_and_aux_loss, hf_moe, save_hf
 from hpcpar.runtime import UsageError
 from test_own_models import adopted, batch, from_file
 
@@ -24,19 +22,7 @@ def solo():
 
 def hf_mixtral(seed=0, dtype="float64", **dims):
     """A MixtralForCausalLM with random weights (norm gains too), run by transformers' eager expert loop."""
-    tf = transformers()                      # skips before torch is imported
-    import torch
-    torch.manual_seed(seed)
-    config = tf.MixtralConfig(bos_token_id=None, eos_token_id=None, pad_token_id=None, **{**MIXTRAL_DIMS, **dims})
-    config._experts_implementation = "eager"
-    model = tf.MixtralForCausalLM(config).eval().to(getattr(torch, dtype))
-    with torch.no_grad():
-        for name, p in model.named_parameters():
-            if name.endswith("norm.weight"):
-                p.add_(0.2 * torch.randn_like(p))
-            elif "mlp.gate.weight" in name:
-                p.normal_(0.0, 0.3)                         # a router with opinions: varied choices
-    return in_its_dtype(model)
+    return hf_moe("Mixtral", {**MIXTRAL_DIMS, **dims}, seed, dtype)
 
 
 def loaded(solo, path, **flags):
@@ -48,39 +34,18 @@ def loaded(solo, path, **flags):
 
 
 def test_hugging_face_mixtral_gives_transformers_loss_and_aux_loss(solo, tmp_path):
-    transformers()                           # skips before torch is imported
-    import torch
-    from transformers.models.mixtral.modeling_mixtral import load_balancing_loss_func
     model = hf_mixtral()
     save_hf(model, tmp_path / "hf")
-    x, y = batch(MIXTRAL_DIMS["vocab_size"])
     t = loaded(solo, tmp_path / "hf", aux_loss_coef=0.02)
     assert (t.mcfg.n_expert, t.mcfg.top_k, t.mcfg.d_ff) == (4, 2, 24)
-    ours = float(t.gradients(0)[0]) / t.loss_terms
-    assert ours == pytest.approx(hf_loss(model, x, y), rel=1e-10)
-    # the auxiliary loss is ours per layer; transformers' function of one layer's router logits is the same
-    # (it sums in float32: equal to float32's round-off)
-    with torch.no_grad():
-        logits = model(input_ids=torch.as_tensor(x), output_router_logits=True).router_logits
-    want = sum(float(load_balancing_loss_func((g,), 4, 2)) for g in logits)
-    assert t.expert_load.step()["aux_loss"] == pytest.approx(0.02 * want, rel=1e-6)
+    assert_transformers_loss_and_aux_loss(t, model, *batch(MIXTRAL_DIMS["vocab_size"]), 0.02)
 
 
 def test_mixtral_export_loads_into_transformers_with_the_same_loss(solo, tmp_path):
     save_hf(hf_mixtral(seed=1), tmp_path / "hf")
-    t = loaded(solo, tmp_path / "hf")
-    for s in range(2):
-        t.step(s)
-    export(t, tmp_path / "out")
-    export(t, tmp_path / "one.safetensors")
-    ours = float(t.gradients(5)[0]) / t.loss_terms
-    model = load_hf(tmp_path / "out")
-    model.config._experts_implementation = "eager"
+    model, _ = assert_export_round_trip(loaded(solo, tmp_path / "hf"), tmp_path, lambda path: loaded(solo, path),
+                                        *batch(MIXTRAL_DIMS["vocab_size"]))
     assert type(model).__name__ == "MixtralForCausalLM" and model.config.num_local_experts == 4
-    assert hf_loss(model, *batch(MIXTRAL_DIMS["vocab_size"])) == pytest.approx(ours, rel=1e-10)
-    back = loaded(solo, tmp_path / "one.safetensors")
-    for p, q in zip(back.parameters(), t.parameters()):       # a lone file holds the same numbers
-        np.testing.assert_array_equal(p.data, q.data)
 
 
 @pytest.mark.parametrize("change, message", [

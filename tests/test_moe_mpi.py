@@ -27,10 +27,11 @@ def test_expert_parallel_matches_one_rank(comm, dims):
 
 
 MIXTRAL_TP = dict(MIXTRAL_DIMS, kv_heads=2)          # tp 2 cuts the K/V heads too
+QWEN3_TP = dict(MIXTRAL_TP, model="qwen3-moe-tiny", norm_topk=False)    # QK-norm: each TP rank its heads'
 
 
 @pytest.mark.mpi(min_size=4)
-@pytest.mark.parametrize("dims", [MOE_DIMS, MIXTRAL_TP], ids=["gpt2", "llama"])
+@pytest.mark.parametrize("dims", [MOE_DIMS, MIXTRAL_TP, QWEN3_TP], ids=["gpt2", "llama", "qwen3-moe"])
 def test_tensor_and_expert_parallel_match_one_rank(comm, dims):
     """tp 2 x ep 2: attention cut over TP, the experts whole on both TP ranks (each runs the MoE on the
     same tokens), or with sequence parallelism each routing its own half of the sequence."""
@@ -47,31 +48,44 @@ def test_eight_rank_expert_parallel_layouts_match_one_rank(comm):
     check_step(comm, dp=8, ep=8, dims=dict(MIXTRAL_DIMS, experts=8))
     check_step(comm, pp=2, dp=4, ep=4, microbatches=2, dims=MIXTRAL_DIMS)
     check_step(comm, tp=2, pp=2, dp=2, ep=2, microbatches=2, dims=MIXTRAL_TP)
+    check_step(comm, tp=2, pp=2, dp=2, ep=2, microbatches=2, dims=QWEN3_TP)
+
+
+def hf_family(name):
+    """(the builder of a small random model of the family, its vocabulary), from its serial tests."""
+    if name == "mixtral":
+        from test_moe_hf import MIXTRAL_DIMS as dims, hf_mixtral as build
+    else:
+        from test_qwen3_moe_hf import QWEN3_MOE_DIMS as dims, hf_qwen3_moe as build
+    return build, dims["vocab_size"]
 
 
 @pytest.mark.mpi(min_size=4)
+@pytest.mark.parametrize("family", ["mixtral", "qwen3_moe"])
 @pytest.mark.parametrize("layout", [dict(pp=2, dp=2, ep=2), dict(tp=2, pp=2, dp=2, ep=2)],
                          ids=["pp2-dp2-ep2", "tp2-pp2-dp2-ep2"])
-def test_hugging_face_mixtral_gives_transformers_loss_in_parallel(comm, tmp_path_factory, layout):
+def test_hugging_face_moe_gives_transformers_loss_in_parallel(comm, tmp_path_factory, layout, family):
+    """Mixtral and Qwen3-MoE (QK-norm; its top-k scores left raw here) loaded on 4 and 8 ranks."""
     import numpy as np
     from hf_helpers import hf_loss, save_hf, transformers
     from hpcpar.checkpoint.consolidated import gather_full, init_from, read_weights
-    from test_moe_hf import MIXTRAL_DIMS as HF_DIMS, hf_mixtral
     from train_helpers import trainer
     if comm.size != layout.get("tp", 1) * layout["pp"] * layout["dp"]:
         pytest.skip(f"a layout of {comm.size} ranks")
     transformers()                                   # every rank skips together, or none does
-    path = comm.bcast(str(tmp_path_factory.mktemp("mixtral")) if comm.rank == 0 else None, root=0)
-    tokens = np.random.default_rng(5).integers(0, HF_DIMS["vocab_size"], size=(4, 13))
+    build, vocab = hf_family(family)
+    path = comm.bcast(str(tmp_path_factory.mktemp(family)) if comm.rank == 0 else None, root=0)
+    tokens = np.random.default_rng(5).integers(0, vocab, size=(4, 13))
     x, y = tokens[:, :-1], tokens[:, 1:]
     want = None
     if comm.rank == 0:
-        model = hf_mixtral()
+        model = build() if family == "mixtral" else build(norm_topk_prob=False)
         save_hf(model, f"{path}/hf")
         want = hf_loss(model, x, y)
     want = comm.bcast(want, root=0)
     t = trainer(comm, **layout, microbatches=2, init_from=f"{path}/hf", layers=0, hidden=0, heads=0,
-                seq_len=12, batch_size=4, model="mixtral-tiny", dims=dict(MIXTRAL_DIMS, kv_heads=0, ffn=0))
+                seq_len=12, batch_size=4, dims=dict(MIXTRAL_DIMS, model="", kv_heads=0, ffn=0))
+    assert t.mcfg.qk_norm == (family == "qwen3_moe")
     init_from(t, f"{path}/hf")
     full = gather_full(t)                            # what --export writes: every expert once, whole
     if comm.rank == 0:

@@ -51,6 +51,9 @@ def test_the_bias_follows_the_step_counts(comm):
     (dict(capacity_factor=1.0, cp=2), "--aux-loss-coef and --capacity-factor count a micro-batch's tokens"),
     (dict(model="tiny", aux_loss_coef=0.1), "--aux-loss-coef needs experts"),
     (dict(export="out.safetensors"), "a GPT-2 with experts has no Hugging Face model"),
+    (dict(model="tiny", norm_topk=False), "--no-norm-topk needs experts"),
+    (dict(model="mixtral-tiny", kv_heads=1, norm_topk=False, export="out"), "a Llama with experts whose top-k "
+                                                                            "scores are not renormalised"),
     (dict(ep=3), "--ep 3 must divide the 4 experts"),
     (dict(ep=2), r"--ep 2 must divide dp x cp = 1 x 1 = 1"),
     (dict(model="tiny", ep=2), "--ep needs experts"),

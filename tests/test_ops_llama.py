@@ -5,6 +5,7 @@ import pytest
 
 from gradcheck import assert_grad
 from hpcpar.ops.gqa import repeat_kv_backward, repeat_kv_forward
+from hpcpar.ops.qk_norm import qk_norm_backward_input, qk_norm_backward_weight, qk_norm_forward
 from hpcpar.ops.rmsnorm import rmsnorm_backward_input, rmsnorm_backward_weight, rmsnorm_forward
 from hpcpar.ops.rope import rope_backward, rope_forward, rope_tables, rotate_half
 from hpcpar.ops.swiglu import swiglu_backward, swiglu_forward
@@ -23,6 +24,30 @@ def test_rmsnorm(rng):
     np.testing.assert_allclose(y, x / np.sqrt((x * x).mean(-1, keepdims=True) + 1e-6) * g, rtol=1e-13)
     assert_grad(loss, x, rmsnorm_backward_input(R, g, cache), "rmsnorm dx")
     assert_grad(loss, g, rmsnorm_backward_weight(R, cache), "rmsnorm dg")
+
+
+def test_qk_norm(rng):
+    """Per head: every (b, head, t) row of HS features has its own rms; the gains are shared by the heads,
+    so their gradients sum over them (4 query heads, 2 K/V heads)."""
+    q, k = rng.standard_normal((2, 4, 3, 6)), rng.standard_normal((2, 2, 3, 6)) * 5
+    g_q, g_k = rng.standard_normal(6), rng.standard_normal(6)
+    Rq, Rk = rng.standard_normal(q.shape), rng.standard_normal(k.shape)
+
+    def loss():
+        qn, kn, _ = qk_norm_forward(q, k, g_q, g_k, 1e-5)
+        return np.sum(Rq * qn) + np.sum(Rk * kn)
+    qn, kn, cache = qk_norm_forward(q, k, g_q, g_k, 1e-5)
+    np.testing.assert_allclose(kn, k / np.sqrt((k * k).mean(-1, keepdims=True) + 1e-5) * g_k, rtol=1e-13)
+    np.testing.assert_allclose(qn[1, 2, 0], q[1, 2, 0] / np.sqrt(np.mean(q[1, 2, 0] ** 2) + 1e-5) * g_q, rtol=1e-13)
+    dq, dk = qk_norm_backward_input(Rq, Rk, g_q, g_k, cache)
+    dg_q, dg_k = qk_norm_backward_weight(Rq, Rk, cache)
+    for what, x, g in (("dq", q, dq), ("dk", k, dk), ("dg_q", g_q, dg_q), ("dg_k", g_k, dg_k)):
+        assert_grad(loss, x, g, f"qk-norm {what}")
+    # the heads are independent: a tensor-parallel rank's heads give its share of the gains' gradient
+    half = qk_norm_backward_weight(Rq[:, :2], Rk[:, :1], qk_norm_forward(q[:, :2], k[:, :1], g_q, g_k, 1e-5)[2])
+    rest = qk_norm_backward_weight(Rq[:, 2:], Rk[:, 1:], qk_norm_forward(q[:, 2:], k[:, 1:], g_q, g_k, 1e-5)[2])
+    np.testing.assert_allclose(half[0] + rest[0], dg_q, rtol=1e-12)
+    np.testing.assert_allclose(half[1] + rest[1], dg_k, rtol=1e-12)
 
 
 def test_rope_tables_and_rotation(rng):

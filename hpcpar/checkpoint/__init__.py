@@ -18,7 +18,9 @@ load.py       finding, verifying and loading the latest complete checkpoint
 consolidated.py  GPT-2-named safetensors weights (export, --init-from)
 gpt2.py       Hugging Face GPT-2 files: the architecture a file holds, config.json
 llama.py      Hugging Face Llama files: the same, and which matrices torch stores transposed
-hf.py         what both families share: which one a file holds, --init-from's dimensions, names and layouts
+mixtral.py    Hugging Face Mixtral files: a Llama's, with the experts one by one (stacked in hpcpar)
+qwen3_moe.py  Hugging Face Qwen3-MoE files: a Mixtral's under other names, with QK-norm
+hf.py         what the families share: which one a file holds, --init-from's dimensions, names and layouts
 convert.py    `hpcpar checkpoint convert` / `inspect` (no MPI needed)
 """
 from hpcpar.checkpoint.load import load_checkpoint, latest_checkpoint

@@ -80,8 +80,10 @@ class Architecture:
     arch: str = "gpt2"   # the family (nn/gpt.py ARCHITECTURES); Llama's files: checkpoint/llama.py
     n_kv_head: int = 0   # Llama: key/value heads
     rope_theta: float = 0.0    # Llama: the rotary base
-    n_expert: int = 0    # Mixtral: routed experts per layer (checkpoint/mixtral.py)
-    top_k: int = 0       # Mixtral: experts per token
+    n_expert: int = 0    # Mixtral, Qwen3-MoE: routed experts per layer (checkpoint/mixtral.py, qwen3_moe.py)
+    top_k: int = 0       # ... experts per token
+    norm_topk: bool = True     # ... the k chosen scores renormalised (Qwen3-MoE: its norm_topk_prob)
+    qk_norm: bool = False      # Qwen3-MoE: RMSNorm over each head's queries and keys
 
 
 def read_header(path, what):

@@ -1,19 +1,22 @@
-"""Hugging Face files of the families the engine runs: GPT-2 (gpt2.py), Llama (llama.py) and Mixtral
-(mixtral.py: a Llama with mixtures of experts, whose experts the file holds one by one).
+"""Hugging Face files of the families the engine runs: GPT-2 (gpt2.py), Llama (llama.py), Mixtral
+(mixtral.py: a Llama with mixtures of experts, whose experts the file holds one by one) and Qwen3-MoE
+(qwen3_moe.py: a Mixtral with QK-norm, its experts under other names).
 
 What is the same for both lives here, once: which family a file holds (or which family it holds that
 hpcpar does not implement), taking a run's family and dimensions from it (``--init-from``), and the way between a file's tensors and our parameters - the family's prefix
 (``transformer.`` or ``model.``; ``lm_head.weight`` has none) and, for Llama's projections, a transpose.
 """
-from hpcpar.checkpoint import gpt2, llama, mixtral
+from hpcpar.checkpoint import gpt2, llama, mixtral, qwen3_moe
 from hpcpar.nn.gpt import ARCHITECTURES
 from hpcpar.runtime import UsageError
 
 FAMILIES = {"gpt2": gpt2, "llama": llama}     # the module that reads and writes each family's files
-FILE_FAMILIES = dict(FAMILIES, mixtral=mixtral)   # ... and each family a Hugging Face file may hold
-PRESET_OF = {"gpt2": "tiny", "llama": "llama-tiny", "mixtral": "mixtral-tiny"}   # --model for a file of it
+FILE_FAMILIES = dict(FAMILIES, mixtral=mixtral, qwen3_moe=qwen3_moe)   # ... and each family a file may hold
+WITH_EXPERTS = (mixtral, qwen3_moe)             # the families whose files hold experts one by one
+PRESET_OF = {"gpt2": "tiny", "llama": "llama-tiny", "mixtral": "mixtral-tiny",     # --model for a file of it
+             "qwen3_moe": "qwen3-moe-tiny"}
 HF_NAMES = {"gpt2": "GPT-2 (GPT2LMHeadModel)", "llama": "Llama (LlamaForCausalLM)",
-            "mixtral": "Mixtral (MixtralForCausalLM)"}
+            "mixtral": "Mixtral (MixtralForCausalLM)", "qwen3_moe": "Qwen3-MoE (Qwen3MoeForCausalLM)"}
 # what makes a Hugging Face model a mixture of experts: keys of its config.json (Mixtral, Qwen-MoE,
 # DeepSeek, ...), and a piece of its tensor names
 EXPERT_KEYS = ("num_local_experts", "num_experts", "n_routed_experts")
@@ -36,13 +39,18 @@ def file_layout(name, array):
 
 
 def family(mcfg):
-    """The module of the Hugging Face family of our model: a Llama with experts is a Mixtral."""
+    """The module of the Hugging Face family of our model: a Llama with experts is a Mixtral, with QK-norm
+    too a Qwen3-MoE.  One line for a model no family's file can hold."""
     if not mcfg.n_expert:
         return FAMILIES[mcfg.arch]
-    if not mcfg.parts.hf_with_experts:
+    held = model_family(mcfg)
+    if not held:
         raise UsageError(f"a {mcfg.parts.title} with experts has no Hugging Face model to write: keep it as a "
                          f"checkpoint (--save)")
-    return {"mixtral": mixtral}[mcfg.parts.hf_with_experts]
+    if held == "mixtral" and not mcfg.norm_topk:
+        raise UsageError("a Llama with experts whose top-k scores are not renormalised (--no-norm-topk) has no "
+                         "Hugging Face model to write (Mixtral renormalises them): keep it as a checkpoint (--save)")
+    return FILE_FAMILIES[held]
 
 
 def expected_shapes(mcfg):
@@ -59,18 +67,25 @@ def file_metadata(mcfg):
 
 
 def from_file(tensors):
-    """A file's tensors (our names, each in our layout) -> our parameters: a Mixtral's experts stacked."""
-    return mixtral.stacked(tensors)
+    """A file's tensors (our names, each in our layout) -> our parameters: a Mixtral's or a Qwen3-MoE's
+    experts stacked (each family's names are its own)."""
+    for held in WITH_EXPERTS:
+        if held.NAMES.held_by(tensors):
+            return mixtral.stacked(tensors, held.NAMES)
+    return tensors
 
 
 def to_file(weights, mcfg):
     """Our parameters -> the tensors of the file of its family (the inverse of ``from_file``)."""
-    return mixtral.unstacked(weights, mcfg.n_layer) if family(mcfg) is mixtral else weights
+    held = family(mcfg)
+    return mixtral.unstacked(weights, mcfg.n_layer, held.NAMES) if held in WITH_EXPERTS else weights
 
 
 def model_family(mcfg):
     """The key of FILE_FAMILIES a model of ours is written as ("" for none: a GPT-2 with experts)."""
-    return mcfg.parts.hf_with_experts if mcfg.n_expert else mcfg.arch
+    if not mcfg.n_expert:
+        return mcfg.arch
+    return "qwen3_moe" if mcfg.qk_norm and mcfg.parts.hf_with_experts else mcfg.parts.hf_with_experts
 
 
 def file_family(path, what="--init-from"):
@@ -88,10 +103,12 @@ def file_family(path, what="--init-from"):
         raise UsageError(f"{what} {path} holds a {name}{moe} (it runs {runs})")
     if mixtral.holds_mixtral(path, what):
         return "mixtral"
+    if qwen3_moe.holds_qwen3_moe(path, what):
+        return "qwen3_moe"
     names = {key.removeprefix(llama.PREFIX) for key in gpt2.read_header(gpt2.weights_file(path), what)[0]}
     if any(EXPERT_TENSOR in name for name in names):
-        raise UsageError(f"{what} {path} holds a mixture of experts (tensors named *{EXPERT_TENSOR}*) that is not "
-                         f"a Mixtral, which hpcpar does not implement (it runs {runs})")
+        raise UsageError(f"{what} {path} holds a mixture of experts (tensors named *{EXPERT_TENSOR}*) that is "
+                         f"neither a Mixtral nor a Qwen3-MoE, which hpcpar does not implement (it runs {runs})")
     return "llama" if "embed_tokens.weight" in names else "gpt2"      # gpt2 names what a GPT-2 lacks
 
 
@@ -121,6 +138,9 @@ def adopt(cfg):
         if mine and theirs and mine != theirs:
             raise UsageError(f"--{flag} {mine} contradicts {where}, which has {theirs}")
         setattr(cfg, attr, mine or theirs)
+    if arch.n_expert and not cfg.norm_topk and arch.norm_topk:
+        raise UsageError(f"--no-norm-topk contradicts {where}, which renormalises its top-k scores")
+    cfg.norm_topk = arch.norm_topk
     if cfg.untied and arch.tied:
         raise UsageError(f"--untied contradicts {where}, whose output head is the tied token embedding")
     cfg.untied = not arch.tied and not ARCHITECTURES[arch.arch].own_head_only   # a Llama's head is always its own

@@ -39,6 +39,8 @@ def expected_shapes(mcfg):
                             ("mlp.gate_proj.weight", (C, F)), ("mlp.up_proj.weight", (C, F)),
                             ("mlp.down_proj.weight", (F, C))):
             shapes[f"layers.{i}.{name}"] = shape
+        if mcfg.qk_norm:                      # Qwen3's QK-norm: a gain over a head's features for q, one for k
+            shapes.update({f"layers.{i}.self_attn.{n}_norm.weight": (C // mcfg.n_head,) for n in "qk"})
     return shapes
 
 

@@ -1,4 +1,5 @@
-"""Sample text from a trained GPT-2 or Llama: a checkpoint, an --export, or Hugging Face weights (one rank).
+"""Sample text from a trained GPT-2 or Llama (with experts: Mixtral, Qwen3-MoE): a checkpoint, an --export, or
+Hugging Face weights (one rank).
 
   hpcpar generate runs/ck --prompt "Alice was" --max-tokens 60
   hpcpar generate runs/export --temperature 0.8 --top-k 40 --seed 1
@@ -13,7 +14,7 @@ HELP = "sample text from a trained model (KV cache, one rank)"
 
 def add_arguments(p):
     p.add_argument("model", help="checkpoint directory, --export directory or .safetensors, or a Hugging Face "
-                                 "GPT-2 or Llama save_pretrained directory")
+                                 "GPT-2, Llama, Mixtral or Qwen3-MoE save_pretrained directory")
     p.add_argument("--prompt", default=None, help="text to continue (default: the end-of-text token)")
     p.add_argument("--max-tokens", type=int, default=100, help="tokens to generate (default: 100)")
     p.add_argument("--temperature", type=float, default=1.0, help="0: greedy; < 1 sharper, > 1 flatter "

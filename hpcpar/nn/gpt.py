@@ -14,8 +14,8 @@ batch) turns the sum over micro-batches and data-parallel ranks into exactly the
 The architecture is chosen here, once: ``GPTConfig.arch`` names an entry of ``ARCHITECTURES`` - which
 block, which normalisation, positions, biases, gated MLP, K/V heads, head, Hugging Face names and the
 tensor-parallel plan of a block.  GPT-2 ("gpt2", the default) and Llama ("llama": RMSNorm, rotary
-grouped-query attention, SwiGLU, untied head, no biases, docs/llama.md) share everything else; no code
-outside the registry asks which family it runs.  Its counts (parameters, FLOPs) are its shape's
+grouped-query attention, SwiGLU, untied head, no biases, docs/llama.md; Qwen3's QK-norm an option) share
+everything else; no code outside the registry asks which family it runs.  Its counts (parameters, FLOPs) are its shape's
 (``GPTConfig.shape``, hpcpar/shape.py), the arithmetic the planner uses too.
 """
 from dataclasses import dataclass, replace
@@ -49,6 +49,7 @@ class GPTConfig:
     arch: str = "gpt2"           # an entry of ARCHITECTURES
     n_kv_head: int = 0           # key/value heads of grouped-query attention (0: n_head); Llama only
     rope_theta: float = 10000.0  # base of the rotary frequencies; Llama only
+    qk_norm: bool = False        # RMSNorm over each head's q and k before RoPE (Qwen3, ops/qk_norm.py); Llama only
     # mixture of experts (nn/moe.py, docs/moe.md); n_expert 0: the dense MLP
     n_expert: int = 0            # routed experts per layer, each an MLP of width d_ff
     top_k: int = 2               # experts per token
@@ -84,7 +85,8 @@ class GPTConfig:
                           ffn=self.d_ff, gated=p.gated, tied=self.tied,
                           positions=p.positions, biases=p.biases, norm=p.norm_kind, dropout=self.dropout > 0,
                           experts=self.n_expert, top_k=self.top_k if self.n_expert else 0,
-                          shared_experts=self.n_shared_expert, expert_bias=bool(self.n_expert and self.bias_rate))
+                          shared_experts=self.n_shared_expert, expert_bias=bool(self.n_expert and self.bias_rate),
+                          qk_norm=self.qk_norm)
 
     # --- parameter counts: the model's, and a pipeline stage's parts (pipeline/partition.py) -----
 
@@ -116,6 +118,8 @@ PRESETS = {
                           n_expert=4, top_k=2),
     "mixtral-tiny": GPTConfig(vocab_size=0, seq_len=64, n_layer=2, n_head=4, n_kv_head=2, d_model=64, d_ff=88,
                               arch="llama", tied=False, ln_eps=1e-6, n_expert=4, top_k=2),
+    "qwen3-moe-tiny": GPTConfig(vocab_size=0, seq_len=64, n_layer=2, n_head=4, n_kv_head=2, d_model=64, d_ff=88,
+                                arch="llama", tied=False, ln_eps=1e-6, n_expert=4, top_k=2, qk_norm=True),
 }
 
 
@@ -227,8 +231,12 @@ class Parts:
     tp: tuple               # the tensor-parallel plan of a block: TPCut of each module it cuts
     tp_replicated: tuple    # the block's norms, kept whole on every TP rank (sequence parallelism
                             # sums their gradients)
+    tp_per_head: tuple      # the block's modules applied to each attention head on its own (QK-norm), named
+                            # "attn.qk_norm": whole on every TP rank, which holds some of the heads, so their
+                            # gradients are always partial sums over TP
     experts: type           # the experts of a mixture-of-experts block (nn/experts.py)
-    hf_with_experts: str    # the Hugging Face family a model of this one with experts is ("": none)
+    hf_with_experts: str    # the Hugging Face family a model of this one with experts is ("": none; with
+                            # QK-norm a Llama's is Qwen3-MoE, checkpoint/hf.py)
     tp_head_offset: bool = False  # the attention module needs its first head's index on this rank
 
     @property
@@ -241,11 +249,11 @@ ARCHITECTURES = {
                   biases=True, gated=False, grouped_kv=False, dropout=True, own_head_only=False,
                   hf_prefix="transformer.",
                   tp=(TPCut("attn", ("c_attn",), ("c_proj",), groups=3), TPCut("mlp", ("c_fc",), ("c_proj",))),
-                  tp_replicated=("ln_1", "ln_2"), experts=GeluExperts, hf_with_experts="",
+                  tp_replicated=("ln_1", "ln_2"), tp_per_head=(), experts=GeluExperts, hf_with_experts="",
                   tp_head_offset=True),
     "llama": Parts("Llama", LlamaBlock, RMSNorm, "rmsnorm", "embed_tokens.weight", "norm", positions="rotary",
                    biases=False, gated=True, grouped_kv=True, dropout=False, own_head_only=True, hf_prefix="model.",
                    tp=(TPCut("attn", ("qkv",), ("o_proj",)), TPCut("mlp", ("gate_up",), ("down_proj",))),
-                   tp_replicated=("ln_1", "ln_2"), experts=SwiGLUExperts,
+                   tp_replicated=("ln_1", "ln_2"), tp_per_head=("attn.qk_norm",), experts=SwiGLUExperts,
                    hf_with_experts="mixtral"),
 }

@@ -73,7 +73,8 @@ class Parameter:
     counted      counts towards the global gradient norm on this rank (a TP-replicated parameter counts
                  on tp rank 0 only; the last stage's copy of a tied embedding does not count)
     tp_partial   its gradient is a partial sum over the TP group that must be all-reduced (sequence
-                 parallelism: LayerNorm and row-parallel bias see only this rank's tokens)
+                 parallelism: LayerNorm and row-parallel bias see only this rank's tokens; QK-norm's
+                 gains see only this rank's heads)
     tied_copy    the last pipeline stage's copy of the tied token embedding: kept equal to the first
                  stage's by summing their gradients, and neither counted in norms nor saved twice
     expert       an expert's weights under expert parallelism: ``shard`` is this rank's experts (cut over

@@ -1,6 +1,7 @@
 """Llama's self-attention: separate Q, K, V projections, rotary positions on q and k, grouped-query K/V.
 
     q = x W_q  (B, T, NH*HS),   k = x W_k,  v = x W_v  (B, T, NKV*HS)       no biases
+    q, k <- rmsnorm(q), rmsnorm(k)      per head over its HS features, with ``qk_norm`` (Qwen3, ops/qk_norm.py)
     q, k <- rope(q), rope(k)            each head rotated by its tokens' global positions (ops/rope.py)
     o = attention(q, k, v)              the same core as GPT-2's (nn/attention_core.py), given the NKV K/V
                                         heads: it repeats them to NH, query head h reads K/V head h // (NH/NKV)
@@ -9,7 +10,8 @@
 The positions come from the micro-batch's context (``ctx.positions``; 0..T-1 when it gives none), so a
 rank that holds a slice of the sequence rotates by the slice's own positions.  Head counts are read off
 the projections' widths, so a tensor-parallel rank holding NH/tp query and NKV/tp K/V heads (q, k, v
-column-parallel, o row-parallel) runs this same code: its query heads' K/V heads are its own.  The three
+column-parallel, o row-parallel) runs this same code: its query heads' K/V heads are its own, and QK-norm,
+per head, needs no other rank (its gains' gradients are partial sums over TP, ``Parts.tp_per_head``).  The three
 projections are one ``Projections`` of x: their input gradients are summed before any communication.
 
 Generation (``forward_cached``) rotates the new tokens' q and k at their absolute positions and keeps
@@ -21,6 +23,7 @@ from hpcpar.backend import array_module
 from hpcpar.nn.attention_core import LocalAttention
 from hpcpar.nn.linear import Linear, Projections
 from hpcpar.nn.module import Module
+from hpcpar.nn.qk_norm import QKNorm
 from hpcpar.ops.attention import attention_cached_forward, merge_heads, split_heads
 from hpcpar.ops.rope import rope_backward, rope_forward, rope_tables
 
@@ -38,20 +41,25 @@ class RotaryAttention(Module):
         self.qkv = Projections(*(Linear(f"{prefix}.{name}_proj", C, heads * HS, 0.02, seed, dtype, bias=False)
                                  for name, heads in (("q", cfg.n_head), ("k", cfg.n_kv_head), ("v", cfg.n_kv_head))))
         self.o_proj = Linear(f"{prefix}.o_proj", cfg.n_head * HS, C, 0.02, seed, dtype, bias=False)
+        self.qk_norm = QKNorm(prefix, HS, seed, dtype, cfg.ln_eps) if cfg.qk_norm else None
         self.selective = False          # recompute the core's probabilities in backward (attention_core.py)
         self.core = LocalAttention()    # context parallelism swaps in its ring or Ulysses
 
     def rotated_heads(self, x, ctx=None, start=0):
-        """q (B, nh, T, HS), k, v (B, nkv, T, HS) of x (B, T, C), q and k rotated by the tokens' positions
-        (the context's, else start .. start + T - 1); the tables cos, sin (T, HS); the projections' cache."""
+        """q (B, nh, T, HS), k, v (B, nkv, T, HS) of x (B, T, C), q and k normalised (``qk_norm``) and rotated
+        by the tokens' positions (the context's, else start .. start + T - 1); the tables cos, sin (T, HS);
+        the projections' and the norm's caches."""
         (q, k, v), c_in = self.qkv.forward(x, ctx)                    # (B, T, nh*HS), (B, T, nkv*HS) twice
         HS, T = self.head_size, q.shape[1]                            # T: the whole sequence under SP
         q, k, v = (split_heads(a, a.shape[-1] // HS) for a in (q, k, v))     # heads on this rank
+        c_qk = None
+        if self.qk_norm is not None:
+            q, k, c_qk = self.qk_norm.forward(q, k)
         cos, sin = rope_tables(start + token_positions(ctx, T), HS, self.theta, q.dtype, array_module(q))
-        return rope_forward(q, cos, sin), rope_forward(k, cos, sin), v, cos, sin, c_in
+        return rope_forward(q, cos, sin), rope_forward(k, cos, sin), v, cos, sin, (c_in, c_qk)
 
     def forward(self, x, ctx=None):
-        q, k, v, cos, sin, c_in = self.rotated_heads(x, ctx)
+        q, k, v, cos, sin, c_in = self.rotated_heads(x, ctx)      # c_in: the projections' and QK-norm's
         nh, rep = q.shape[1], q.shape[1] // k.shape[1]
         o, c_core = self.core.forward(q, k, v, lambda: None, self.selective, ctx, rep)   # no dropout in Llama
         y, c_o = self.o_proj.forward(merge_heads(o), ctx)             # (B, T, C)
@@ -71,9 +79,11 @@ class RotaryAttention(Module):
         return self.o_proj.forward(merge_heads(o))[0]                  # (B, T, C)
 
     def backward(self, dy, cache, defer=None):
-        c_in, c_core, c_o, cos, sin, nh = cache
+        (c_in, c_qk), c_core, c_o, cos, sin, nh = cache
         do = split_heads(self.o_proj.backward(dy, c_o, defer), nh)   # (B, nh, T, HS)
         dq, dk, dv = self.core.backward(do, c_core)                  # (B, nh, T, HS), (B, nkv, T, HS) twice
         dq = rope_backward(dq, cos, sin)
         dk = rope_backward(dk, cos, sin)
+        if c_qk is not None:
+            dq, dk = self.qk_norm.backward(dq, dk, c_qk, defer)
         return self.qkv.backward([merge_heads(d) for d in (dq, dk, dv)], c_in, defer)     # (B, T, C)

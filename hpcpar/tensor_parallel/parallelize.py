@@ -10,7 +10,9 @@ Llama block: rmsnorm -> [q_proj, k_proj, v_proj: column, by heads, one input reg
              repeat K/V, heads -> [o_proj: row] -> rmsnorm -> [gate_proj, up_proj: column, one input
              region] -> SwiGLU -> [down_proj: row]          2 all-reduces forward, 2 backward, as GPT-2
              K/V heads are cut like query heads: rank r holds query heads r NH/tp .. and exactly the
-             K/V heads they read, r NKV/tp .., so tp must divide NKV as well as NH
+             K/V heads they read, r NKV/tp .., so tp must divide NKV as well as NH; QK-norm (Qwen3)
+             normalises each head on its own rank, its two gains whole on every rank, their gradients
+             summed over TP (each rank's holds its heads' share)
 MoE block:   attention cut as above; the mixture of experts (router, experts, shared experts) is
              replicated: every TP rank runs it on the tokens it holds (all of them, or with sequence
              parallelism its own slice of the sequence); no all-reduce around it
@@ -20,6 +22,8 @@ Deep MLP:    each block column + row; the input and output layers stay replicate
 Which attribute of a block is cut how is the family's tensor-parallel plan (``Parts.tp`` in nn/gpt.py's
 ``ARCHITECTURES``); this module only applies it.
 """
+from operator import attrgetter
+
 from hpcpar.nn.gpt import GPT
 from hpcpar.nn.linear import Projections
 from hpcpar.nn.moe import MoE
@@ -67,6 +71,8 @@ def parallelize(stage, comm, sequence_parallel=False):
         if parts.tp_head_offset:
             block.attn.head_offset = comm.rank * block.attn.n_head // comm.size
         replicate([p for name in parts.tp_replicated for p in getattr(block, name).parameters()], comm, sp)
+        per_head = (attrgetter(name)(block) for name in parts.tp_per_head)      # None: the model has none
+        replicate([p for module in per_head if module is not None for p in module.parameters()], comm, True)
     if isinstance(stage, GPT):
         if stage.embed is not None:
             stage.embed = VocabParallelEmbedding(stage.embed, comm, sp)

@@ -71,9 +71,10 @@ class TrainConfig:
     bucket_mb: float = opt(4.0, "data-parallel gradient bucket size in MB", group="layout", bound="positive")
     # --- model ------------------------------------------------------------------------------
     model: str = opt("", "model preset (GPT-2 blocks, or llama-*: RMSNorm, RoPE, SwiGLU, grouped-query "
-                         "attention; moe-tiny, mixtral-tiny: the same with mixtures of experts; '': tiny, or the "
-                         "family of --init-from)",
-                     ["tiny", "small", "gpt2", "llama-tiny", "llama-small", "moe-tiny", "mixtral-tiny", "mlp"], "model")
+                         "attention; moe-tiny, mixtral-tiny: the same with mixtures of experts; qwen3-moe-tiny: "
+                         "mixtral-tiny with QK-norm; '': tiny, or the family of --init-from)",
+                     ["tiny", "small", "gpt2", "llama-tiny", "llama-small", "moe-tiny", "mixtral-tiny",
+                      "qwen3-moe-tiny", "mlp"], "model")
     layers: int = opt(0, "number of blocks (0: preset)", group="model", bound="natural")
     hidden: int = opt(0, "model width d_model (0: preset)", group="model", bound="natural")
     heads: int = opt(0, "attention heads (0: preset)", group="model", bound="natural")
@@ -95,6 +96,8 @@ class TrainConfig:
     top_k: int = opt(0, "experts per token (0: the preset's, 2)", group="model", bound="natural")
     shared_experts: int = opt(0, "experts every token goes through besides its top-k", group="model",
                               bound="natural")
+    norm_topk: bool = opt(True, "renormalise each token's k chosen scores to sum to 1 (Mixtral; Qwen3-MoE's "
+                                "norm_topk_prob, or that of --init-from)", group="model")
     router_score: str = opt("softmax", "router scores: softmax (Mixtral, Qwen) or sigmoid (DeepSeek-V3)",
                             ["softmax", "sigmoid"], "model")
     aux_loss_coef: float = opt(0.0, "coefficient of the load-balancing loss (Switch/Mixtral form, per layer)",
@@ -142,8 +145,8 @@ class TrainConfig:
     seed: int = opt(0, "seed of the initialisation, the data order and dropout", group="run", bound="natural")
     backend: str = opt("", "array backend: numpy or cupy (default: $HPCPAR_BACKEND, else numpy)", group="run")
     # --- files and output -------------------------------------------------------------------
-    init_from: str = opt("", "start from GPT-2 or Llama weights: a safetensors file or a Hugging Face "
-                             "save_pretrained directory (the model's family and dimensions come from it)",
+    init_from: str = opt("", "start from GPT-2, Llama, Mixtral or Qwen3-MoE weights: a safetensors file or a "
+                             "Hugging Face save_pretrained directory (the model's family and dimensions come from it)",
                          group="files")
     export: str = opt("", "write the final weights: FILE.safetensors, or a directory Hugging Face's "
                           "GPT2LMHeadModel.from_pretrained loads", group="files")
@@ -172,7 +175,7 @@ class TrainConfig:
 
 DEFAULT_MODEL = "tiny"          # --model when neither the flag nor an --init-from file names one
 PRESET_LR = {"tiny": 1e-2, "small": 3e-3, "gpt2": 6e-4, "llama-tiny": 1e-2, "llama-small": 3e-3, "moe-tiny": 1e-2,
-             "mixtral-tiny": 1e-2, "mlp": 1e-2}
+             "mixtral-tiny": 1e-2, "qwen3-moe-tiny": 1e-2, "mlp": 1e-2}
 
 GROUPS = {"layout": "parallel layout", "model": "model", "data": "data", "optim": "optimisation",
           "run": "numerics and backend", "files": "files and output", "watch": "hangs and shutdown"}

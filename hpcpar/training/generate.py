@@ -13,8 +13,9 @@ Picking the token: greedy (temperature 0) takes the most likely one; otherwise t
 by the temperature (< 1 sharper, > 1 flatter), all but the ``top_k`` largest are dropped, and the token
 is drawn from the softmax with a generator seeded by ``seed``.
 
-The model, GPT-2 or Llama, comes from a checkpoint directory (hpcpar's own, any layout) or from Hugging
-Face weights (an ``--export``, or a save_pretrained directory); the tokenizer is the one saved with them.
+The model, GPT-2 or Llama (with experts: Mixtral, Qwen3-MoE), comes from a checkpoint directory
+(hpcpar's own, any layout) or from Hugging Face weights (an ``--export``, or a save_pretrained
+directory); the tokenizer is the one saved with them.
 What differs between the two families (a position table or rotary positions, all heads or grouped K/V
 heads in the cache, LayerNorm or RMSNorm) lives in the modules' own ``forward_cached``.
 """
@@ -50,7 +51,8 @@ def _checkpoint_model(path):
 
 
 def _weights_model(path):
-    """(GPTConfig, {name: array}, tokenizer path or None) of GPT-2 or Llama weights (a file or a directory)."""
+    """(GPTConfig, {name: array}, tokenizer path or None) of Hugging Face weights of any family hpcpar runs
+    (a file or a directory): a Mixtral's or Qwen3-MoE's experts and options come with them."""
     from hpcpar.checkpoint.consolidated import read_weights
     from hpcpar.training.text import tokenizer_of
     arch = read_architecture(path, "hpcpar generate")
@@ -58,9 +60,10 @@ def _weights_model(path):
         raise UsageError(f"hpcpar generate: {path} does not say its number of attention heads "
                          f"(put its config.json beside it)")
     unsaid = {k: v for k, v in (("ln_eps", arch.ln_eps), ("rope_theta", arch.rope_theta)) if v}  # else defaults
+    experts = dict(n_expert=arch.n_expert, top_k=arch.top_k, norm_topk=arch.norm_topk) if arch.n_expert else {}
     mcfg = GPTConfig(vocab_size=arch.vocab_size, seq_len=arch.n_positions, n_layer=arch.n_layer,
                      n_head=arch.n_head, d_model=arch.d_model, d_ff=arch.d_ff, tied=arch.tied, arch=arch.arch,
-                     n_kv_head=arch.n_kv_head, **unsaid)
+                     n_kv_head=arch.n_kv_head, qk_norm=arch.qk_norm, **experts, **unsaid)
     weights = read_weights(path)
     if arch.tied:
         weights.pop("lm_head.weight", None)

@@ -24,6 +24,7 @@ import numpy as np
 
 from hpcpar import backend, faults, precision
 from hpcpar.trace import tracer as trace
+from hpcpar.checkpoint.hf import family as hf_family
 from hpcpar.comm.device import select_device
 from hpcpar.training.config import check
 from hpcpar.context_parallel import check_context_parallel, parallelize_context
@@ -85,7 +86,7 @@ def model_config(cfg):
                       dropout=cfg.dropout, tied=False if cfg.untied else None,
                       d_ff=cfg.ffn or (4 * cfg.hidden if cfg.hidden else None),
                       positions=cfg.positions or None, ln_eps=cfg.ln_eps or None, rope_theta=cfg.rope_theta or None,
-                      **moe_options(cfg))
+                      norm_topk=cfg.norm_topk, **moe_options(cfg))
         if mcfg.seq_len > mcfg.n_positions:
             raise UsageError(f"--seq-len {mcfg.seq_len} is longer than the model's {mcfg.n_positions} positions")
         if mcfg.d_model % mcfg.n_head:
@@ -104,6 +105,10 @@ def model_config(cfg):
                          f"{cfg.pp} x {cfg.chunks} = {stages} equal chunks")
     if cfg.model != "mlp":
         check_moe(mcfg, cfg)
+        if not (mcfg.n_expert or cfg.norm_topk):
+            raise UsageError("--no-norm-topk needs experts: give --experts N or a model with them")
+        if cfg.export:
+            hf_family(mcfg)                     # refuses, before the run, a model no Hugging Face file holds
     check_divisible(mcfg, cfg.tp, cfg.sequence_parallel, getattr(mcfg, "seq_len", None))
     check_context_parallel(cfg.cp, getattr(mcfg, "seq_len", 0), cfg.tp, cfg.sequence_parallel, cfg.cp_kind,
                            getattr(mcfg, "n_head", 0), getattr(mcfg, "n_kv_head", 0))
