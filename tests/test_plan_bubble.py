@@ -87,3 +87,17 @@ def test_dualpipev_textbook_is_the_readme_bound(F, B, W):
             assert sim <= bound + 1e-9
             if W == 0 and F == B:
                 assert sim == pytest.approx(bound)
+
+
+@pytest.mark.parametrize("schedule, v", [("zb-h2", 1), ("zb-v", 2), ("dualpipev", 2)])
+def test_extrapolation_holds_for_the_longer_warm_ups(schedule, v):
+    """ZB-H2's 2p - 1 forwards of warm-up and the V schedules' 2p: m1 = 2p + m mod p covers them, so
+    one more group of p adds the same time and memory at every p <= 16 (with latency, uneven costs)."""
+    costs = (1.0, 1.3, 0.6, 0.05)
+    for p in (2, 3, 5, 8, 16):
+        for m in (3 * p + 1, 5 * p + p // 2):
+            got = simulate_pipeline(schedule, p, m, v, *costs)
+            full = simulate(build(schedule, p, m, v), Costs(*costs))
+            assert len(got.simulated) == 2
+            assert got.makespan == pytest.approx(full.makespan, rel=1e-9)
+            assert list(got.peak_inflight) == list(held_inflight(build(schedule, p, m, v)))
