@@ -122,3 +122,28 @@ def test_planner_zero_terms_are_the_engines_formula(world, options):
         # the formula counts TP-replicated norms and biases as cut (/tp), the planner once a rank
         close = 0.02 if c.tp > 1 else 1e-12
         assert {k: planned.get(k, 0) for k in TERMS} == pytest.approx(want, rel=close), (s, options)
+
+
+@pytest.mark.parametrize("name", list(PRESETS))
+@pytest.mark.parametrize("schedule, pp", [("zb-v", 2), ("zb-v", 3), ("dualpipev", 2), ("interleaved", 3),
+                                          ("zb-h2", 2)])
+def test_planner_ranks_hold_what_the_schedule_places(name, schedule, pp):
+    """A rank holds the virtual stages its schedule places there (a V: stage r and 2p-1-r, so rank 0 has
+    the embedding and the head, tied in memory rather than copied): the planner's layers and parameters
+    per rank are the arrays of the chunks the engine builds there (training/train.py's _build_chunks)."""
+    from hpcpar.pipeline.schedules import build
+    cfg = engine_cfg(name)
+    c = run(pp, model=name, pp=pp, schedule=schedule, microbatches=2 * pp, batch_size=4 * pp)
+    job, layout = planner_view(c, cfg)
+    S = pp * c.chunks
+    ranges, placed = partition(cfg.n_layer, S, c.partition, cfg), build(schedule, pp, 2 * pp, c.chunks)
+    for rank in range(pp):
+        chunks = {placed.stage(rank, k): None for k in range(c.chunks)}
+        for s in chunks:
+            chunks[s] = GPT(cfg, layers=ranges[s], first=s == 0, last=s == S - 1)
+        if cfg.tied and 0 in chunks and S - 1 in chunks:
+            chunks[S - 1].head.weight = chunks[0].embed.wte
+        held = {id(p): p for chunk in chunks.values() for p in chunk.parameters()}
+        assert job.stage_layers(layout)[rank] == sum(len(ranges[s]) for s in chunks)
+        assert stage_params(job, layout, rank) == arrays(held.values())
+    assert job.ends(layout) == placed.ends()

@@ -33,6 +33,7 @@ def test_explain_a_given_layout(capsys):
     (["--model", "nope"], "unknown model"),
     (["--gpus", "7", "--tp", "8"], "--tp 8 does not divide the 7 GPUs"),
     (["--tp", "8", "--pp", "256"], "--tp 8 x --pp 256 does not divide the 1024 GPUs"),
+    (["--schedule", "zb-x"], "--schedule zb-x: use one of gpipe, 1f1b"),
 ])
 def test_bad_input_exits_2_with_one_line(capsys, extra, message):
     args = GPT3 + extra if extra[0] != "--model" else ["plan", "--gpus", "8", "--global-batch", "8",
@@ -68,6 +69,9 @@ def _layouts(out):
     (["--zero", "3"], lambda lay: lay.zero == 3),
     (["--recompute", "full"], lambda lay: lay.recompute == "full"),
     (["--cp", "2", "--tp", "2"], lambda lay: lay.cp == 2 and lay.tp * lay.cp * lay.pp * lay.dp == 16),
+    (["--schedule", "zb-v"], lambda lay: lay.schedule == "zb-v" and lay.v == 2 and lay.pp > 1),
+    (["--schedule", "dualpipev", "--pp", "4"], lambda lay: lay.schedule == "dualpipev" and lay.v == 2),
+    (["--schedule", "zb-h2"], lambda lay: lay.schedule == "zb-h2" and lay.v == 1),
 ])
 def test_pinned_axes_hold_in_every_listed_layout(capsys, flags, holds):
     assert main(LLAMA8B + flags) == 0

@@ -1,7 +1,8 @@
 """The planner's memory formula against hpcpar's own measured peak per rank (hpcpar/plan/measured.py).
 
-Eight layouts of the tiny and small presets - one rank (plain, full recomputation, micro-batches) and
-two ranks (tensor, pipeline, ZeRO-1 data and sequence parallelism): the tracemalloc peak of real
+Nine layouts of the tiny and small presets - one rank (plain, full recomputation, micro-batches) and
+two ranks (tensor, pipeline - 1F1B, and ZB-V, whose rank 0 holds both ends of the model - ZeRO-1 data
+and sequence parallelism): the tracemalloc peak of real
 Trainer steps and memory.py's state + activations + buffers + workspace for the same rank agree
 within 10 %.  Peaks are allocation sizes, not timings: the same on any machine and under any load.
 """
@@ -15,7 +16,8 @@ SERIAL = [dict(model="tiny", batch_size=8), dict(model="small", batch_size=4),
           dict(model="small", batch_size=4, recompute=True), dict(model="small", batch_size=8, microbatches=4)]
 TWO_RANKS = [dict(model="small", batch_size=4, tp=2), dict(model="small", batch_size=8, pp=2, microbatches=4),
              dict(model="small", batch_size=4, dp=2, zero1=True),
-             dict(model="tiny", batch_size=8, tp=2, sequence_parallel=True)]
+             dict(model="tiny", batch_size=8, tp=2, sequence_parallel=True),
+             dict(model="small", batch_size=8, pp=2, microbatches=4, schedule="zb-v")]
 
 
 def _label(kw):

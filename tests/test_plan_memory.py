@@ -141,6 +141,36 @@ def test_inflight_per_schedule():
     # Megatron's interleaved warm-up: 2 (p - 1) + (v - 1) p + 1 chunks on the first stage
     assert analytic_inflight("interleaved", 4, 8, 2, 0) == 2 * 3 + 4 + 1
     assert analytic_inflight("1f1b", 4, 2, 1, 0) == 2
+    # until W where the backward is split: ZB-H1 p, ZB-H2 2p - 1 on every rank; ZB-V 2p, DualPipeV 2p + 1 chunks
+    assert [analytic_inflight("zb-h1", 4, 8, 1, i) for i in range(4)] == [4] * 4
+    assert [analytic_inflight("zb-h2", 4, 8, 1, i) for i in range(4)] == [7] * 4
+    assert [analytic_inflight("zb-v", 4, 4, 2, i) for i in range(4)] == [5, 6, 7, 8]
+    assert analytic_inflight("dualpipev", 4, 8, 2, 0) == 9
+
+
+@pytest.mark.parametrize("schedule", ["zb-v", "dualpipev"])
+def test_a_v_puts_both_ends_on_rank_0(schedule):
+    """Under a V rank 0 holds virtual stages 0 and 2p-1: the embedding, the head (the tied embedding
+    itself, no copy), the logits; the last rank holds the V's point, two middle stages, and no end."""
+    j, lay = job(gpus=8, batch=64), Layout(1, 4, 2, v=2, schedule=schedule)
+    assert j.ends(lay) == (0, 0) and j.stage_layers(lay) == (6, 6, 6, 6)
+    params = [stage_params(j, lay, i) for i in range(4)]
+    assert params[0] - 6 * GPT.layer_params() == GPT.embedding_params(2048) + 2 * GPT.hidden   # + final norm
+    assert params[1:] == [6 * GPT.layer_params()] * 3
+    terms = [stage_memory(j, lay, i, analytic_inflight(schedule, 4, 8, 2, i)) for i in range(4)]
+    assert "head and logits" in terms[0] and "embedding dropout" in terms[0]
+    assert not any("head and logits" in t or "embedding dropout" in t for t in terms[1:])
+
+
+def test_zb_v_holds_1f1b_rank_0s_activations_on_every_rank():
+    """ZB-V: 2p chunk-forwards of half a stage on every rank, the bytes 1F1B's rank 0 holds (Qi et al. 2024,
+    section 6); ZB-H2 2p - 1 whole stages on every rank until W."""
+    j = job(gpus=8, batch=64)
+    flat = lambda lay, i, n: stage_memory(j, lay, i, n)["activations"]
+    one_f_one_b = flat(Layout(1, 4, 2), 0, analytic_inflight("1f1b", 4, 32, 1, 0))
+    zbv = Layout(1, 4, 2, v=2, schedule="zb-v")
+    assert [flat(zbv, i, analytic_inflight("zb-v", 4, 32, 2, i)) for i in range(4)] == [one_f_one_b] * 4
+    assert [analytic_inflight("zb-h2", 4, 32, 1, i) for i in range(4)] == [7] * 4
 
 
 def test_op_level_selective_recompute_keeps_input_attention_and_half_the_gemm_outputs():

@@ -14,7 +14,9 @@ from hpcpar.runtime import UsageError
 
 @pytest.mark.parametrize("text", ["tp8-pp8-dp16-mb1-v1-1f1b", "tp4-pp12-dp8-mb2-v1-zb-h1-sp-z1-rcfull",
                                   "tp8-pp16-dp4-mb1-v1-1f1b-cp16-sp-z1", "tp1-pp1-dp8-mb2-v1-1f1b-z3-rcsel",
-                                  "tp2-pp4-dp2-mb1-v3-interleaved-rcsel", "tp1-pp2-dp1-mb4-v1-gpipe"])
+                                  "tp2-pp4-dp2-mb1-v3-interleaved-rcsel", "tp1-pp2-dp1-mb4-v1-gpipe",
+                                  "tp2-pp4-dp2-mb1-v2-zb-v-z1", "tp1-pp8-dp1-mb1-v2-dualpipev-rcsel",
+                                  "tp1-pp4-dp2-mb2-v1-zb-h2"])
 def test_layout_strings_round_trip(text):
     assert str(parse_layout(text)) == text
 
@@ -46,7 +48,32 @@ def test_check_refuses_what_does_not_divide():
     assert deep.check(Layout(1, 8, 1, mb=3, v=2, schedule="interleaved")) is None
     assert "multiple of pp" in deep.check(Layout(1, 8, 1, mb=2, v=2, schedule="interleaved"))
     assert "layers per stage" in deep.check(Layout(1, 8, 1, mb=3, v=3, schedule="interleaved"))
-    assert "only with the interleaved" in deep.check(Layout(1, 8, 1, mb=3, v=2))
+    assert "1f1b needs chunks = 1, got 2" in deep.check(Layout(1, 8, 1, mb=3, v=2))
+
+
+def test_the_v_schedules_take_the_schedule_modules_sizes():
+    """Two chunks per rank exactly, and DualPipeV's 2p micro-batches: the refusals of schedules.build, in
+    its words; no multiple of pp needed (that is Megatron's interleaving)."""
+    deep = small_job(batch=24, model="l=16,h=512,a=8,V=1000")
+    assert deep.check(Layout(1, 8, 1, mb=2, v=2, schedule="zb-v")) is None          # m = 12 on 8 stages
+    assert "multiple of pp" in deep.check(Layout(1, 8, 1, mb=2, v=2, schedule="interleaved"))
+    assert "exactly 2 chunks per rank as a V, got chunks = 4" in deep.check(Layout(1, 4, 2, mb=3, v=4, schedule="zb-v"))
+    assert "needs chunks >= 2" in deep.check(Layout(1, 8, 1, mb=3, v=1, schedule="dualpipev"))
+    assert "needs at least 16 micro-batches on 8 stages" in deep.check(Layout(1, 8, 1, mb=2, v=2, schedule="dualpipev"))
+    assert deep.check(Layout(1, 8, 1, mb=1, v=2, schedule="dualpipev")) is None
+    assert deep.check(Layout(1, 8, 1, mb=1, schedule="zb-h2")) is None
+    assert "needs pp >= 2" in deep.check(Layout(8, 1, 1, mb=1, v=2, schedule="zb-v"))
+
+
+def test_the_search_offers_every_schedule_the_v_ones_with_two_chunks():
+    job = small_job(batch=64, model="l=16,h=512,a=8,V=1000")
+    chunks = {}
+    for lay in candidates(job, Space(fixed=(("tp", 1), ("pp", 4)))):
+        chunks.setdefault(lay.schedule, set()).add(lay.v)
+    assert chunks["zb-v"] == chunks["dualpipev"] == {2} and chunks["zb-h2"] == {1}
+    assert chunks["interleaved"] == {2, 3, 4}         # at most the 4 layers of a stage
+    best = search(job, Space(fixed=(("tp", 1), ("pp", 4), ("schedule", "zb-v"))))
+    assert best.estimates and all(e.layout.schedule == "zb-v" for e in best.estimates)
 
 
 def test_step_terms_add_up():

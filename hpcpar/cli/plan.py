@@ -3,6 +3,7 @@
   hpcpar plan --model gpt3-175b --gpus 1024 --gpus-per-node 8 --hardware a100 \\
               --global-batch 1536 --seq-len 2048 [--top 10] [--explain top] [--plot plan.png]
               [--tp 8] [--pp N] [--cp 16 [--cp-kind ring|ulysses]] [--zero 1|2|3] [--recompute none|selective|full]
+              [--schedule gpipe|1f1b|interleaved|zb-h1|zb-h2|zb-v|dualpipev]
               [--overlap-tp | --no-overlap-tp] [--fp8] [--cp-allgather]
               [--intra-gbps 450 --inter-gbps 50 --memory-gib 80]
   hpcpar plan --validate [MATCH]               predicted vs published runs (hpcpar/plan/runs/*.toml)
@@ -15,9 +16,10 @@
 as l=24,h=2048,a=16,V=50257[,kv=8,f=5632,gated=1,tied=0].  --hardware: a100, h100, h200 or a profile
 .toml (e.g. from `hpcpar plan calibrate`).  A LAYOUT is written tp8-pp8-dp16-mb1-v1-1f1b[-sp][-z1]
 [-cp2[-ulysses]][-z1|-z2|-z3][-rcsel|-rcfull]: tensor, pipeline and data parallel sizes, micro-batch size,
-chunks per stage, schedule (gpipe, 1f1b, interleaved, zb-h1), sequence parallelism, context
-parallelism, ZeRO stage (z3: FSDP), selective or full recomputation.  --tp/--pp/--dp/--cp/--zero/
---recompute pin that part of the layout and the search ranks the rest.  The model behind the
+chunks per stage, schedule (gpipe, 1f1b, interleaved, zb-h1, zb-h2, zb-v, dualpipev), sequence
+parallelism, context parallelism, ZeRO stage (z3: FSDP), selective or full recomputation.
+--tp/--pp/--dp/--cp/--zero/--recompute/--schedule pin that part of the layout and the search ranks
+the rest.  The model behind the
 numbers: docs/planning.md.
 """
 import argparse
@@ -64,7 +66,8 @@ def add_arguments(p):
         p.add_argument(f"--{flag}", type=int, default=0, help=f"pin the {flag} size (local: hpcpar train's --{flag})")
     for flag in ("microbatches", "chunks"):
         p.add_argument(f"--{flag}", type=int, default=0, help=f"local: hpcpar train's --{flag}")
-    p.add_argument("--schedule", default="1f1b", help="local: hpcpar train's --schedule")
+    p.add_argument("--schedule", help="pin the pipeline schedule (gpipe, 1f1b, interleaved, zb-h1, zb-h2, zb-v, "
+                                      "dualpipev); local: hpcpar train's --schedule (default 1f1b)")
 
 
 def _job(args):
@@ -126,6 +129,11 @@ def _space(args):
         fixed["recompute"] = args.recompute
     if args.cp_kind:
         fixed["cp_kind"] = args.cp_kind
+    if args.schedule:
+        from hpcpar.pipeline.schedules import SCHEDULES
+        if args.schedule not in SCHEDULES:
+            raise UsageError(f"--schedule {args.schedule}: use one of {', '.join(SCHEDULES)}")
+        fixed["schedule"] = args.schedule
     return Space(fixed=tuple(fixed.items()), max_tp=args.tp or 0)
 
 
@@ -153,7 +161,7 @@ def _local(args):
     from hpcpar.plan.local import explain_local, predict_local
     dtype = {"fp32": "float32", "fp64": "float64", None: "float32"}.get(args.dtype, args.dtype)
     print(explain_local(predict_local(args.hardware, model=args.model or "tiny", tp=args.tp or 1, pp=args.pp or 1,
-                                      dp=args.dp or 1, schedule=args.schedule, microbatches=args.microbatches,
+                                      dp=args.dp or 1, schedule=args.schedule or "1f1b", microbatches=args.microbatches,
                                       chunks=args.chunks, batch_size=args.global_batch or 16, dtype=dtype,
                                       cp=args.cp, recompute=args.recompute or "none", zero=args.zero or 0)))
     return 0

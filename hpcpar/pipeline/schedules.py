@@ -68,6 +68,18 @@ def v_stage(rank, chunk, stages):
     return rank if chunk == 0 else 2 * stages - 1 - rank
 
 
+def holders(placement, stages, chunks):
+    """Virtual stage -> the (rank, chunk) that runs it, for ``placement`` on p = ``stages`` ranks of
+    ``chunks`` chunks each (a Schedule's, or a Kind's before any order is built: the planner's)."""
+    return {placement(r, c, stages): (r, c) for r in range(stages) for c in range(chunks)}
+
+
+def ends(placement, stages, chunks):
+    """(the rank holding virtual stage 0, the rank holding the last one) under ``placement``."""
+    held = holders(placement, stages, chunks)
+    return held[0][0], held[stages * chunks - 1][0]
+
+
 @dataclass
 class Schedule:
     name: str
@@ -85,13 +97,12 @@ class Schedule:
 
     def holders(self):
         """Virtual stage -> the (rank, chunk) that runs it: the placement read backwards."""
-        return {self.stage(r, c): (r, c) for r in range(self.stages) for c in range(self.chunks)}
+        return holders(self.placement, self.stages, self.chunks)
 
     def ends(self):
         """(the rank holding virtual stage 0, the rank holding the last one): who reads the inputs, and
         who reads the targets and computes the loss.  The same rank under a V placement."""
-        held = self.holders()
-        return held[0][0], held[self.stages * self.chunks - 1][0]
+        return ends(self.placement, self.stages, self.chunks)
 
     def table(self):
         """The action lists, one row per rank, in aligned columns."""
@@ -359,27 +370,37 @@ KINDS = {"gpipe": Kind(_gpipe, all_forwards_first=True), "1f1b": Kind(_1f1b),
 SCHEDULES = tuple(KINDS)                # the names every other part of the package offers
 
 
+def refusal(name, stages, microbatches, chunks=1):
+    """Why ``build`` refuses these sizes, in one line, or None: the rules every caller checks (the
+    planner asks before it models a layout)."""
+    if name not in KINDS:
+        return f"unknown schedule {name!r}; choose one of {', '.join(SCHEDULES)}"
+    kind = KINDS[name]
+    for what, n in (("stages", stages), ("microbatches", microbatches), ("chunks", chunks)):
+        if not isinstance(n, int) or n < 1:
+            return f"{what} must be a positive integer, got {n!r}"
+    if kind.chunked and chunks < 2:
+        return f"the {name} schedule needs chunks >= 2 (with 1 chunk it is 1f1b)"
+    if kind.v_shape and chunks != 2:
+        return f"the {name} schedule places exactly 2 chunks per rank as a V, got chunks = {chunks}"
+    least = kind.fewest_microbatches(stages)
+    if microbatches < least:
+        return (f"the {name} schedule needs at least {least} micro-batches on {stages} stages "
+                f"(its warm-up alone runs that many), got {microbatches}")
+    if not kind.chunked and chunks != 1:
+        return (f"only the {', '.join(n for n, k in KINDS.items() if k.chunked)} schedules split a rank's layers "
+                f"into chunks; {name} needs chunks = 1, got {chunks}")
+    return None
+
+
 def build(name, stages, microbatches, chunks=1, forward_only=False):
     """The schedule ``name`` for p = ``stages`` ranks, m micro-batches and v = ``chunks`` chunks
     per rank.  Forward-only (inference, evaluation) keeps each schedule's forward order and drops
     its backward actions."""
-    if name not in KINDS:
-        raise ValueError(f"unknown schedule {name!r}; choose one of {', '.join(SCHEDULES)}")
+    reason = refusal(name, stages, microbatches, chunks)
+    if reason:
+        raise ValueError(reason)
     kind = KINDS[name]
-    for what, n in (("stages", stages), ("microbatches", microbatches), ("chunks", chunks)):
-        if not isinstance(n, int) or n < 1:
-            raise ValueError(f"{what} must be a positive integer, got {n!r}")
-    if kind.chunked and chunks < 2:
-        raise ValueError(f"the {name} schedule needs chunks >= 2 (with 1 chunk it is 1f1b)")
-    if kind.v_shape and chunks != 2:
-        raise ValueError(f"the {name} schedule places exactly 2 chunks per rank as a V, got chunks = {chunks}")
-    least = kind.fewest_microbatches(stages)
-    if microbatches < least:
-        raise ValueError(f"the {name} schedule needs at least {least} micro-batches on {stages} stages "
-                         f"(its warm-up alone runs that many), got {microbatches}")
-    if not kind.chunked and chunks != 1:
-        raise ValueError(f"only the interleaved schedule splits a rank's layers into chunks; "
-                         f"{name} needs chunks = 1, got {chunks}")
     actions = [kind.order(r, stages, microbatches, chunks) for r in range(stages)]
     if forward_only:
         actions = [[a for a in acts if a.op == "F"] for acts in actions]

@@ -13,8 +13,13 @@ against full simulations.  Results are cached: many layouts share p, m, v and co
 share the instruction lists (built once per schedule, p, m and v).
 
 Before simulating, the search ranks layouts with the textbook bubbles (``analytic_makespan``):
-(p - 1) * (F + B + W) for GPipe and 1F1B, 1/v of that interleaved, (p - 1) * (F + B - W) for ZB-H1
-(Narayanan et al. 2021; Qi et al. 2024).
+(p - 1) * (F + B + W) for GPipe and 1F1B, 1/v of that interleaved, (p - 1) * (F + B - W) for ZB-H1,
+(p - 1) * max(F, F + B - 2W) for ZB-H2 and, in chunk costs, ZB-V (exact for m >= 2p - 1 while
+W <= F <= B), (p - 1)(F + 2B - W) for DualPipeV (DualPipe's README, an upper bound) (Narayanan et
+al. 2021; Qi et al. 2024; docs/pipeline.md).  The peak in flight is counted from each rank's order
+until the action that frees a micro-batch's activations, W where the backward is split
+(``held_inflight``); with m1 and m2 >= 2p every schedule's warm-up is whole, so the extrapolation
+holds for the V schedules and ZB-H2 as well.
 """
 from dataclasses import dataclass
 from functools import lru_cache
@@ -26,7 +31,7 @@ from hpcpar.pipeline.schedules import KINDS
 class PipelineResult:
     makespan: float
     bubble: float
-    peak_inflight: tuple      # per stage, micro-batch chunks held at once
+    peak_inflight: tuple      # per stage, micro-batch chunks held at once (until W: held_inflight)
     simulated: tuple          # the micro-batch counts actually simulated
 
 
@@ -38,12 +43,28 @@ def _program(schedule, p, m, v):
     return built, built.with_communication()
 
 
+def held_inflight(built):
+    """Per rank, the most chunk-forwards whose activations it keeps at once, each from its F until the
+    action that frees it: its B, or its W where the backward is split (a W still needs the layer's
+    inputs).  A rank's own order decides it, not the timing: the simulator's ``peak_inflight``, which
+    counts until B, for schedules whose W follows its B at once or that have none."""
+    freed_by = "W" if built.split_backward else "B"
+    peaks = []
+    for acts in built.actions:
+        held = peak = 0
+        for a in acts:
+            held += (a.op == "F") - (a.op == freed_by)
+            peak = max(peak, held)
+        peaks.append(peak)
+    return tuple(peaks)
+
+
 @lru_cache(maxsize=4096)
 def _simulate(schedule, p, m, v, F, B, W, latency):
     from hpcpar.pipeline.simulate import Costs, simulate
     built, program = _program(schedule, p, m, v)
     r = simulate(built, Costs(F=F, B=B, W=W, latency=latency), program=program)
-    return r.makespan, tuple(r.peak_inflight)
+    return r.makespan, held_inflight(built)
 
 
 def clear_caches():
@@ -73,9 +94,15 @@ def simulate_pipeline(schedule, p, m, v, F, B, W, latency):
 
 
 def analytic_makespan(schedule, p, m, v, F, B, W, latency):
-    """The textbook estimate used to pre-rank layouts (F, B, W per chunk)."""
+    """The textbook estimate used to pre-rank layouts (F, B, W per chunk; docs/pipeline.md derives each)."""
     stage = v * (F + B + W)
-    if KINDS[schedule].chunked:
+    if schedule == "zb-h2":      # the ramp of the start times or rank 0's bubble; a W per missing warm-up F
+        idle = (p - 1) * max(F, F + B - 2 * W) + max(0, 2 * p - 1 - m) * W
+    elif schedule == "zb-v":     # the same in chunk costs, and what B is longer than F waits on the V's ramp
+        idle = (p - 1) * (max(F, F + B - 2 * W) + max(0.0, B - F)) + 2 * max(0, 2 * p - 1 - m) * W
+    elif schedule == "dualpipev":    # DualPipe's (PP/2 - 1)(F&B + B - 3W): PP = 2p, B whole, F&B = F + B + W
+        idle = (p - 1) * (F + 2 * B - W)
+    elif KINDS[schedule].chunked:
         idle = (p - 1) * stage / v
     elif KINDS[schedule].split_backward:
         idle = (p - 1) * max(F + B - W, 0.0)

@@ -171,7 +171,8 @@ def stage_times(job, layout, stage, lt=None):
     b = n * (sum(v for k, v in lt.items() if k.startswith("bwd ") and k != "bwd GEMM dW") + recompute)
     w = n * lt["bwd GEMM dW"]
     terms = {k: n * v for k, v in lt.items()}
-    for name, (ef, eb, ew) in end_times(job, layout, stage == 0, stage == layout.pp - 1).items():
+    first, last = job.ends(layout)
+    for name, (ef, eb, ew) in end_times(job, layout, stage == first, stage == last).items():
         f, b, w = f + ef, b + eb, w + ew
         terms[name] = ef + eb + ew
     return StageTimes(f, b, w, terms)

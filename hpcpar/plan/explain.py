@@ -7,6 +7,7 @@ slowest stage (GEMMs, element-wise passes, tensor-parallel all-reduces, recomput
 how much of it shows, the optimizer, and the totals.
 """
 from hpcpar.pipeline.schedules import KINDS
+from hpcpar.plan.bubble import analytic_makespan
 from hpcpar.plan.compute import elementwise_bytes, gemm_rate, gemm_seconds, layout_engine_job
 from hpcpar.plan.flops import layer_gemms, narayanan_flops, step_flops
 from hpcpar.plan.memory import layer_activation_terms, stage_params, state_bytes_per_param
@@ -14,6 +15,10 @@ from hpcpar.plan.network import (cp_all_to_all_seconds, cp_allgather_seconds, cp
                                  cp_ring_seconds, group_link, ulysses_message_bytes)
 
 GiB = 2**30
+# the idle time bubble.analytic_makespan counts, as printed (F, B, W per chunk)
+TEXTBOOK = {"zb-h1": ("(p-1)(F+B-W)", "Qi et al. 2024"), "zb-h2": ("(p-1)max(F, F+B-2W)", "Qi et al. 2024"),
+            "zb-v": ("(p-1)(max(F, F+B-2W) + max(0, B-F))", "Qi et al. 2024"),
+            "dualpipev": ("(p-1)(F&B + B - 3W)", "DualPipe's README")}
 
 
 def _ms(seconds):
@@ -58,9 +63,9 @@ def memory_section(est):
         lines.append(f"      {name:34s} {value / 2**20:10.1f} MiB")
     kept = {"none": "all of it", "selective": "without the attention scores",
             "full": "only the layer input (recompute full)"}[lay.recompute]
-    lines.append(f"  activations kept: {kept}; {est.pipeline.peak_inflight[i] if not KINDS[lay.schedule].split_backward else min(job.micro_batches(lay), lay.pp)}"
+    lines.append(f"  activations kept: {kept}; {est.pipeline.peak_inflight[i]}"
                  f" chunk(s) of {job.stage_layers(lay)[i] / lay.v:g} layers in flight "
-                 f"({lay.schedule}, simulated peak)  = {_gib(terms['activations'])}")
+                 f"({lay.schedule}, simulated peak{' until W' if KINDS[lay.schedule].split_backward else ''})  = {_gib(terms['activations'])}")
     for name in terms:
         if name not in ("weights", "gradients", "optimizer state", "activations"):
             lines.append(f"  {name:18s}                                  = {_gib(terms[name])}")
@@ -133,15 +138,15 @@ def pipeline_section(est):
     job, lay, pipe = est.job, est.layout, est.pipeline
     m = job.micro_batches(lay)
     F, B, W = est.costs
-    textbook = (lay.pp - 1) / (m * lay.v) if not KINDS[lay.schedule].split_backward else (lay.pp - 1) * (F + B - W) / (m * (F + B + W))
+    formula, source = TEXTBOOK.get(lay.schedule, ("(p-1)/(v*m)", "Narayanan et al. 2021"))
+    textbook = analytic_makespan(lay.schedule, lay.pp, m, lay.v, F, B, W, 0.0) / (m * lay.v * (F + B + W)) - 1
     sims = " and ".join(str(x) for x in pipe.simulated)
     return [f"PIPELINE {lay.schedule}, p={lay.pp}, m={m} micro-batches, v={lay.v}",
             f"  p2p: one activation {'(1/t with sp or scatter/gather) ' if lay.sp or job.engine.scatter_gather_p2p else ''}"
             f"= {_ms(est.p2p).strip()} (alpha + n/beta)",
             f"  simulated (hpcpar.pipeline.simulate, m = {sims}, extrapolated linearly in m): makespan "
             f"{pipe.makespan:.3f} s, bubble {pipe.bubble:.1%}",
-            f"  textbook bubble (p-1)/(v*m) of the ideal time = {textbook:.1%} (Narayanan et al. 2021"
-            + ("; ZB-H1: (p-1)(F+B-W), Qi et al. 2024)" if KINDS[lay.schedule].split_backward else ")")]
+            f"  textbook bubble {formula} of the ideal time = {textbook:.1%} ({source})"]
 
 
 def totals_section(est):

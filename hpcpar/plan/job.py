@@ -5,10 +5,10 @@ returns None.  Whether it *fits* in memory is memory.py's question; how fast it 
 """
 from dataclasses import dataclass, field
 
-from hpcpar.pipeline.schedules import KINDS
+from hpcpar.pipeline.schedules import KINDS, refusal
 from hpcpar.plan.flops import kv_heads_per_rank
 from hpcpar.plan.hardware import DTYPE_BYTES
-from hpcpar.plan.layout import SCHEDULES, stage_layers
+from hpcpar.plan.layout import SCHEDULES, pipeline_ends, stage_layers
 
 
 @dataclass(frozen=True)
@@ -79,8 +79,12 @@ class Job:
         return -(-self.gpus // self.gpus_per_node)
 
     def stage_layers(self, layout):
-        """Layers on each pipeline stage, as the engine cuts them."""
-        return stage_layers(self.model.layers, layout.pp, self.engine.partition)
+        """Layers on each pipeline rank, as the engine cuts them and the schedule places them."""
+        return stage_layers(self.model.layers, layout.pp, self.engine.partition, layout.schedule, layout.v)
+
+    def ends(self, layout):
+        """(the pipeline rank with the embedding, the one with the head): the schedule's placement."""
+        return pipeline_ends(layout.schedule, layout.pp, layout.v)
 
     def micro_batches(self, layout):
         return self.global_batch // (layout.dp * layout.mb)
@@ -113,19 +117,13 @@ class Job:
         if lay.cp_kind == "ulysses" and (m.heads // lay.tp % lay.cp or kv_heads_per_rank(m, lay.tp) % lay.cp):
             return (f"ulysses needs cp={lay.cp} to divide the {m.heads // lay.tp} heads and "
                     f"{kv_heads_per_rank(m, lay.tp)} key/value heads of a tp rank")
-        if KINDS[lay.schedule].v_shape:       # no closed form for them in plan/memory.py and bubble.py yet
-            return f"the planner does not model the V schedule {lay.schedule} yet (see hpcpar schedule --compare)"
-        if lay.schedule == "zb-h2":           # plan/memory.py's analytic in-flight count is 1F1B's warm-up
-            return "the planner does not model zb-h2's longer warm-up yet (see hpcpar schedule --compare)"
-        if KINDS[lay.schedule].chunked:
-            if lay.v < 2 or lay.pp < 2:
-                return f"the {lay.schedule} schedule needs v >= 2 chunks and pp >= 2"
+        kind = KINDS[lay.schedule]
+        if kind.chunked:
+            if lay.pp < 2:
+                return f"the {lay.schedule} schedule needs pp >= 2"
             if m.layers // lay.pp < lay.v:
-                return f"interleaving {lay.v} chunks needs at least {lay.v} layers per stage"
-            if self.micro_batches(lay) % lay.pp:
+                return f"{lay.v} chunks per rank need at least {lay.v} layers per stage"
+            if not kind.v_shape and self.micro_batches(lay) % lay.pp:   # Megatron's groups of p
                 return f"interleaving needs the micro-batch count {self.micro_batches(lay)} to be a multiple of pp"
-        elif lay.v != 1:
-            return f"v={lay.v} chunks only with the {' or '.join(s for s, k in KINDS.items() if k.chunked)} schedule"
-        if lay.pp > 1 and self.micro_batches(lay) < 1:
-            return "no micro-batch to pipeline"
-        return None
+        # chunks and micro-batches as the schedule module builds them (a V: exactly 2 chunks, dualpipev 2p)
+        return refusal(lay.schedule, lay.pp, self.micro_batches(lay), lay.v)

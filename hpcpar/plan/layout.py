@@ -8,8 +8,9 @@
     cpC    context-parallel size: each of C ranks holds 1/C of every sequence (ring attention)
     ulysses  context parallelism by two all-to-alls around attention (Ulysses) instead of the ring
     mbB    micro-batch size in sequences; the number of micro-batches is m = global batch / (D * B)
-    vV     model chunks per stage (V > 1 only for the interleaved schedule)
-    name   pipeline schedule: gpipe, 1f1b, interleaved, zb-h1
+    vV     model chunks per stage (V > 1 only for the chunked schedules: interleaved, and the V
+           schedules zb-v and dualpipev, which place exactly 2 chunks per rank)
+    name   pipeline schedule: gpipe, 1f1b, interleaved, zb-h1, zb-h2, zb-v, dualpipev
     sp     sequence parallelism (LayerNorm/dropout activations sharded over TP as well)
     zK     ZeRO stage K over the DP (x CP) ranks: z1 shards the optimizer state, z2 the gradients as
            well, z3 (FSDP) the weights too (gathered layer by layer when needed)
@@ -18,13 +19,14 @@
 Layers go to stages as the engine cuts them (``stage_layers``, pipeline/partition.py): hpcpar's
 engine evenly with the remainder on the first stages, the published engines with the remainder on the
 middle stages first, because the first stage also holds the embedding and the last the head (BLOOM's
-5+6*10+5 split of 70 layers, Llama 3's 7+8*14+7 of 126).
+5+6*10+5 split of 70 layers, Llama 3's 7+8*14+7 of 126).  A rank's layers are those of the virtual
+stages its schedule places on it, and the ends sit where the placement puts them (``pipeline_ends``).
 """
 from dataclasses import dataclass, replace
 from functools import lru_cache
 
 from hpcpar.pipeline.partition import partition
-from hpcpar.pipeline.schedules import SCHEDULES
+from hpcpar.pipeline.schedules import KINDS, SCHEDULES, ends, holders
 from hpcpar.runtime import UsageError
 
 RECOMPUTE = {"": "none", "rcsel": "selective", "rcfull": "full"}
@@ -112,7 +114,19 @@ def parse_layout(text):
 
 
 @lru_cache(maxsize=None)
-def stage_layers(layers, pp, method="ends-light"):
-    """Layers per pipeline stage as an engine cuts them (pipeline/partition.py's ``method``: hpcpar's
-    engine "uniform", the published engines "ends-light" - ``Engine.partition``)."""
-    return tuple(len(r) for r in partition(layers, pp, method))
+def stage_layers(layers, pp, method="ends-light", schedule="1f1b", v=1):
+    """Layers per pipeline rank as an engine cuts them: pp * v virtual stages (pipeline/partition.py's
+    ``method``: hpcpar's engine "uniform", the published engines "ends-light" - ``Engine.partition``),
+    each rank holding the virtual stages its schedule places there (round robin, or a V's r and 2p-1-r)."""
+    counts = [len(r) for r in partition(layers, pp * v, method)]
+    per_rank = [0] * pp
+    for stage, (rank, _) in holders(KINDS[schedule].placement, pp, v).items():
+        per_rank[rank] += counts[stage]
+    return tuple(per_rank)
+
+
+@lru_cache(maxsize=None)
+def pipeline_ends(schedule, pp, v):
+    """(the pipeline rank holding the embedding, the one holding the head and the loss): the schedule's
+    placement (schedules.ends) - the last rank, or rank 0 for both under a V."""
+    return ends(KINDS[schedule].placement, pp, v)

@@ -29,7 +29,9 @@ Activations kept per layer and micro-batch, 16-bit (Korthikanti et al. 2022, sec
 
 counted here from the stored tensors themselves, so other shapes follow (GQA, gated MLPs, fp32/fp64
 engines, no dropout, hpcpar's extra scaled-Q and GELU caches); context parallelism divides s by cp.
-A stage keeps as many micro-batches in flight as its schedule dictates (``inflight``).
+A stage keeps as many micro-batches in flight as its schedule dictates (``inflight``), and the ends
+where its schedule places them: the embedding on the rank holding virtual stage 0, the head, the
+logits and the loss on the one holding the last - both on rank 0 under a V (``Job.ends``).
 
 Three terms no formula of the papers has, each explicit:
 
@@ -82,12 +84,19 @@ def state_bytes_per_param(job, zero=0, shard=1):
     return terms["weights"], terms["gradients"], terms["optimizer state"]
 
 
+def own_head(job, ends):
+    """Whether the head's projection is a matrix of its own, with the ends (first, last rank) at ``ends``:
+    untied, or tied but on another rank than the embedding (a copy); one rank holding both ends (pp 1,
+    a V) ties them in memory (training/train.py)."""
+    return not job.model.tied or ends[0] != ends[1]
+
+
 def stage_params(job, layout, stage):
     """Parameters held by one rank of pipeline stage ``stage`` (before ZeRO): the model shape's count
-    (hpcpar/shape.py) for the layers the engine puts there; a tied head on a later stage is a copy."""
-    m, last = job.model, stage == layout.pp - 1
-    return m.stage_params(job.stage_layers(layout)[stage], stage == 0, last, job.seq_len,
-                          own_head=not m.tied or layout.pp > 1, tp=layout.tp)
+    (hpcpar/shape.py) for the layers the engine puts there, and the ends the schedule places there."""
+    ends = job.ends(layout)
+    return job.model.stage_params(job.stage_layers(layout)[stage], stage == ends[0], stage == ends[1], job.seq_len,
+                                  own_head=own_head(job, ends), tp=layout.tp)
 
 
 def tokens_per_rank(job, layout):
@@ -146,21 +155,36 @@ def layer_activation_bytes(job, layout):
 
 
 def analytic_inflight(schedule, p, m, v, stage):
-    """Chunk-forwards a stage holds at its peak: GPipe all, 1F1B p - stage (PipeDream-Flush),
-    interleaved Megatron's warm-up count 2*(p - stage - 1) + (v - 1)*p, plus the one in progress."""
+    """Chunk-forwards a stage holds at its peak, each from its F until its B frees it - or its W where the
+    backward is split (a W still needs the layer's inputs; counted whole, as Qi et al. 2024 do):
+    GPipe all, 1F1B p - stage (PipeDream-Flush), interleaved Megatron's warm-up count
+    2*(p - stage - 1) + (v - 1)*p plus the one in progress; ZB-H1 and ZB-H2 postpone rank r's Ws by r
+    and 2r backwards, which brings every rank to rank 0's p and 2p - 1 (the paper's table); ZB-V 2p
+    chunks of half a stage, p stages as 1F1B's rank 0, on every rank (its section 6), fewer on the first
+    ranks below 2p - 1 micro-batches; DualPipeV 2p + 1, DualPipe's README's PP + 1.  The search's
+    simulated layouts count them from the schedule's order instead (bubble.held_inflight); the two
+    agree for p <= 16 (tests/test_plan_bubble.py)."""
     if KINDS[schedule].all_forwards_first:
         return m * v
+    if schedule == "zb-h2":
+        return min(m, 2 * p - 1)
+    if schedule == "zb-v":
+        return min(2 * p, m + min(m, stage + 1))
+    if schedule == "dualpipev":        # m >= 2p: the schedule refuses fewer
+        return 2 * p + 1
     if KINDS[schedule].chunked:
         return min(m * v, 2 * (p - stage - 1) + (v - 1) * p + 1)
+    if KINDS[schedule].split_backward:     # zb-h1
+        return min(m, p)
     return min(m, p - stage)
 
 
 def fsdp_unit_params(job, layout, stage):
     """ZeRO-3's largest unit on a rank of ``stage``: a layer, or the embedding (or its copy for the
     head) where the stage holds one; its TP shard."""
-    m = job.model
-    ends = stage == 0 or (stage == layout.pp - 1 and (not m.tied or layout.pp > 1))
-    return max(m.layer_params(), m.vocab * m.hidden if ends else 0) / layout.tp
+    m, ends = job.model, job.ends(layout)
+    holds_end = stage == ends[0] or (stage == ends[1] and own_head(job, ends))
+    return max(m.layer_params(), m.vocab * m.hidden if holds_end else 0) / layout.tp
 
 
 def keeps_stage_gathered(job, layout):
@@ -229,9 +253,11 @@ def stage_memory(job, layout, stage, inflight, shared=None):
     if lay.recompute == "full":   # the layer being back-propagated holds its full set again
         terms["recompute working set"] = shared.working_set
     sbh = tokens_per_rank(job, lay) * m.hidden / (lay.tp if lay.sp else 1)
-    if stage == 0 and m.dropout:   # the embedding's dropout mask, per micro-batch in flight
+    first, last = job.ends(lay)
+    if stage == first and m.dropout:   # the embedding's dropout mask, per micro-batch in flight
+        # (with v > 1 every chunk-forward the rank holds is counted, an upper bound)
         terms["embedding dropout"] = sbh * MASK_BYTES * inflight
-    if stage == lay.pp - 1:        # final norm input, head input and the loss's logits
+    if stage == last:              # final norm input, head input and the loss's logits
         # one micro-batch's: the loss's backward follows the last chunk's forward at once, except in
         # GPipe, where every forward comes first
         at_once = inflight if KINDS[lay.schedule].all_forwards_first else 1

@@ -47,6 +47,8 @@ FLOAT8 = dict(fp8_efficiency=0.791)
 # 16-bit logits, which are all it keeps (with one fp32 log-sum-exp per token).
 EAGER_LOSS = dict(loss_bytes_per_logit=2 + 4 + 4)
 FUSED_LOSS = dict(loss_bytes_per_logit=2)
+# schedules: what each engine ran, as its runs were published (1F1B, interleaved 1F1B); none of the
+# runs used ZB-H2 or a V schedule, so the planner offers them none (hpcpar's own search offers every one).
 FRAMEWORKS = {
     "megatron-2021": dict(engine=dict(scatter_gather_p2p=True, overlap_dp=False, overlap_p2p=False,
                                       mixed_state_bytes=(2, 2, 16)),

@@ -64,7 +64,8 @@ def candidates(job, space=Space()):
             for mb, schedule in product(free("mb", space.micro_batch_sizes), free("schedule", space.schedules)):
                 if pp == 1 and schedule != "1f1b":     # without a pipeline every schedule is the same
                     continue
-                chunks = free("v", space.chunks if KINDS[schedule].chunked else (1,))
+                kind = KINDS[schedule]      # a V has two arms: its only v is its default, 2
+                chunks = free("v", (kind.default_chunks,) if kind.v_shape or not kind.chunked else space.chunks)
                 kinds = free("cp_kind", space.cp_kinds) if cp > 1 else ["ring"]
                 for v, rc, zero, kind in product(chunks, free("recompute", space.recompute), free("zero", space.zero),
                                                  kinds):

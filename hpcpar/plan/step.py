@@ -25,7 +25,6 @@ MFU = model FLOPs (no recomputation) / (step * GPUs * peak); HFU counts the reco
 from dataclasses import dataclass
 from functools import cached_property
 
-from hpcpar.pipeline.schedules import KINDS
 from hpcpar.plan.bubble import PipelineResult, analytic_makespan, simulate_pipeline
 from hpcpar.plan.compute import layer_times, stage_times, tp_comm_seconds
 from hpcpar.plan.flops import step_flops
@@ -94,14 +93,6 @@ class Estimate:
         return self.utilisation(self.layout.recompute)
 
 
-def inflight_for_memory(layout, m, peak):
-    """Chunk-forwards each stage holds.  ZB-H1 keeps activations until W, so every stage may hold up to
-    p micro-batches - 1F1B's first stage (Qi et al. 2024); the simulator counts only until B."""
-    if KINDS[layout.schedule].split_backward:
-        return [min(m, layout.pp)] * layout.pp
-    return list(peak)
-
-
 def dp_exposure(job, layout, stages):
     """(total, exposed) seconds of DP gradient traffic, the worst stage."""
     worst = (0.0, 0.0)
@@ -140,10 +131,10 @@ def fsdp_exposure(job, layout, params, compute):
 
 def stage_times_all(job, layout, lt):
     """StageTimes of every stage; the middle stages with equal layer counts are computed once."""
-    counts = job.stage_layers(layout)
+    counts, ends = job.stage_layers(layout), job.ends(layout)
     seen, out = {}, []
     for i, n in enumerate(counts):
-        key = (n, i == 0, i == layout.pp - 1)
+        key = (n, i == ends[0], i == ends[1])
         if key not in seen:
             seen[key] = stage_times(job, layout, i, lt)
         out.append(seen[key])
@@ -171,9 +162,8 @@ def estimate(job, layout, simulate=True):
         t = analytic_makespan(lay.schedule, lay.pp, m, lay.v, F, B, W, p2p)
         peak = [analytic_inflight(lay.schedule, lay.pp, m, lay.v, i) for i in range(lay.pp)]
         pipe = PipelineResult(t, 1 - m * lay.v * (F + B + W) / t, tuple(peak), ())
-    inflight = inflight_for_memory(lay, m, pipe.peak_inflight)
     shared = layout_memory(job, lay)
-    memory = [stage_memory(job, lay, i, inflight[i], shared) for i in range(lay.pp)]
+    memory = [stage_memory(job, lay, i, pipe.peak_inflight[i], shared) for i in range(lay.pp)]
     grad_total, grad_exposed = dp_exposure(job, lay, stages)
     optimizer = job.hardware.memory_seconds(2 * params * sum(state_bytes_per_param(job, lay.zero, lay.shard)))
     tp_comm = max(tp_comm_seconds(s) for s in stages) * m
