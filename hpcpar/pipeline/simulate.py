@@ -116,11 +116,30 @@ def message_key(rank, action, schedule):
     return kind, action.mb, action.peer, rank, s
 
 
-def simulate(schedule, costs=Costs(), blocking_sends=False, program=None):
-    """Execute ``program`` (default: ``schedule.with_communication()``) and measure it.  ``costs``: one
-    Costs for every rank, or a list of one per rank (stages that are not balanced, e.g. the last one
-    also computes the output layer and the loss; a message takes its sender's latency)."""
+@dataclass(frozen=True)
+class Prepared:
+    """A program made ready to be simulated many times (the planner simulates one program under many
+    costs): per rank its instructions, each message's key, and the compute instructions that form
+    F&B pairs.  What depends on the costs is worked out per simulation, once per instruction."""
+    program: list
+    keys: list
+    paired: list
+
+
+def prepare(schedule, program=None):
+    """``program`` (default: ``schedule.with_communication()``) with its message keys and pairs."""
     program = schedule.with_communication() if program is None else program
+    keys = [[None if a.op in COMPUTE else message_key(r, a, schedule) for a in prog] for r, prog in enumerate(program)]
+    return Prepared(program, keys, [_pairs(prog) for prog in program])
+
+
+def simulate(schedule, costs=Costs(), blocking_sends=False, program=None):
+    """Execute ``program`` (default: ``schedule.with_communication()``; or a ``prepare``-d one) and
+    measure it.  ``costs``: one Costs for every rank, or a list of one per rank (stages that are not
+    balanced, e.g. the last one also computes the output layer and the loss; a message takes its
+    sender's latency)."""
+    ready = program if isinstance(program, Prepared) else prepare(schedule, program)
+    program, keys = ready.program, ready.keys
     p = schedule.stages
     rank_costs = list(costs) if isinstance(costs, (list, tuple)) else [costs] * p
     pc = [0] * p                    # next instruction of each rank
@@ -128,9 +147,12 @@ def simulate(schedule, costs=Costs(), blocking_sends=False, program=None):
     arrival = {}                    # message key -> time it arrives (posted, not yet received)
     events = [[] for _ in range(p)]
     inflight, peak = [0] * p, [0] * p
-    paired = [_pairs(prog) for prog in program]
-    # each message's key, once per instruction: a receive is tried again every time its rank comes round
-    keys = [[None if a.op in COMPUTE else message_key(r, a, schedule) for a in prog] for r, prog in enumerate(program)]
+    # each compute instruction's time (None for a message) and its change to the activations held:
+    # worked out once per instruction, as a receive is tried again every time its rank comes round
+    took = [[None if a.op not in COMPUTE else
+             (rank_costs[r].pair_share() if i in ready.paired[r] else 1.0) * rank_costs[r].of(a, schedule.split_backward)
+             for i, a in enumerate(prog)] for r, prog in enumerate(program)]
+    held = [[0 if schedule.forward_only else {"F": 1, "B": -1}.get(a.op, 0) for a in prog] for prog in program]
 
     def waiting(r, ops):
         """The instruction rank r stands at, if it is one of ``ops``."""
@@ -138,28 +160,29 @@ def simulate(schedule, costs=Costs(), blocking_sends=False, program=None):
 
     def step(r):
         """Execute rank r's next instruction if it can run now; return whether it did."""
-        a = program[r][pc[r]]
-        if a.op in COMPUTE:
-            share = rank_costs[r].pair_share() if pc[r] in paired[r] else 1.0
-            end = clock[r] + share * rank_costs[r].of(a, schedule.split_backward)
-            events[r].append(Event(r, clock[r], end, a))
+        i = pc[r]
+        cost = took[r][i]
+        if cost is not None:                                   # compute
+            end = clock[r] + cost
+            events[r].append(Event(r, clock[r], end, program[r][i]))
             clock[r] = end
-            if not schedule.forward_only and a.op != "W":
-                inflight[r] += 1 if a.op == "F" else -1
+            if held[r][i]:
+                inflight[r] += held[r][i]
                 peak[r] = max(peak[r], inflight[r])
         elif blocking_sends:
             # rendezvous: both sides leave together once both have arrived and the data has flown
+            a = program[r][i]
             other = waiting(a.peer, ("RECV_F", "RECV_B") if a.op.startswith("SEND") else
                             ("SEND_F", "SEND_B"))
-            if other is None or keys[a.peer][pc[a.peer]] != keys[r][pc[r]]:
+            if other is None or keys[a.peer][pc[a.peer]] != keys[r][i]:
                 return False
             sender = r if a.op.startswith("SEND") else a.peer
             clock[r] = clock[a.peer] = max(clock[r], clock[a.peer]) + rank_costs[sender].latency
             pc[a.peer] += 1
-        elif a.op.startswith("SEND"):
-            arrival[keys[r][pc[r]]] = clock[r] + rank_costs[r].latency
+        elif keys[r][i][2] == r:                               # a send: this rank is the source
+            arrival[keys[r][i]] = clock[r] + rank_costs[r].latency
         else:
-            key = keys[r][pc[r]]
+            key = keys[r][i]
             if key not in arrival:
                 return False
             clock[r] = max(clock[r], arrival.pop(key))

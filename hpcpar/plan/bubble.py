@@ -37,10 +37,11 @@ class PipelineResult:
 
 @lru_cache(maxsize=64)
 def _program(schedule, p, m, v):
-    """The schedule and its instruction lists with messages: the same for every cost of a search."""
+    """The schedule and its instruction lists with messages, prepared: the same for every cost of a search."""
     from hpcpar.pipeline.schedules import build
+    from hpcpar.pipeline.simulate import prepare
     built = build(schedule, p, m, v)
-    return built, built.with_communication()
+    return built, prepare(built)
 
 
 def held_inflight(built):
