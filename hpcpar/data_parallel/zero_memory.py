@@ -61,8 +61,8 @@ def rank_params(cfg, mcfg, pp_rank):
     ranges = partition(mcfg.n_layer, S, cfg.partition, mcfg)
     stages = [schedule.stage(pp_rank, c) for c in range(cfg.chunks)]
     shape = mcfg.shape
-    routed = shape.experts * shape.mlp_params()                     # a block's routed experts
-    whole = shape.feed_forward_params() - routed if shape.experts else 0     # router, shared experts, bias
+    routed = shape.routed_params()                                 # a block's routed experts
+    whole = shape.moe_whole_params()                               # router, shared experts, bias
     cut = mcfg.block_params() - routed - whole                     # the rest of a block: cut over TP
     block = cut / cfg.tp + whole + routed / cfg.ep
     total, experts, unit = 0, 0, 0

@@ -26,11 +26,12 @@ from dataclasses import dataclass
 from functools import cached_property
 
 from hpcpar.pipeline.schedules import KINDS
+from hpcpar.plan import experts
 from hpcpar.plan.bubble import PipelineResult, analytic_makespan, simulate_pipeline
 from hpcpar.plan.compute import layer_times, stage_times, tp_comm_seconds
 from hpcpar.plan.flops import step_flops
-from hpcpar.plan.memory import (ALLOCATOR_CACHE, analytic_inflight, keeps_stage_gathered, layout_memory,
-                                stage_memory, stage_params, state_bytes_per_param)
+from hpcpar.plan.memory import (ALLOCATOR_CACHE, STATE_TERMS, analytic_inflight, keeps_stage_gathered,
+                                layout_memory, stage_memory, stage_params, state_bytes_per_param)
 from hpcpar.plan.network import dp_gradient_seconds, p2p_seconds, shard_seconds
 
 
@@ -110,8 +111,14 @@ def dp_exposure(job, layout, stages):
         return worst
     grad_bytes = state_bytes_per_param(job)[1]
     for i, st in enumerate(stages):
-        nbytes = stage_params(job, layout, i) * grad_bytes
-        rs, ag = dp_gradient_seconds(job, layout, nbytes)
+        # a mixture of experts' routed experts are summed over their own expert-data group
+        dense, routed = experts.split_params(job.model, stage_params(job, layout, i), job.stage_layers(layout)[i],
+                                             layout)
+        nbytes = (dense + routed) * grad_bytes
+        rs, ag = dp_gradient_seconds(job, layout, dense * grad_bytes)
+        if routed:
+            ers, eag = experts.gradient_seconds(job, layout, routed, grad_bytes)
+            rs, ag = rs + ers, ag + eag
         if once:   # the stage's 16-bit weights gathered at the start of the step
             ag = dp_gradient_seconds(job, layout, stage_params(job, layout, i) * job.elem_bytes)[1]
         total = rs + ag
@@ -175,7 +182,7 @@ def estimate(job, layout, simulate=True):
     shared = layout_memory(job, lay)
     memory = [stage_memory(job, lay, i, inflight[i], shared) for i in range(lay.pp)]
     grad_total, grad_exposed = dp_exposure(job, lay, stages)
-    optimizer = job.hardware.memory_seconds(2 * params * sum(state_bytes_per_param(job, lay.zero, lay.shard)))
+    optimizer = job.hardware.memory_seconds(2 * max(sum(t[k] for k in STATE_TERMS) for t in memory))
     tp_comm = max(tp_comm_seconds(s) for s in stages) * m
     step = pipe.makespan + grad_exposed + optimizer       # the FSDP part is inside the pipeline's F and B
     return Estimate(job, lay, stages, (F, B, W), p2p, pipe, memory, grad_total, grad_exposed, optimizer,
