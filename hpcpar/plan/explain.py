@@ -69,20 +69,24 @@ def memory_section(est):
     zero = f" (ZeRO-{lay.zero}: /{lay.shard})" if lay.zero else ""
     act = layer_activation_terms(job, lay)
     dense, routed = experts.split_params(job.model, params, job.stage_layers(lay)[i], lay)
-    if routed:     # the routed experts' numbers are E/ep, whole over TP, sharded over their own group
-        params = dense + routed
     lines = [f"MEMORY per GPU, fullest stage {i} of {lay.pp} ({job.stage_layers(lay)[i]} layers, "
-             f"{params / 1e9:.3f} B parameters on this rank)",
-             f"  weights            {params / 1e9:.3f} B * {w:.3g} bytes" + (zero if lay.zero >= 3 else "")
-             + f" = {_gib(terms['weights'])}",
-             f"  gradients          {params / 1e9:.3f} B * {g:.3g} bytes" + (zero if lay.zero >= 2 else "")
-             + f" = {_gib(terms['gradients'])}",
-             f"  optimizer state    {params / 1e9:.3f} B * {o:.3g} bytes{zero} = {_gib(terms['optimizer state'])}",
-             "  activations per layer and micro-batch (Korthikanti et al. 2022, counted tensor by tensor):"]
-    if routed:
-        lines.insert(1, f"  of them routed experts {routed / 1e9:.3f} B (E/ep = {job.model.experts // lay.ep} of each "
-                        f"layer's, whole over TP), their ZeRO group (dp*cp)/ep = {lay.shard // lay.ep}; the bytes "
-                        "below add both groups' tables")
+             f"{(dense + routed) / 1e9:.3f} B parameters on this rank)"]
+    if routed:     # the routed experts: E/ep of them, whole over TP, sharded over their own group
+        we, ge, oe = state_bytes_per_param(job, lay.zero, lay.shard // lay.ep)
+        group = f" (ZeRO-{lay.zero}: /{lay.shard // lay.ep})" if lay.zero else ""
+        lines.append(f"  dense {dense / 1e9:.3f} B (ZeRO over dp*cp = {lay.shard}) + routed experts {routed / 1e9:.3f} B "
+                     f"(E/ep = {job.model.experts // lay.ep} of each layer's, ZeRO over (dp*cp)/ep = "
+                     f"{lay.shard // lay.ep})")
+        for name, a, b, shards in (("weights", w, we, 3), ("gradients", g, ge, 2), ("optimizer state", o, oe, 1)):
+            lines.append(f"  {name:18s} {dense / 1e9:.3f} B * {a:.3g} + {routed / 1e9:.3f} B * {b:.3g} bytes"
+                         + (group if lay.zero >= shards else "") + f" = {_gib(terms[name])}")
+    else:
+        lines += [f"  weights            {params / 1e9:.3f} B * {w:.3g} bytes" + (zero if lay.zero >= 3 else "")
+                  + f" = {_gib(terms['weights'])}",
+                  f"  gradients          {params / 1e9:.3f} B * {g:.3g} bytes" + (zero if lay.zero >= 2 else "")
+                  + f" = {_gib(terms['gradients'])}",
+                  f"  optimizer state    {params / 1e9:.3f} B * {o:.3g} bytes{zero} = {_gib(terms['optimizer state'])}"]
+    lines.append("  activations per layer and micro-batch (Korthikanti et al. 2022, counted tensor by tensor):")
     for name, value in act.items():
         lines.append(f"      {name:34s} {value / 2**20:10.1f} MiB")
     kept = {"none": "all of it", "selective": "without the attention scores",
