@@ -140,3 +140,23 @@ def test_a_step_counts_the_all_to_alls_and_explains_them():
     assert with_ep.memory_peak < without.memory_peak       # 1/8 of the experts' state
     text = explain(with_ep)
     assert "12.88 B of 46.70 B parameters" in text and "EP all-to-all of tokens * top_k * h = 64.0 MiB" in text
+
+
+def test_expert_gradients_travel_over_their_own_group():
+    """Summed over the (dp * cp) / ep ranks holding the same experts; nowhere when each lives on one rank."""
+    from hpcpar.plan.network import expert_data_seconds, group_link, reduce_scatter_seconds
+    job = mixtral_job()
+    lay = Layout(1, 4, 16, ep=8)
+    nbytes = 1e9 * 4
+    link = group_link(job.hardware, lay, "expert-data", 8)       # 2 ranks 8 apart: across nodes
+    assert link.latency == job.hardware.inter.latency
+    assert experts.gradient_seconds(job, lay, 1e9, 4) == (reduce_scatter_seconds(link, 2, nbytes),) * 2
+    assert expert_data_seconds(job, lay, nbytes) == reduce_scatter_seconds(link, 2, nbytes)
+    assert experts.gradient_seconds(job, Layout(1, 8, 8, ep=8), 1e9, 4) == (0.0, 0.0)
+
+
+def test_local_prediction_refuses_experts_and_says_why():
+    from hpcpar.plan.local import predict_local
+    from hpcpar.runtime import UsageError
+    with pytest.raises(UsageError, match="fitted without any"):
+        predict_local("local.toml", model="moe-tiny")

@@ -191,7 +191,8 @@ def pipeline_section(est):
 
 def totals_section(est):
     job, lay = est.job, est.layout
-    lines = [f"DATA PARALLEL gradients over dp*cp={lay.shard}: reduce-scatter + all-gather = "
+    experts_over = f" (the routed experts' over (dp*cp)/ep={lay.shard // lay.ep})" if lay.ep > 1 else ""
+    lines = [f"DATA PARALLEL gradients over dp*cp={lay.shard}{experts_over}: reduce-scatter + all-gather = "
              f"{_ms(est.dp_total).strip()}, exposed {_ms(est.dp_exposed).strip()}"
              + (" (overlapped with the last micro-batch's backward, in buckets)" if job.engine.overlap_dp else "")]
     if lay.zero >= 3:
