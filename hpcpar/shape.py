@@ -111,6 +111,28 @@ class ModelShape:
         return self.hidden * self.experts + self.experts * self.mlp_params() + shared \
             + (self.experts if self.expert_bias else 0)
 
+    def routed_params(self):
+        """A block's routed experts: E MLPs (0 without experts) - what expert parallelism cuts over ep."""
+        return self.experts * self.mlp_params()
+
+    def moe_whole_params(self):
+        """What every tensor-parallel rank holds whole of a mixture of experts: the router, the shared
+        experts and the balancing bias (the MoE layer is not cut over TP); 0 without experts."""
+        return self.feed_forward_params() - self.routed_params() if self.experts else 0
+
+    def gathered_block_params(self, tp, ep, shard):
+        """One block as a ZeRO-3 rank gathers it (its unit): the part cut over TP / tp, the MoE layer's
+        whole part, and its E/ep routed experts - unless their group (shard / ep of the ``shard`` ranks
+        holding the same weights) is one rank, where they stay resident and are never gathered."""
+        routed, whole = self.routed_params(), self.moe_whole_params()
+        return (self.layer_params() - routed - whole) / tp + whole + (routed / ep if shard > ep else 0)
+
+    def active_params(self, positions):
+        """Parameters a token's forward multiplies or reads: the routed experts it goes through (top_k
+        of E), not all E; equal to ``params`` without experts."""
+        return self.params(positions) - self.layers * (self.experts - self.top_k) * self.mlp_params() \
+            if self.experts else self.params(positions)
+
     def token_params(self):
         """The (V, h) token embedding, and an output projection of its own."""
         return self.vocab * self.hidden

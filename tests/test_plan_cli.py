@@ -128,3 +128,32 @@ def test_llama3_405b_at_tp8_cp16_pp16_on_16384_gpus(capsys):
     gathered = capsys.readouterr().out
     assert "CP all-gather of 16 K and V chunks" in gathered and "exposed" in gathered
     assert _step_seconds(gathered) > _step_seconds(explained)
+
+
+MIXTRAL = ["plan", "--model", "mixtral-8x7b", "--gpus", "32", "--hardware", "h100", "--global-batch", "32",
+           "--seq-len", "4096", "--flash-attention"]
+
+
+def test_a_model_with_experts_searches_ep_and_pins_it(capsys):
+    """Total and active parameters in the header; --ep pins the expert-parallel size of every listed layout."""
+    assert main(MIXTRAL + ["--tp", "1", "--pp", "4", "--ep", "4", "--top", "5"]) == 0
+    out = capsys.readouterr().out
+    assert "(46.7 B parameters, 12.9 B active)" in out
+    layouts = _layouts(out)
+    assert layouts and all(lay.ep == 4 for lay in layouts)
+
+
+@pytest.mark.parametrize("extra, message", [
+    (["--ep", "3"], "--ep 3 does not divide the 8 experts of mixtral-8x7b"),
+    (["--ep", "8", "--dp", "4"], "--ep 8 does not divide the 4 data x context-parallel ranks"),
+    (["--explain", "tp2-pp2-dp8-ep4"], "needs sequence parallelism"),
+])
+def test_expert_parallel_refusals(capsys, extra, message):
+    assert main(MIXTRAL + extra) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and message in err[0]
+
+
+def test_ep_on_a_model_without_experts(capsys):
+    assert main(LLAMA8B + ["--ep", "2"]) == 2
+    assert "model llama3-8b has no experts" in capsys.readouterr().err

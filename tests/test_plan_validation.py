@@ -26,7 +26,7 @@ from hpcpar.runtime import UsageError
 
 HELD_OUT = [r for r in RUNS if r.role == "validation"]
 # What the model reaches on the held-out rows today (docs/planning.md); a change may only raise these.
-FLOOR = {"throughput": 46, "memory": 13, "top": 51}
+FLOOR = {"throughput": 46, "memory": 13, "top": 52}
 
 
 def test_every_run_names_its_source_and_a_published_figure():

@@ -2,8 +2,8 @@
 
   hpcpar plan --model gpt3-175b --gpus 1024 --gpus-per-node 8 --hardware a100 \\
               --global-batch 1536 --seq-len 2048 [--top 10] [--explain top] [--plot plan.png]
-              [--tp 8] [--pp N] [--cp 16 [--cp-kind ring|ulysses]] [--zero 1|2|3] [--recompute none|selective|full]
-              [--schedule gpipe|1f1b|interleaved|zb-h1|zb-h2|zb-v|dualpipev]
+              [--tp 8] [--pp N] [--cp 16 [--cp-kind ring|ulysses]] [--ep 8] [--zero 1|2|3]
+              [--recompute none|selective|full] [--schedule gpipe|1f1b|interleaved|zb-h1|zb-h2|zb-v|dualpipev]
               [--overlap-tp | --no-overlap-tp] [--fp8] [--cp-allgather]
               [--intra-gbps 450 --inter-gbps 50 --memory-gib 80]
   hpcpar plan --validate [MATCH]               predicted vs published runs (hpcpar/plan/runs/*.toml)
@@ -14,12 +14,12 @@
 
 --model: gpt2, gpt3-175b, llama-70b, ... (the files in hpcpar/plan/models), a .toml file, or dims such
 as l=24,h=2048,a=16,V=50257[,kv=8,f=5632,gated=1,tied=0].  --hardware: a100, h100, h200 or a profile
-.toml (e.g. from `hpcpar plan calibrate`).  A LAYOUT is written tp8-pp8-dp16-mb1-v1-1f1b[-sp][-z1]
-[-cp2[-ulysses]][-z1|-z2|-z3][-rcsel|-rcfull]: tensor, pipeline and data parallel sizes, micro-batch size,
+.toml (e.g. from `hpcpar plan calibrate`).  A LAYOUT is written tp8-pp8-dp16-mb1-v1-1f1b[-cp2[-ulysses]]
+[-ep8][-sp][-z1|-z2|-z3][-rcsel|-rcfull]: tensor, pipeline and data parallel sizes, micro-batch size,
 chunks per stage, schedule (gpipe, 1f1b, interleaved, zb-h1, zb-h2, zb-v, dualpipev), sequence
-parallelism, context parallelism, ZeRO stage (z3: FSDP), selective or full recomputation.
---tp/--pp/--dp/--cp/--zero/--recompute/--schedule pin that part of the layout and the search ranks
-the rest.  The model behind the
+parallelism, context parallelism, expert parallelism (-ep8), ZeRO stage (z3: FSDP), selective or full
+recomputation.  --tp/--pp/--dp/--cp/--ep/--zero/--recompute/--schedule pin that part of the layout and
+the search ranks the rest.  The model behind the
 numbers: docs/planning.md.
 """
 import argparse
@@ -45,6 +45,9 @@ def add_arguments(p):
     p.add_argument("--zero", type=int, choices=[0, 1, 2, 3], help="pin the ZeRO stage (3: FSDP)")
     p.add_argument("--recompute", choices=["none", "selective", "full"], help="pin the recomputation")
     p.add_argument("--cp", type=int, default=1, help="context-parallel size (default 1)")
+    p.add_argument("--ep", type=int, default=0,
+                   help="pin the expert-parallel size (a model with experts; default: every ep dividing dp*cp and "
+                        "the experts is tried)")
     p.add_argument("--cp-kind", choices=["ring", "ulysses"],
                    help="pin how the cp ranks attend: ring, or ulysses (all-to-alls around attention; the heads "
                         "per tp rank must divide by cp); default: both tried when --cp > 1")
@@ -134,6 +137,13 @@ def _space(args):
         if args.schedule not in SCHEDULES:
             raise UsageError(f"--schedule {args.schedule}: use one of {', '.join(SCHEDULES)}")
         fixed["schedule"] = args.schedule
+    if args.ep:
+        # ep is taken from the dp * cp ranks: known once dp, or tp and pp, are pinned
+        shard = fixed["dp"] * args.cp if "dp" in fixed else \
+            args.gpus // (fixed["tp"] * fixed["pp"]) if "tp" in fixed and "pp" in fixed else args.gpus
+        if args.ep < 1 or shard % args.ep:
+            raise UsageError(f"--ep {args.ep} does not divide the {shard} data x context-parallel ranks")
+        fixed["ep"] = args.ep
     return Space(fixed=tuple(fixed.items()), max_tp=args.tp or 0)
 
 
@@ -188,6 +198,10 @@ def run(args):
     from hpcpar.plan.search import search
     from hpcpar.plan.step import estimate
     job = _job(args)
+    if args.ep > 1 and not job.model.experts:
+        raise UsageError(f"--ep {args.ep}: model {job.model.name} has no experts")
+    if args.ep > 1 and job.model.experts % args.ep:
+        raise UsageError(f"--ep {args.ep} does not divide the {job.model.experts} experts of {job.model.name}")
     start = time.perf_counter()
     if args.explain and args.explain != "top":
         layout = parse_layout(args.explain)
@@ -199,7 +213,8 @@ def run(args):
     ranking = search(job, _space(args), refine=max(40, 2 * args.top))
     seconds = time.perf_counter() - start
     m = job.model
-    print(f"{m.name} ({m.params(job.seq_len) / 1e9:.1f} B parameters) on {job.gpus} x {job.hardware.name} "
+    active = f", {m.active_params(job.seq_len) / 1e9:.1f} B active" if m.experts else ""
+    print(f"{m.name} ({m.params(job.seq_len) / 1e9:.1f} B parameters{active}) on {job.gpus} x {job.hardware.name} "
           f"({job.gpus_per_node} per node), batch {job.global_batch} x {job.seq_len} tokens, {job.dtype}")
     print(f"{ranking.considered} layouts divide the job, {ranking.fitting} fit in "
           f"{job.hardware.usable_bytes / 2**30:.1f} GiB; the best {len(ranking.estimates)} simulated "

@@ -64,12 +64,10 @@ def rank_params(cfg, mcfg, pp_rank):
     ranges = partition(mcfg.n_layer, S, cfg.partition, mcfg)
     stages = [schedule.stage(pp_rank, c) for c in range(cfg.chunks)]
     shape = mcfg.shape
-    routed = shape.experts * shape.mlp_params()                     # a block's routed experts
-    whole = shape.feed_forward_params() - routed if shape.experts else 0     # router, shared experts, bias
+    routed = shape.routed_params()                                 # a block's routed experts
+    whole = shape.moe_whole_params()                               # router, shared experts, bias
     cut = mcfg.block_params() - routed - whole                     # the rest of a block: cut over TP
-    # ZeRO-3 gathers a block's experts with it, unless their group is one rank: resident (fsdp.Unit)
-    gathered = routed / cfg.ep if cfg.dp * cfg.cp > cfg.ep else 0
-    block = cut / cfg.tp + whole + gathered
+    block = shape.gathered_block_params(cfg.tp, cfg.ep, cfg.dp * cfg.cp)     # a block's ZeRO-3 unit
     total, experts, unit = 0, 0, 0
     for s in stages:
         blocks = len(ranges[s])
@@ -114,19 +112,22 @@ def formula(cfg, mcfg, pp_rank=0):
     c = {"fp16": 2, "bf16": 2}.get(cfg.precision, b)
     k = 3 if cfg.optimizer == "adamw" else (1 if cfg.momentum else 0)
     n = cfg.dp * cfg.cp
+    return with_experts(cfg.zero, n, cfg.ep, P, X, U, master=b, copy=c if c != b else 0, grad=b,
+                        optimizer=k * b, compute=c, reshard=cfg.reshard_after_forward,
+                        whole_grads=cfg.microbatches > 1)
 
-    def table(params, group, unit, zero=cfg.zero):
-        return per_rank(zero, group, params, unit, master=b, copy=c if c != b else 0, grad=b, optimizer=k * b,
-                        compute=c, reshard=cfg.reshard_after_forward, whole_grads=cfg.microbatches > 1)
-    dense = table(P, n, U)
-    if not X:
+
+def with_experts(zero, n, ep, params, experts, unit, **numbers):
+    """``per_rank`` of a rank holding ``params`` numbers replicated over ``n`` ranks and ``experts``
+    routed-expert numbers over their own group, the n / ep ranks holding the same experts.  Under ZeRO-3
+    ``unit`` counts a block's gathered experts already; over a group of one rank they stay whole, as
+    under ZeRO-0 (fsdp.Unit.resident).  The engine's formula and the planner (plan/experts.py) both."""
+    dense = per_rank(zero, n, params, unit, **numbers)
+    if not experts:
         return dense
-    # the routed experts are sliced over their own group: the (dp x cp) / ep ranks holding the same ones.
-    # Under ZeRO-3 U counts them already (a block's experts are gathered with it); over a group of one
-    # rank they stay whole, as under ZeRO-0
-    group = n // cfg.ep
-    experts = table(X, group, 0, cfg.zero if group > 1 or cfg.zero < 3 else 0)
-    return {term: dense[term] + experts[term] for term in TERMS}
+    group = n // ep
+    mine = per_rank(zero if group > 1 or zero < 3 else 0, group, experts, 0, **numbers)
+    return {term: dense[term] + mine[term] for term in TERMS}
 
 
 def check_budget(cfg, mcfg):

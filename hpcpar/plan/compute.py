@@ -21,6 +21,8 @@ Three kinds of work, each from its own rate:
   engine that all-gathers K and V instead (``engine.cp_allgather``, Llama 3's) waits for the gather
   before the core: one all-gather forward, and backward an all-gather of K, V and a reduce-scatter of
   dK, dV, all exposed.
+* expert parallelism (plan/experts.py): each MoE layer's dispatch and combine all-to-alls, forward and
+  backward, exposed (hpcpar's engine waits for each).
 * fp8 (``engine.fp8``): the linear layers' GEMMs at the fp8 peak rate x ``engine.fp8_efficiency`` (the
   engine's dynamic-scaling casts around each fp8 GEMM and its kernels' sustained share); the attention
   core stays 16-bit.
@@ -34,6 +36,7 @@ PyTorch's op-level selective policy: every second linear GEMM and the element-wi
 """
 from dataclasses import dataclass, field, replace
 
+from hpcpar.plan import experts
 from hpcpar.plan.flops import layer_gemms, logits_gemm
 from hpcpar.plan.memory import tokens_per_rank
 from hpcpar.plan.network import cp_all_to_all_seconds, cp_allgather_seconds, cp_ring_seconds, tp_all_reduce
@@ -84,7 +87,8 @@ def elementwise_bytes(job, layout):
     scores = 0.0
     if not job.engine.flash_attention:
         scores = (m.heads // t) * sb * job.seq_len * (2 * e + (2 * e + mask if m.dropout else 0))
-    return {"norms, residuals": norms_and_residuals, "activation": activation, "softmax, dropout": scores}
+    passes = {"norms, residuals": norms_and_residuals, "activation": activation, "softmax, dropout": scores}
+    return dict(passes, **experts.elementwise_bytes(m, layout, sb, e)) if m.experts else passes
 
 
 def layer_times(job, layout):
@@ -113,6 +117,7 @@ def layer_times(job, layout):
         "bwd TP all-reduce": tp_bwd,
     }
     t.update(cp_times(job, layout, core))
+    t.update(experts.all_to_all_times(job, layout, tokens_per_rank(job, layout)))
     if layout.recompute == "full":
         t["recompute forward"] = sum(v for k, v in t.items() if k.startswith("fwd "))
     elif layout.recompute == "selective" and job.engine.selective_ops:   # every second linear GEMM
@@ -179,6 +184,6 @@ def stage_times(job, layout, stage, lt=None):
 
 
 def tp_comm_seconds(times):
-    """The exposed tensor- and context-parallel communication inside a stage's F + B (for the
+    """The exposed tensor-, context- and expert-parallel communication inside a stage's F + B (for the
     communication share)."""
-    return sum(v for k, v in times.terms.items() if "TP" in k or "CP" in k)
+    return sum(v for k, v in times.terms.items() if "TP" in k or "CP" in k or "EP" in k)

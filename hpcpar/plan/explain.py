@@ -6,13 +6,17 @@ slowest stage (GEMMs, element-wise passes, tensor-parallel all-reduces, recomput
 (simulated makespan and bubble next to the textbook formula), the data-parallel gradient traffic and
 how much of it shows, the optimizer, and the totals.
 """
+from dataclasses import replace
+
 from hpcpar.pipeline.schedules import KINDS
 from hpcpar.plan.bubble import analytic_makespan
+from hpcpar.plan import experts
 from hpcpar.plan.compute import elementwise_bytes, gemm_rate, gemm_seconds, layout_engine_job
 from hpcpar.plan.flops import layer_gemms, narayanan_flops, step_flops
 from hpcpar.plan.memory import layer_activation_terms, stage_params, state_bytes_per_param
 from hpcpar.plan.network import (cp_all_to_all_seconds, cp_allgather_seconds, cp_chunk_bytes, cp_ring_crosses_nodes,
-                                 cp_ring_seconds, group_link, ulysses_message_bytes)
+                                 cp_ring_seconds, ep_all_to_all_seconds, group_link, members_per_node,
+                                 ulysses_message_bytes)
 
 GiB = 2**30
 # the idle time bubble.analytic_makespan counts, as printed (F, B, W per chunk)
@@ -35,11 +39,29 @@ def model_section(est):
              f"s={job.seq_len}" + ("  gated MLP" if m.gated else "") + ("" if m.tied else "  untied head"),
              f"  parameters  l * layer + embedding + head = {m.layers} * {m.layer_params():,} + "
              f"{m.embedding_params(job.seq_len):,} + {m.head_params():,} = {m.params(job.seq_len) / 1e9:.2f} B"]
+    lines += expert_model_lines(est)
     w, g, o = state_bytes_per_param(job)
     total = m.params(job.seq_len) * (w + g + o)
     lines.append(f"  on one device: {w:g}+{g:g}+{o:g} bytes/param ({job.dtype}, Adam) = {total / GiB:,.0f} GiB of model "
                  f"state alone, vs {job.hardware.memory_bytes / GiB:.0f} GiB per {job.hardware.name} GPU")
     return lines
+
+
+def expert_model_lines(est):
+    """Total against active: the parameters a token multiplies and its FLOPs (hpcpar/shape.py's counts)."""
+    job, m = est.job, est.job.model
+    if not m.experts:
+        return []
+    s = job.seq_len
+    every = replace(m, top_k=m.experts)          # the same model with every expert active
+
+    def per_token(shape):
+        return 3 * (m.layers * shape.block_forward_flops(s) + shape.head_forward_flops())
+    return [f"  experts     E={m.experts}, top_k={m.top_k}, shared={m.shared_experts}: routed l * E * MLP = "
+            f"{m.layers} * {m.experts} * {m.mlp_params():,} = {m.layers * m.routed_params() / 1e9:.2f} B",
+            f"  active      {m.active_params(s) / 1e9:.2f} B of {m.params(s) / 1e9:.2f} B parameters a token goes "
+            f"through; training FLOPs per token 3 x forward = {per_token(m) / 1e9:.1f} GFLOP active, "
+            f"{per_token(every) / 1e9:.1f} GFLOP were every expert active"]
 
 
 def memory_section(est):
@@ -51,14 +73,25 @@ def memory_section(est):
     w, g, o = state_bytes_per_param(job, lay.zero, lay.shard)
     zero = f" (ZeRO-{lay.zero}: /{lay.shard})" if lay.zero else ""
     act = layer_activation_terms(job, lay)
+    dense, routed = experts.split_params(job.model, params, job.stage_layers(lay)[i], lay)
     lines = [f"MEMORY per GPU, fullest stage {i} of {lay.pp} ({job.stage_layers(lay)[i]} layers, "
-             f"{params / 1e9:.3f} B parameters on this rank)",
-             f"  weights            {params / 1e9:.3f} B * {w:.3g} bytes" + (zero if lay.zero >= 3 else "")
-             + f" = {_gib(terms['weights'])}",
-             f"  gradients          {params / 1e9:.3f} B * {g:.3g} bytes" + (zero if lay.zero >= 2 else "")
-             + f" = {_gib(terms['gradients'])}",
-             f"  optimizer state    {params / 1e9:.3f} B * {o:.3g} bytes{zero} = {_gib(terms['optimizer state'])}",
-             "  activations per layer and micro-batch (Korthikanti et al. 2022, counted tensor by tensor):"]
+             f"{(dense + routed) / 1e9:.3f} B parameters on this rank)"]
+    if routed:     # the routed experts: E/ep of them, whole over TP, sharded over their own group
+        we, ge, oe = state_bytes_per_param(job, lay.zero, lay.shard // lay.ep)
+        group = f" (ZeRO-{lay.zero}: /{lay.shard // lay.ep})" if lay.zero else ""
+        lines.append(f"  dense {dense / 1e9:.3f} B (ZeRO over dp*cp = {lay.shard}) + routed experts {routed / 1e9:.3f} B "
+                     f"(E/ep = {job.model.experts // lay.ep} of each layer's, ZeRO over (dp*cp)/ep = "
+                     f"{lay.shard // lay.ep})")
+        for name, a, b, shards in (("weights", w, we, 3), ("gradients", g, ge, 2), ("optimizer state", o, oe, 1)):
+            lines.append(f"  {name:18s} {dense / 1e9:.3f} B * {a:.3g} + {routed / 1e9:.3f} B * {b:.3g} bytes"
+                         + (group if lay.zero >= shards else "") + f" = {_gib(terms[name])}")
+    else:
+        lines += [f"  weights            {params / 1e9:.3f} B * {w:.3g} bytes" + (zero if lay.zero >= 3 else "")
+                  + f" = {_gib(terms['weights'])}",
+                  f"  gradients          {params / 1e9:.3f} B * {g:.3g} bytes" + (zero if lay.zero >= 2 else "")
+                  + f" = {_gib(terms['gradients'])}",
+                  f"  optimizer state    {params / 1e9:.3f} B * {o:.3g} bytes{zero} = {_gib(terms['optimizer state'])}"]
+    lines.append("  activations per layer and micro-batch (Korthikanti et al. 2022, counted tensor by tensor):")
     for name, value in act.items():
         lines.append(f"      {name:34s} {value / 2**20:10.1f} MiB")
     kept = {"none": "all of it", "selective": "without the attention scores",
@@ -118,7 +151,19 @@ def compute_section(est):
                      f"{_ms(ring).strip()} forward; backward K and V again and cp = {lay.cp} hops of dK, dV "
                      "(3cp-2 hops in all); hidden under the attention core up to its length, but for the "
                      "last dK, dV hop")
-    return lines
+    return lines + ep_lines(job, lay)
+
+
+def ep_lines(job, lay):
+    """The expert-parallel all-to-alls of one layer (none without ep)."""
+    if lay.ep == 1:
+        return []
+    nbytes = experts.dispatch_bytes(job.model, lay, job.seq_len // lay.cp * lay.mb, job.elem_bytes)
+    local = members_per_node(lay, "ep", job.gpus_per_node)[1]
+    one = ep_all_to_all_seconds(job, lay, nbytes)
+    return [f"  EP all-to-all of tokens * top_k * h = {nbytes / 2**20:.1f} MiB a rank over ep = {lay.ep} ranks, {local} "
+            f"on a node: (ep-1)*alpha + max((k-1)/ep * n / NVLink, (ep-k)/ep * n / port) = {_ms(one).strip()}; "
+            "dispatch + combine forward, the same two backward; exposed"]
 
 
 def stage_section(est):
@@ -151,7 +196,8 @@ def pipeline_section(est):
 
 def totals_section(est):
     job, lay = est.job, est.layout
-    lines = [f"DATA PARALLEL gradients over dp*cp={lay.shard}: reduce-scatter + all-gather = "
+    experts_over = f" (the routed experts' over (dp*cp)/ep={lay.shard // lay.ep})" if lay.ep > 1 else ""
+    lines = [f"DATA PARALLEL gradients over dp*cp={lay.shard}{experts_over}: reduce-scatter + all-gather = "
              f"{_ms(est.dp_total).strip()}, exposed {_ms(est.dp_exposed).strip()}"
              + (" (overlapped with the last micro-batch's backward, in buckets)" if job.engine.overlap_dp else "")]
     if lay.zero >= 3:

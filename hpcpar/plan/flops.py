@@ -37,8 +37,9 @@ def layer_gemms(model, b, s, tp, cp=1):
     tokens, heads, q = b * s // cp, model.heads // tp, s // cp
     qkv = h // tp + 2 * kv_heads_per_rank(model, tp) * d
 
-    def mlp(rows, width):
-        return [Gemm("mlp up", rows, (2 if model.gated else 1) * width // tp, h), Gemm("mlp down", rows, h, width // tp)]
+    def mlp(rows, width, name="mlp"):
+        return [Gemm(f"{name} up", rows, (2 if model.gated else 1) * width // tp, h),
+                Gemm(f"{name} down", rows, h, width // tp)]
 
     gemms = [
         Gemm("qkv", tokens, qkv, h),
@@ -48,8 +49,8 @@ def layer_gemms(model, b, s, tp, cp=1):
     ]
     if not model.experts:
         return gemms + mlp(tokens, f)
-    gemms += [Gemm("router", tokens, model.experts, h)] + mlp(tokens * model.top_k, f)
-    return gemms + (mlp(tokens, model.shared_experts * f) if model.shared_experts else [])
+    gemms += [Gemm("router", tokens, model.experts, h)] + mlp(tokens * model.top_k, f, "moe")
+    return gemms + (mlp(tokens, model.shared_experts * f, "shared") if model.shared_experts else [])
 
 
 def logits_gemm(model, b, s, tp, cp=1):

@@ -11,6 +11,23 @@ from hpcpar.plan.hardware import DTYPE_BYTES
 from hpcpar.plan.layout import SCHEDULES, pipeline_ends, stage_layers
 
 
+def expert_check(model, layout):
+    """Why the layout's expert parallelism cannot run (the engine's refusals, docs/moe.md), or None."""
+    ep = layout.ep
+    if model.experts and layout.tp > 1 and not layout.sp:
+        return ("a mixture of experts with tp > 1 needs sequence parallelism here (without it every TP rank "
+                "routes every token: tp times the expert work; Megatron-core requires it too)")
+    if ep == 1:
+        return None
+    if not model.experts:
+        return f"ep={ep} needs a model with experts"
+    if ep < 1 or layout.shard % ep:
+        return f"ep={ep} does not divide dp*cp = {layout.shard}"
+    if model.experts % ep:
+        return f"ep={ep} does not divide the {model.experts} experts"
+    return None
+
+
 @dataclass(frozen=True)
 class Engine:
     """The engine features that change time or memory.  Defaults: hpcpar's own engine."""
@@ -117,6 +134,9 @@ class Job:
         if lay.cp_kind == "ulysses" and (m.heads // lay.tp % lay.cp or kv_heads_per_rank(m, lay.tp) % lay.cp):
             return (f"ulysses needs cp={lay.cp} to divide the {m.heads // lay.tp} heads and "
                     f"{kv_heads_per_rank(m, lay.tp)} key/value heads of a tp rank")
+        reason = expert_check(m, lay)
+        if reason:
+            return reason
         kind = KINDS[lay.schedule]
         if kind.chunked:
             if lay.pp < 2:

@@ -1,12 +1,14 @@
 """A layout: how one training step is split over the GPUs, written as one string.
 
-    tp8-pp8-dp16-mb1-v1-1f1b[-cp2[-ulysses]][-sp][-z1|-z2|-z3][-rcsel|-rcfull]
+    tp8-pp8-dp16-mb1-v1-1f1b[-cp2[-ulysses]][-ep8][-sp][-z1|-z2|-z3][-rcsel|-rcfull]
 
     tpT    tensor-parallel size (ranks sharing every layer)
     ppP    pipeline stages
     dpD    data-parallel replicas                           T * C * P * D = number of GPUs
     cpC    context-parallel size: each of C ranks holds 1/C of every sequence (ring attention)
     ulysses  context parallelism by two all-to-alls around attention (Ulysses) instead of the ring
+    epE    expert parallelism: each mixture-of-experts layer's experts spread over E consecutive ranks
+           of the D * C ranks (docs/moe.md); tokens reach them by all-to-all (plan/experts.py)
     mbB    micro-batch size in sequences; the number of micro-batches is m = global batch / (D * B)
     vV     model chunks per stage (V > 1 only for the chunked schedules: interleaved, and the V
            schedules zb-v and dualpipev, which place exactly 2 chunks per rank)
@@ -45,6 +47,7 @@ class Layout:
     sp: bool = False
     cp: int = 1                 # context-parallel size
     cp_kind: str = "ring"       # ring | ulysses: how the cp ranks attend (docs/context_parallel.md)
+    ep: int = 1                 # expert-parallel size, taken from the dp * cp ranks (docs/moe.md)
 
     def __post_init__(self):
         object.__setattr__(self, "zero", int(self.zero))     # zero=True reads as stage 1
@@ -53,6 +56,8 @@ class Layout:
         text = f"tp{self.tp}-pp{self.pp}-dp{self.dp}-mb{self.mb}-v{self.v}-{self.schedule}"
         if self.cp > 1:
             text += f"-cp{self.cp}" + ("-ulysses" if self.cp_kind == "ulysses" else "")
+        if self.ep > 1:
+            text += f"-ep{self.ep}"
         if self.sp:
             text += "-sp"
         if self.zero:
@@ -101,7 +106,7 @@ def parse_layout(text):
         else:
             key = part.rstrip("0123456789")
             value = part[len(key):]
-            if key not in ("tp", "pp", "dp", "mb", "v", "cp") or not value:
+            if key not in ("tp", "pp", "dp", "mb", "v", "cp", "ep") or not value:
                 raise UsageError(f"layout {text!r}: cannot read {part!r} (expected e.g. "
                                  f"tp8-pp8-dp16-mb1-v1-1f1b, schedules {', '.join(SCHEDULES)}; see hpcpar plan --help)")
             numbers[key] = int(value)
@@ -110,7 +115,8 @@ def parse_layout(text):
         raise UsageError(f"layout {text!r}: missing {', '.join(missing)}")
     return Layout(tp=numbers["tp"], pp=numbers["pp"], dp=numbers["dp"], mb=numbers.get("mb", 1),
                   v=numbers.get("v", 1), schedule=flags["schedule"] or "1f1b", recompute=flags["recompute"],
-                  zero=flags["zero"], sp=flags["sp"], cp=numbers.get("cp", 1), cp_kind=flags["cp_kind"])
+                  zero=flags["zero"], sp=flags["sp"], cp=numbers.get("cp", 1), cp_kind=flags["cp_kind"],
+                  ep=numbers.get("ep", 1))
 
 
 @lru_cache(maxsize=None)

@@ -137,7 +137,12 @@ def predict_local(profile, model="tiny", tp=1, pp=1, dp=1, schedule="1f1b", micr
                          f"--schedule {'|'.join(SCHEDULES)}")
     preset = PRESETS[model]
     if preset.n_expert:
-        raise UsageError(f"local prediction: --model {model} has experts, which the planner does not model yet")
+        # hpcpar plan models experts on GPUs (plan/experts.py); the CPU model here is fitted to probes
+        # without them (calibrate.PROBES), so it has no term for the router, the permutation, the loop
+        # over experts or the all-to-alls, and would invent one
+        raise UsageError(f"local prediction: --model {model} has experts; the CPU model's constants were fitted "
+                         "without any (no router, permutation or all-to-all term): use hpcpar plan on a GPU "
+                         "profile for the expert arithmetic")
     seq_len = preset.seq_len
     hw = load_hardware(profile)
     costs = engine_costs(hw, dtype)

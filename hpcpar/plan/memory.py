@@ -56,6 +56,7 @@ from dataclasses import dataclass
 
 from hpcpar.data_parallel.zero_memory import per_rank
 from hpcpar.pipeline.schedules import KINDS
+from hpcpar.plan import experts
 from hpcpar.plan.flops import kv_heads_per_rank
 from hpcpar.plan.network import cp_chunk_bytes
 
@@ -115,17 +116,20 @@ def layer_activation_terms(job, layout):
     replicated = sb * m.hidden * (4 * e + 2 * mask) / (t if layout.sp else 1)
     # Q, K, V, the attention output (the out-projection's input), the MLP's activation input and output
     kv = kv_heads_per_rank(m, t) * d
-    mlp = (3 if m.gated else 2) * f / t
+    mlp = 0 if m.experts else (3 if m.gated else 2) * f / t     # a mixture of experts: its own term
     parallel = sb * e * (m.hidden / t + 2 * kv + m.hidden / t + mlp)
     if job.engine.numpy_caches:      # hpcpar also keeps the scaled Q and GELU's tanh (ops/attention, activation)
-        parallel += sb * e * (m.hidden + f) / t
+        parallel += sb * e * (m.hidden + (0 if m.experts else f)) / t
     heads = m.heads // t
     if job.engine.flash_attention:
         scores = sb * heads * 4                 # fp32 log-sum-exp per row, the s*s matrix is never stored
     else:                                       # softmax output, dropout mask and dropout output
         scores = heads * sb * job.seq_len * (e + (mask + e if m.dropout else 0))
-    return {"replicated (norm inputs, masks)": replicated, "tensor-parallel (QKV, attn, MLP)": parallel,
-            "attention scores": scores}
+    terms = {"replicated (norm inputs, masks)": replicated, "tensor-parallel (QKV, attn, MLP)": parallel,
+             "attention scores": scores}
+    if m.experts:
+        terms["experts (rows, router)"] = experts.activation_bytes(m, layout, sb, e, job.engine.numpy_caches)
+    return terms
 
 
 def op_level_selective_bytes(job, layout):
@@ -180,11 +184,12 @@ def analytic_inflight(schedule, p, m, v, stage):
 
 
 def fsdp_unit_params(job, layout, stage):
-    """ZeRO-3's largest unit on a rank of ``stage``: a layer, or the embedding (or its copy for the
-    head) where the stage holds one; its TP shard."""
+    """ZeRO-3's largest unit on a rank of ``stage``: a layer as it is gathered (shape.py), or the
+    embedding (or its copy for the head) where the stage holds one; their TP shards."""
     m, ends = job.model, job.ends(layout)
     holds_end = stage == ends[0] or (stage == ends[1] and own_head(job, ends))
-    return max(m.layer_params(), m.vocab * m.hidden if holds_end else 0) / layout.tp
+    return max(m.gathered_block_params(layout.tp, layout.ep, layout.shard),
+               m.vocab * m.hidden / layout.tp if holds_end else 0)
 
 
 def keeps_stage_gathered(job, layout):
@@ -203,7 +208,7 @@ def comm_buffer_bytes(job, layout):
         total += sbh
     if layout.cp > 1:      # two K/V chunks of a ring (the one in use, the one arriving), or all cp gathered
         total += (layout.cp if job.engine.cp_allgather else 2) * cp_chunk_bytes(job, layout)
-    return total
+    return total + experts.buffer_bytes(m, layout, tokens_per_rank(job, layout), e)
 
 
 def workspace_bytes(job, layout):
@@ -213,7 +218,8 @@ def workspace_bytes(job, layout):
     sb = tokens_per_rank(job, layout)
     scores = 0 if job.engine.flash_attention else 2 * (m.heads // t) * sb * job.seq_len * e
     attention = scores + sb * e * (m.qkv_width + m.hidden) / t
-    mlp = sb * e * (2 * (2 if m.gated else 1) * m.ffn / t + m.hidden)
+    mlp = experts.workspace_bytes(m, layout, sb, e) if m.experts else \
+        sb * e * (2 * (2 if m.gated else 1) * m.ffn / t + m.hidden)
     return max(attention, mlp) + job.engine.gemm_workspace_bytes
 
 
@@ -244,9 +250,9 @@ def stage_memory(job, layout, stage, inflight, shared=None):
     chunk = shared.per_layer * layers / lay.v
     once = keeps_stage_gathered(job, lay)
     accumulates = job.engine.fsdp_reduce_once and job.micro_batches(lay) > 1
-    terms = per_rank(lay.zero, lay.shard, params, fsdp_unit_params(job, lay, stage),
-                     slice_buffer=job.engine.shard_grad_buffer, reshard=not once, whole_grads=once or accumulates,
-                     **shared.numbers)
+    terms = experts.state_terms(m, lay, params, layers, fsdp_unit_params(job, lay, stage),
+                                slice_buffer=job.engine.shard_grad_buffer, reshard=not once,
+                                whole_grads=once or accumulates, **shared.numbers)
     if not terms["ZeRO working set"]:
         del terms["ZeRO working set"]
     terms["activations"] = chunk * inflight

@@ -19,7 +19,16 @@ n / N bytes, so per rank
 
     all-to-all          (N-1)/N * n bytes in   (N-1) steps      (pairwise exchange)
 
-the bytes of a reduce-scatter - on the same link - without its additions.
+the bytes of a reduce-scatter - on the same link - without its additions.  Expert parallelism's
+all-to-alls (dispatch and combine, ep_all_to_all_seconds) run over ep consecutive ranks of dp * cp
+(tp apart); of a rank's n bytes, n / ep stay on the rank, (k - 1) n / ep go to the k - 1 other members
+on its node over NVLink and (ep - k) n / ep leave the node through the rank's own network port, both
+at once, so
+
+    ep all-to-all       (ep - 1) alpha + max((k - 1)/ep * n / NVLink, (ep - k)/ep * n / port)
+
+(alpha the network's once the group leaves the node).  Expert gradients are summed over the
+"expert-data" group: the (dp * cp) / ep ranks holding the same experts, tp * ep apart.
 """
 from hpcpar.plan.flops import kv_heads_per_rank
 from hpcpar.plan.hardware import Link
@@ -30,7 +39,8 @@ def members_per_node(layout, axis, gpus_per_node):
     members are ``stride`` ranks apart, so ceil(gpus_per_node / stride) of them share node 0."""
     tp, cp, dp = layout.tp, layout.cp, layout.dp
     size, stride = {"tp": (tp, 1), "cp": (cp, tp), "dp": (dp, tp * cp), "shard": (dp * cp, tp),
-                    "pp": (layout.pp, tp * cp * dp)}[axis]
+                    "pp": (layout.pp, tp * cp * dp), "ep": (layout.ep, tp),
+                    "expert-data": (dp * cp // layout.ep, tp * layout.ep)}[axis]
     return size, min(size, -(-gpus_per_node // stride))
 
 
@@ -141,3 +151,24 @@ def cp_all_to_all_seconds(job, layout):
     the attention core waits for its heads, the output projection for its tokens."""
     link = group_link(job.hardware, layout, "cp", job.gpus_per_node)
     return sum(all_to_all_seconds(link, layout.cp, n) for n in ulysses_message_bytes(job, layout))
+
+
+def ep_all_to_all_seconds(job, layout, nbytes):
+    """One all-to-all of expert parallelism (dispatch or combine) of ``nbytes`` per rank, its own rows
+    included, over the ep group as it lands on nodes (module docstring): the NVLink and the network
+    parts run at once, each at its own link's rate."""
+    ep = layout.ep
+    if ep == 1 or nbytes == 0:
+        return 0.0
+    _, local = members_per_node(layout, "ep", job.gpus_per_node)
+    intra, inter = job.hardware.intra, job.hardware.inter
+    inside = (local - 1) / ep * nbytes / (intra.bandwidth * intra.efficiency)
+    leaving = (ep - local) / ep * nbytes / (inter.bandwidth * inter.efficiency)
+    latency = intra.latency if local == ep else inter.latency
+    return (ep - 1) * latency + max(inside, leaving)
+
+
+def expert_data_seconds(job, layout, nbytes):
+    """One reduce-scatter (or all-gather) of ``nbytes`` of expert gradients over the expert-data group."""
+    link = group_link(job.hardware, layout, "expert-data", job.gpus_per_node)
+    return reduce_scatter_seconds(link, layout.shard // layout.ep, nbytes)

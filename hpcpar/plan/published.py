@@ -97,6 +97,7 @@ class Run:
     pp: int
     dp: int
     cp: int = 1
+    ep: int = 1                     # expert-parallel size (a mixture of experts)
     tflops_per_gpu: float = 0.0     # as published ...
     convention: str = ""            # ... counted with "narayanan-96" (recomputation included) or "model"
     step_seconds: float = 0.0       # or the published step time itself

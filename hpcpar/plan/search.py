@@ -3,7 +3,8 @@
 1. Enumerate (tp, pp, dp) with tp * pp * dp = GPUs - tp dividing the GPUs of a node (tensor
    parallelism talks inside every layer, so a TP group stays on one node's NVLink: Narayanan et al.
    2021, takeaway #1) - and for each the
-   micro-batch sizes, schedules, chunks v, recomputation, ZeRO stage, context parallelism and
+   micro-batch sizes, schedules, chunks v, recomputation, ZeRO stage, context parallelism,
+   expert parallelism (for a model with experts: every ep dividing both dp * cp and the experts) and
    sequence parallelism of the
    search space; drop what does not divide (Job.check).
 2. Keep what fits in memory, and rank it with the textbook pipeline bubble (fast, analytic).
@@ -44,9 +45,15 @@ def divisors(n):
     return [d for d in range(1, n + 1) if n % d == 0]
 
 
+def expert_sizes(model, shard):
+    """The expert-parallel sizes to try: those dividing both the dp * cp ranks and the experts (1 alone
+    without experts)."""
+    return [e for e in divisors(shard) if model.experts % e == 0] if model.experts else [1]
+
+
 def candidates(job, space=Space()):
     """Every layout of the space whose shapes divide (no memory check yet); ``space.fixed`` pins
-    any of tp, cp, pp, dp, mb, v, schedule, recompute, zero, cp_kind."""
+    any of tp, cp, pp, dp, mb, v, schedule, recompute, zero, cp_kind, ep."""
     fixed = dict(space.fixed)
     max_tp = space.max_tp or job.gpus_per_node
     sp_choices = (True,) if True in space.sp else (False,)
@@ -67,9 +74,10 @@ def candidates(job, space=Space()):
                 kind = KINDS[schedule]      # a V has two arms: its only v is its default, 2
                 chunks = free("v", (kind.default_chunks,) if kind.v_shape or not kind.chunked else space.chunks)
                 kinds = free("cp_kind", space.cp_kinds) if cp > 1 else ["ring"]
-                for v, rc, zero, kind in product(chunks, free("recompute", space.recompute), free("zero", space.zero),
-                                                 kinds):
-                    lay = Layout(tp, pp, dp, mb, v, schedule, rc, zero, sp_choices[0] and tp > 1, cp, kind)
+                eps = free("ep", expert_sizes(job.model, dp * cp))
+                for v, rc, zero, kind, ep in product(chunks, free("recompute", space.recompute),
+                                                     free("zero", space.zero), kinds, eps):
+                    lay = Layout(tp, pp, dp, mb, v, schedule, rc, zero, sp_choices[0] and tp > 1, cp, kind, ep)
                     if job.check(lay) is None:
                         yield lay
 

@@ -25,11 +25,12 @@ MFU = model FLOPs (no recomputation) / (step * GPUs * peak); HFU counts the reco
 from dataclasses import dataclass
 from functools import cached_property
 
+from hpcpar.plan import experts
 from hpcpar.plan.bubble import PipelineResult, analytic_makespan, simulate_pipeline
 from hpcpar.plan.compute import layer_times, stage_times, tp_comm_seconds
 from hpcpar.plan.flops import step_flops
-from hpcpar.plan.memory import (ALLOCATOR_CACHE, analytic_inflight, keeps_stage_gathered, layout_memory,
-                                stage_memory, stage_params, state_bytes_per_param)
+from hpcpar.plan.memory import (ALLOCATOR_CACHE, STATE_TERMS, analytic_inflight, keeps_stage_gathered,
+                                layout_memory, stage_memory, stage_params, state_bytes_per_param)
 from hpcpar.plan.network import dp_gradient_seconds, p2p_seconds, shard_seconds
 
 
@@ -101,8 +102,14 @@ def dp_exposure(job, layout, stages):
         return worst
     grad_bytes = state_bytes_per_param(job)[1]
     for i, st in enumerate(stages):
-        nbytes = stage_params(job, layout, i) * grad_bytes
-        rs, ag = dp_gradient_seconds(job, layout, nbytes)
+        # a mixture of experts' routed experts are summed over their own expert-data group
+        dense, routed = experts.split_params(job.model, stage_params(job, layout, i), job.stage_layers(layout)[i],
+                                             layout)
+        nbytes = (dense + routed) * grad_bytes
+        rs, ag = dp_gradient_seconds(job, layout, dense * grad_bytes)
+        if routed:
+            ers, eag = experts.gradient_seconds(job, layout, routed, grad_bytes)
+            rs, ag = rs + ers, ag + eag
         if once:   # the stage's 16-bit weights gathered at the start of the step
             ag = dp_gradient_seconds(job, layout, stage_params(job, layout, i) * job.elem_bytes)[1]
         total = rs + ag
@@ -118,14 +125,19 @@ def dp_exposure(job, layout, stages):
     return worst
 
 
-def fsdp_exposure(job, layout, params, compute):
+def fsdp_exposure(job, layout, params, layers, compute):
     """(total, exposed) seconds of one micro-batch's ZeRO-3 traffic on a stage of ``params``
-    parameters whose F + B + W take ``compute`` seconds."""
+    parameters in ``layers`` blocks whose F + B + W take ``compute`` seconds: two all-gathers of the
+    weights and a reduce-scatter of the gradients, the routed experts' over their expert-data group."""
     if layout.zero < 3 or keeps_stage_gathered(job, layout):
         return 0.0, 0.0
     grads = state_bytes_per_param(job)[1]
-    total = 2 * shard_seconds(job, layout, params * job.elem_bytes) + shard_seconds(job, layout, params * grads)
-    first_unit = total * job.model.layer_params() / layout.tp / params
+    dense, routed = experts.split_params(job.model, params, layers, layout)
+    total = 2 * shard_seconds(job, layout, dense * job.elem_bytes) + shard_seconds(job, layout, dense * grads)
+    if routed:
+        total += 2 * experts.gradient_seconds(job, layout, routed, job.elem_bytes)[1] \
+            + experts.gradient_seconds(job, layout, routed, grads)[0]
+    first_unit = total * job.model.gathered_block_params(layout.tp, layout.ep, layout.shard) / (dense + routed)
     return total, max(total - compute, first_unit)
 
 
@@ -149,8 +161,9 @@ def estimate(job, layout, simulate=True):
     F = max(s.forward for s in stages) / lay.v
     B = max(s.backward for s in stages) / lay.v
     W = max(s.weight for s in stages) / lay.v
-    params = max(stage_params(job, lay, i) for i in range(lay.pp))
-    fsdp_total, fsdp_shown = fsdp_exposure(job, lay, params, (F + B + W) * lay.v)
+    fullest = max(range(lay.pp), key=lambda i: stage_params(job, lay, i))
+    params = stage_params(job, lay, fullest)
+    fsdp_total, fsdp_shown = fsdp_exposure(job, lay, params, job.stage_layers(lay)[fullest], (F + B + W) * lay.v)
     F, B = F + fsdp_shown / (2 * lay.v), B + fsdp_shown / (2 * lay.v)
     split = lay.tp if (lay.sp or job.engine.scatter_gather_p2p) else 1
     p2p = p2p_seconds(job, lay, job.seq_len // lay.cp * lay.mb * job.model.hidden * job.elem_bytes / split)
@@ -165,7 +178,7 @@ def estimate(job, layout, simulate=True):
     shared = layout_memory(job, lay)
     memory = [stage_memory(job, lay, i, pipe.peak_inflight[i], shared) for i in range(lay.pp)]
     grad_total, grad_exposed = dp_exposure(job, lay, stages)
-    optimizer = job.hardware.memory_seconds(2 * params * sum(state_bytes_per_param(job, lay.zero, lay.shard)))
+    optimizer = job.hardware.memory_seconds(2 * max(sum(t[k] for k in STATE_TERMS) for t in memory))
     tp_comm = max(tp_comm_seconds(s) for s in stages) * m
     step = pipe.makespan + grad_exposed + optimizer       # the FSDP part is inside the pipeline's F and B
     return Estimate(job, lay, stages, (F, B, W), p2p, pipe, memory, grad_total, grad_exposed, optimizer,

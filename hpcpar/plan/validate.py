@@ -49,7 +49,7 @@ def run_space(run, pin_grid=True):
     # the published runs with cp used a ring or an all-gather of K/V (engine.cp_allgather), not Ulysses
     fixed = {"mb": run.mb, "v": run.v, "schedule": run.schedule, "recompute": run.recompute, "cp_kind": "ring"}
     if pin_grid:
-        fixed.update(tp=run.tp, pp=run.pp, dp=run.dp, cp=run.cp)
+        fixed.update(tp=run.tp, pp=run.pp, dp=run.dp, cp=run.cp, ep=run.ep)
     cps = (run.cp,) if run.cp > 1 else (1,)
     return Space(schedules=f["schedules"], recompute=f["recompute"], zero=f["zero"], sp=f["sp"], cp=cps,
                  fixed=tuple((k, v) for k, v in fixed.items() if v))
