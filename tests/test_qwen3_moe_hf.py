@@ -93,3 +93,6 @@ def test_a_qwen3_moe_file_names_its_family(tmp_path):
         adopted(tmp_path / "hf", model="mixtral-tiny")
     with pytest.raises(UsageError, match="--no-norm-topk contradicts"):
         adopted(tmp_path / "hf", model="", norm_topk=False)
+    assert adopted(tmp_path / "hf", model="").head_dim == 16                  # its heads, wider than 32 / 4
+    with pytest.raises(UsageError, match="--head-dim 8 contradicts --init-from .* which has 16"):
+        adopted(tmp_path / "hf", model="", head_dim=8)
