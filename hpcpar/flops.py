@@ -9,7 +9,8 @@ Model FLOPs of one training step of a GPT (forward + backward, no recomputation;
 
 For F = 4C this is 72 B T L C^2 (1 + T/(6C) + V/(12 L C)), the formula in docs/design.md (FLOPs).
 A Llama block differs in two GEMM widths: K and V project to NKV*HS columns, not C (grouped-query
-attention), and its SwiGLU MLP has three C x F projections (gate, up, down), not two.  With experts a
+attention), and its SwiGLU MLP has three C x F projections (gate, up, down), not two; with a head_dim
+given (Qwen3) Q, the output projection and the attention core are NH*HS wide instead of C.  With experts a
 token goes through the router (C x E) and k + shared experts' MLPs: the active FLOPs.  The per-token
 counts are the model shape's (hpcpar/shape.py), which the planner counts with as well.
 

@@ -4,13 +4,13 @@ engine (nn/gpt.py's counts, pipeline/partition.py's cuts, flops.py) and the plan
 The engine builds its shape from the architecture registry (``GPTConfig.shape``, nn/gpt.py's
 ``ARCHITECTURES``); the planner reads one from a TOML file or a dims string (plan/models.py).  Either
 way the same methods count.  Parameters of a pre-norm transformer block (h hidden, a heads of size
-d = h/a, kv key/value heads, f the MLP width)::
+d = h/a unless given (Qwen3: 128 whatever h/a), kv key/value heads, f the MLP width)::
 
-    attention  h*(h + 2*kv*d)  Q, K, V  +  h*h  output          (kv = a without grouped-query attention)
+    attention  h*(a*d + 2*kv*d)  Q, K, V  +  a*d*h  output      (kv = a without grouped-query attention)
     MLP        2*h*f, or 3*h*f for a gated MLP (SwiGLU: gate, up, down)
     experts    instead of one MLP: the router h*E, E MLPs, the shared experts (one MLP S*f wide), the
                balancing bias E; a token's FLOPs go through the router and k + S MLPs (active, not total)
-    biases     (h + 2*kv*d) + h + f (2f gated) + h             (GPT-2; Llama has none)
+    biases     (a*d + 2*kv*d) + h + f (2f gated) + h             (GPT-2; Llama has none)
     norms      two per block: 2h each for LayerNorm (weight and shift), h for RMSNorm (weight); with
                QK-norm (Qwen3) two gains of d more, one for the queries' heads and one for the keys'
 
@@ -18,8 +18,8 @@ so a GPT-2 block holds 12h^2 + 13h parameters, and the whole model
 P = 12*l*h^2 * (1 + 13/(12h) + (V + s)/(12*l*h)) with tied embeddings and learned positions.
 
 Forward FLOPs per token of one block (Narayanan et al. 2021, eq. 3, generalised): 2 per weight of its
-GEMMs, 2 * (h*(h + 2*kv*d) + h*h + (2 or 3)*h*f), plus 4*s*h for the attention core (QK^T and PV over
-all a heads after the K/V repeat); the head 2*h*V.  A training step is 3 forwards.
+GEMMs, 2 * (h*(a*d + 2*kv*d) + a*d*h + (2 or 3)*h*f), plus 4*s*a*d for the attention core (QK^T and PV
+over all a heads after the K/V repeat); the head 2*h*V.  A training step is 3 forwards.
 """
 from dataclasses import dataclass, field
 
@@ -36,6 +36,7 @@ class ModelShape:
     heads: int
     vocab: int
     kv_heads: int = 0            # 0: as many as heads (no grouped-query attention)
+    head_dim: int = 0            # 0: hidden / heads
     ffn: int = 0                 # 0: 4 * hidden
     gated: bool = False          # SwiGLU-style MLP: three matrices instead of two
     tied: bool = True            # the LM head reuses the token embedding
@@ -57,9 +58,10 @@ class ModelShape:
                 raise UsageError(f"model {self.name}: {f} must be a positive integer")
         if not isinstance(self.vocab, int) or self.vocab < 0:
             raise UsageError(f"model {self.name}: vocab must be a non-negative integer (0: from the data)")
-        if self.hidden % self.heads:
+        if not self.head_dim and self.hidden % self.heads:
             raise UsageError(f"model {self.name}: hidden {self.hidden} is not divisible by heads {self.heads}")
         object.__setattr__(self, "kv_heads", self.kv_heads or self.heads)
+        object.__setattr__(self, "head_dim", self.head_dim or self.hidden // self.heads)
         object.__setattr__(self, "ffn", self.ffn or 4 * self.hidden)
         object.__setattr__(self, "norm", self.norm or ("layernorm" if self.biases else "rmsnorm"))
         if self.heads % self.kv_heads:
@@ -69,13 +71,14 @@ class ModelShape:
         object.__setattr__(self, "_layer", self._count_layer())
 
     @property
-    def head_dim(self):
-        return self.hidden // self.heads
+    def attention_width(self):
+        """The a heads of d side by side: the queries' width, the attention output's (h when d = h/a)."""
+        return self.heads * self.head_dim
 
     @property
     def qkv_width(self):
-        """Output width of the Q, K, V projections together: h for queries, kv*d each for keys and values."""
-        return self.hidden + 2 * self.kv_heads * self.head_dim
+        """Output width of the Q, K, V projections together: a*d for queries, kv*d each for keys and values."""
+        return self.attention_width + 2 * self.kv_heads * self.head_dim
 
     @property
     def mlp_matrices(self):
@@ -93,7 +96,7 @@ class ModelShape:
 
     def _count_layer(self):
         h = self.hidden
-        attention = h * self.qkv_width + h * h + (self.qkv_width + h if self.biases else 0)
+        attention = h * self.qkv_width + self.attention_width * h + (self.qkv_width + h if self.biases else 0)
         qk_norm = 2 * self.head_dim if self.qk_norm else 0
         return attention + qk_norm + self.feed_forward_params() + 2 * self.norm_params()
 
@@ -172,7 +175,7 @@ class ModelShape:
         mlp = self.mlp_matrices * h * f
         if self.experts:                    # the router, and the MLPs a token goes through
             mlp = h * self.experts + (self.top_k + self.shared_experts) * mlp
-        return 2 * (h * self.qkv_width + h * h + mlp) + 4 * seq_len * h
+        return 2 * (h * self.qkv_width + self.attention_width * h + mlp) + 4 * seq_len * self.attention_width
 
     def head_forward_flops(self):
         """Forward FLOPs of the output projection per token."""

@@ -195,6 +195,16 @@ def test_llama_with_ulysses_matches_one_rank(comm):
         check_step_then_losses(comm, ULYSSES_LLAMA, kw)
 
 
+@pytest.mark.mpi(min_size=4)
+@pytest.mark.parametrize("cp_kind", ["ring", "ulysses"])
+def test_heads_wider_than_hidden_over_heads_match_one_rank(comm, cp_kind):
+    """head_dim 6 over hidden 32 / 8 heads = 4 (Qwen3's shape), tp 2 x cp 2 with sequence parallelism: the
+    ring passes and Ulysses moves heads of 6."""
+    if comm.size != 4:
+        pytest.skip("tp 2 x cp 2")
+    check_step(comm, tp=2, cp=2, cp_kind=cp_kind, sequence_parallel=True, dims=dict(ULYSSES_LLAMA, head_dim=6))
+
+
 @pytest.mark.mpi(min_size=2)
 @pytest.mark.parametrize("dims", [DIMS, ULYSSES_LLAMA], ids=["gpt2", "llama"])
 def test_ulysses_moves_the_formula_bytes_and_traces_them(comm, dims):

@@ -21,6 +21,7 @@ from train_helpers import config
 CFG = GPTConfig(vocab_size=23, seq_len=8, n_layer=2, n_head=4, n_kv_head=2, d_model=16, d_ff=24, arch="llama",
                 tied=False, ln_eps=1e-6)
 QK_NORM = replace(CFG, qk_norm=True)        # Qwen3's attention: q and k normalised per head before RoPE
+WIDE = replace(QK_NORM, head_dim=6)         # Qwen3's heads: NH*HS = 24 is not C = 16 (q, k, v, o all change)
 
 
 def with_random_gains(model):
@@ -32,7 +33,7 @@ def with_random_gains(model):
     return model
 
 
-@pytest.mark.parametrize("cfg", [CFG, QK_NORM], ids=["llama", "qk-norm"])
+@pytest.mark.parametrize("cfg", [CFG, QK_NORM, WIDE], ids=["llama", "qk-norm", "head-dim"])
 def test_llama_gradients_match_finite_differences(cfg):
     model = with_random_gains(GPT(cfg, seed=3, dtype="float64"))
     x, y = batch(cfg)
@@ -42,7 +43,7 @@ def test_llama_gradients_match_finite_differences(cfg):
         assert_grad(lambda: model.forward(x, None, y)[0], p.data, g[p.name], p.name, n=6)
 
 
-@pytest.mark.parametrize("cfg", [CFG, QK_NORM], ids=["llama", "qk-norm"])
+@pytest.mark.parametrize("cfg", [CFG, QK_NORM, WIDE], ids=["llama", "qk-norm", "head-dim"])
 def test_split_backward_and_recompute_give_the_same_gradients(cfg):
     model = with_random_gains(GPT(cfg, seed=1, dtype="float64"))
     x, y = batch(cfg)
@@ -112,6 +113,10 @@ def test_parameter_and_flop_counts():
     assert gpt_block_forward_flops(CFG) == 2 * (2 * C * C + 2 * C * kv + 3 * C * F) + 4 * T * C
     gpt = GPTConfig(vocab_size=23, seq_len=8, n_layer=2, n_head=4, d_model=16)
     assert gpt_block_forward_flops(gpt) == 2 * (4 * C * C + 2 * C * 4 * C) + 4 * T * C     # unchanged
+    wide = sum(p.data.size for p in GPT(WIDE, seed=0, dtype="float64").parameters())
+    A, kv = 4 * 6, 2 * 6                              # heads of 6: queries 24 wide, K/V 12
+    assert wide == WIDE.n_params() == QK_NORM.n_params() + 2 * (2 * C * (A - C) + 2 * C * (kv - 8) + 2 * 2)
+    assert gpt_block_forward_flops(WIDE) == 2 * (2 * C * A + 2 * C * kv + 3 * C * F) + 4 * T * A
 
 
 def test_presets_are_llama():
@@ -124,6 +129,8 @@ def test_presets_are_llama():
     (dict(heads=4, kv_heads=3), "--kv-heads 3 must divide the 4 attention heads"),
     (dict(dropout=0.1), "has no dropout"),
     (dict(model="tiny", kv_heads=2), "--kv-heads needs a Llama model"),
+    (dict(model="tiny", head_dim=16), "--head-dim needs a Llama model"),
+    (dict(head_dim=7), "head_dim 7 is odd: rotary positions turn pairs of a head's features"),
 ])
 def test_layouts_that_cannot_split_are_refused(flags, message):
     kw = dict(dict(model="llama-tiny", hidden=32, seq_len=8), **flags)

@@ -93,11 +93,14 @@ def test_the_command_line_generates_from_a_llama_checkpoint(trained):
     assert proc.stderr.strip() == "hpcpar: error: 1 prompt tokens + --max-tokens 20 exceed the model's 16 positions"
 
 
-def test_hugging_face_llama_gives_transformers_logits_and_greedy_tokens(tmp_path):
-    model = hf_llama(**LLAMA_DIMS)                                       # skips without transformers
+@pytest.mark.parametrize("head_dim", [8, 12], ids=["hidden-over-heads", "wider-heads"])
+def test_hugging_face_llama_gives_transformers_logits_and_greedy_tokens(tmp_path, head_dim):
+    """Heads of hidden / heads = 8, or of 12 (a Qwen3's shape: q 48 wide over hidden 32), cached as they are."""
+    model = hf_llama(**LLAMA_DIMS, head_dim=head_dim)                    # skips without transformers
     import torch
     save_hf(model, tmp_path / "hf")
     ours, _ = load_model(tmp_path / "hf", "float64")
+    assert new_cache(ours, 1, 21)[0][0].shape == (1, 2, 21, head_dim)
     prompt = [3, 14, 15, 9, 26]
     tokens = model.generate(torch.tensor([prompt]), max_new_tokens=16, do_sample=False, pad_token_id=0)[0]
     assert generate(ours, prompt, 16, temperature=0) == tokens.tolist()
@@ -123,6 +126,7 @@ def test_hugging_face_mixtures_of_experts_generate_transformers_greedy_tokens(tm
     save_hf(model, tmp_path / "hf")
     ours, _ = load_model(tmp_path / "hf", "float64")
     assert ours.cfg.n_expert == 4 and ours.cfg.qk_norm == (family == "qwen3_moe")
+    assert ours.cfg.head_size == (16 if family == "qwen3_moe" else 8)       # Qwen3's wider than hidden / heads
     prompt = [3, 14, 15, 9, 26]
     tokens = model.generate(torch.tensor([prompt]), max_new_tokens=12, do_sample=False, pad_token_id=0)[0]
     assert generate(ours, prompt, 12, temperature=0) == tokens.tolist()

@@ -27,7 +27,8 @@ def test_expert_parallel_matches_one_rank(comm, dims):
 
 
 MIXTRAL_TP = dict(MIXTRAL_DIMS, kv_heads=2)          # tp 2 cuts the K/V heads too
-QWEN3_TP = dict(MIXTRAL_TP, model="qwen3-moe-tiny", norm_topk=False)    # QK-norm: each TP rank its heads'
+# QK-norm: each TP rank its heads'; heads of 12 over hidden 16 / 2 heads = 8 (Qwen3's are wider than C / NH too)
+QWEN3_TP = dict(MIXTRAL_TP, model="qwen3-moe-tiny", norm_topk=False, head_dim=12)
 
 
 @pytest.mark.mpi(min_size=4)
@@ -62,10 +63,11 @@ def hf_family(name):
 
 @pytest.mark.mpi(min_size=4)
 @pytest.mark.parametrize("family", ["mixtral", "qwen3_moe"])
-@pytest.mark.parametrize("layout", [dict(pp=2, dp=2, ep=2), dict(tp=2, pp=2, dp=2, ep=2)],
-                         ids=["pp2-dp2-ep2", "tp2-pp2-dp2-ep2"])
+@pytest.mark.parametrize("layout", [dict(pp=2, dp=2, ep=2), dict(tp=2, pp=2, dp=1), dict(tp=2, pp=2, dp=2, ep=2)],
+                         ids=["pp2-dp2-ep2", "tp2-pp2", "tp2-pp2-dp2-ep2"])
 def test_hugging_face_moe_gives_transformers_loss_in_parallel(comm, tmp_path_factory, layout, family):
-    """Mixtral and Qwen3-MoE (QK-norm; its top-k scores left raw here) loaded on 4 and 8 ranks."""
+    """Mixtral and Qwen3-MoE (QK-norm, heads wider than hidden / heads; its top-k scores left raw here) loaded
+    on 4 and 8 ranks."""
     import numpy as np
     from hf_helpers import hf_loss, save_hf, transformers
     from hpcpar.checkpoint.consolidated import gather_full, init_from, read_weights

@@ -123,18 +123,21 @@ def test_export_loads_into_transformers_with_the_same_loss(solo, tmp_path):
     assert hf_loss(model, x, y) == pytest.approx(ours, rel=1e-10)
 
 
-@pytest.mark.parametrize("dtype, rtol", [("float64", 1e-10), ("float32", 1e-5)])
-def test_hugging_face_llama_gives_transformers_loss(solo, tmp_path, dtype, rtol):
-    model = hf_llama(dtype=dtype, **LLAMA_DIMS)
+@pytest.mark.parametrize("dtype, rtol, head_dim", [("float64", 1e-10, 8), ("float32", 1e-5, 8), ("float64", 1e-10, 12)],
+                         ids=["float64", "float32", "wider-heads"])
+def test_hugging_face_llama_gives_transformers_loss(solo, tmp_path, dtype, rtol, head_dim):
+    """Heads of hidden / heads = 8, and of 12 (q 48 wide over hidden 32, as Qwen3's heads are wider)."""
+    model = hf_llama(dtype=dtype, **LLAMA_DIMS, head_dim=head_dim)
     save_hf(model, tmp_path / "hf")
     want = hf_loss(model, *batch(LLAMA_DIMS["vocab_size"]))
     got = hpcpar_loss(tmp_path / "hf", dtype, solo, model="llama-tiny", synthetic_vocab=29)
     assert got == pytest.approx(want, rel=rtol)
 
 
-def test_llama_export_loads_into_transformers_with_the_same_loss(solo, tmp_path):
+@pytest.mark.parametrize("head_dim", [0, 12], ids=["hidden-over-heads", "wider-heads"])
+def test_llama_export_loads_into_transformers_with_the_same_loss(solo, tmp_path, head_dim):
     t = trainer(solo, model="llama-tiny", layers=3, hidden=32, heads=4, kv_heads=2, seq_len=12, positions=20,
-                vocab=61, batch_size=3, rope_theta=500.0)
+                vocab=61, batch_size=3, rope_theta=500.0, head_dim=head_dim)
     for s in range(2):
         t.step(s)
     export(t, tmp_path / "out")
@@ -145,6 +148,7 @@ def test_llama_export_loads_into_transformers_with_the_same_loss(solo, tmp_path)
     model = load_hf(tmp_path / "out")
     assert type(model).__name__ == "LlamaForCausalLM"
     assert (model.config.num_key_value_heads, model.config.max_position_embeddings) == (2, 20)
+    assert model.config.head_dim == (head_dim or 8)
     assert hf_loss(model, x, y) == pytest.approx(ours, rel=1e-10)
     back = from_file(solo, tmp_path / "one.safetensors", model="llama-tiny", kv_heads=0, vocab=0, seq_len=12)
     assert back.mcfg == t.mcfg

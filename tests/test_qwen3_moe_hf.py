@@ -3,7 +3,8 @@ gains and routers drawn at random, top-k renormalised or not), saved locally, lo
 (--init-from: QK-norm on, the experts stacked) with transformers' loss in float64 (1e-10), the per-layer
 load-balancing loss equal to transformers' load_balancing_loss_func layer by layer, an export that loads
 back into transformers with the same loss and the same tensors, and what hpcpar does not compute
-refused in one line that names it."""
+refused in one line that names it.  Its heads are wider than hidden / heads, as every released Qwen3's
+(Qwen3-30B-A3B: 32 heads of 128 over a hidden size of 2048): head_dim 16 over 32 / 4 = 8."""
 import numpy as np
 import pytest
 
@@ -13,7 +14,7 @@ from hpcpar.runtime import UsageError
 from test_own_models import adopted, batch, from_file
 
 QWEN3_MOE_DIMS = dict(num_hidden_layers=2, hidden_size=32, intermediate_size=40, moe_intermediate_size=24,
-                      num_attention_heads=4, num_key_value_heads=2, head_dim=8, vocab_size=61,
+                      num_attention_heads=4, num_key_value_heads=2, head_dim=16, vocab_size=61,
                       max_position_embeddings=24, rms_norm_eps=1e-5, num_experts=4, num_experts_per_tok=2,
                       norm_topk_prob=True, rope_parameters={"rope_type": "default", "rope_theta": 500.0})
 
@@ -52,6 +53,7 @@ def test_hugging_face_qwen3_moe_gives_transformers_loss_and_aux_loss(solo, tmp_p
     assert t.cfg.model == "qwen3-moe-tiny"           # the family comes from the file
     assert (t.mcfg.n_expert, t.mcfg.top_k, t.mcfg.d_ff, t.mcfg.qk_norm, t.mcfg.norm_topk) == (4, 2, 24, True,
                                                                                               norm_topk)
+    assert t.mcfg.head_size == 16 and t.chunks[0].blocks[0].attn.qkv.parts[0].weight.data.shape == (32, 64)
     assert_transformers_loss_and_aux_loss(t, model, *batch(QWEN3_MOE_DIMS["vocab_size"]), 0.02)
 
 
@@ -66,7 +68,7 @@ def test_qwen3_moe_export_loads_into_transformers_with_the_same_loss(solo, tmp_p
     model, back = assert_export_round_trip(t, tmp_path, lambda path: loaded(solo, path),
                                            *batch(QWEN3_MOE_DIMS["vocab_size"]))
     assert type(model).__name__ == "Qwen3MoeForCausalLM" and model.config.num_experts == 4
-    assert model.config.norm_topk_prob is False and model.model.layers[0].self_attn.q_norm.weight.shape == (8,)
+    assert model.config.norm_topk_prob is False and model.model.layers[0].self_attn.q_norm.weight.shape == (16,)
     assert back.mcfg.qk_norm and not back.mcfg.norm_topk               # a lone file says both
 
 
@@ -75,8 +77,7 @@ def test_qwen3_moe_export_loads_into_transformers_with_the_same_loss(solo, tmp_p
     (dict(mlp_only_layers=[1]), r"mlp_only_layers = \[1\] in its config is not supported"),
     (dict(decoder_sparse_step=2), "decoder_sparse_step = 2 in its config is not supported"),
     (dict(attention_bias=True), "attention_bias = True in its config is not supported"),
-    (dict(head_dim=16), "head_dim 16 x 4 heads is not hidden_size 32"),
-], ids=["sliding-window", "mlp-only-layers", "sparse-step", "attention-bias", "head-dim"])
+], ids=["sliding-window", "mlp-only-layers", "sparse-step", "attention-bias"])
 def test_what_hpcpar_does_not_compute_is_refused_named(tmp_path, change, message):
     save_hf(hf_qwen3_moe(dtype="float32", **change), tmp_path / "hf")
     with pytest.raises(UsageError, match=message) as err:
@@ -92,3 +93,6 @@ def test_a_qwen3_moe_file_names_its_family(tmp_path):
         adopted(tmp_path / "hf", model="mixtral-tiny")
     with pytest.raises(UsageError, match="--no-norm-topk contradicts"):
         adopted(tmp_path / "hf", model="", norm_topk=False)
+    assert adopted(tmp_path / "hf", model="").head_dim == 16                  # its heads, wider than 32 / 4
+    with pytest.raises(UsageError, match="--head-dim 8 contradicts --init-from .* which has 16"):
+        adopted(tmp_path / "hf", model="", head_dim=8)

@@ -79,6 +79,7 @@ class Architecture:
     ln_eps: float        # 0: the file does not say
     arch: str = "gpt2"   # the family (nn/gpt.py ARCHITECTURES); Llama's files: checkpoint/llama.py
     n_kv_head: int = 0   # Llama: key/value heads
+    head_dim: int = 0    # Llama: features per head when not hidden_size / heads (config.json's head_dim)
     rope_theta: float = 0.0    # Llama: the rotary base
     n_expert: int = 0    # Mixtral, Qwen3-MoE: routed experts per layer (checkpoint/mixtral.py, qwen3_moe.py)
     top_k: int = 0       # ... experts per token

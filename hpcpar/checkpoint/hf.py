@@ -131,6 +131,7 @@ def adopt(cfg):
     for flag, attr, theirs in (("layers", "layers", arch.n_layer), ("hidden", "hidden", arch.d_model),
                                ("ffn", "ffn", arch.d_ff), ("vocab", "vocab", arch.vocab_size),
                                ("heads", "heads", arch.n_head), ("kv-heads", "kv_heads", arch.n_kv_head),
+                               ("head-dim", "head_dim", arch.head_dim),
                                ("positions", "positions", arch.n_positions), ("ln-eps", "ln_eps", arch.ln_eps),
                                ("rope-theta", "rope_theta", arch.rope_theta), ("experts", "experts", arch.n_expert),
                                ("top-k", "top_k", arch.top_k)):

@@ -4,12 +4,13 @@
       model.safetensors   model.embed_tokens.weight (V, C), model.norm.weight (C,), lm_head.weight (V, C),
                           model.layers.N.{input_layernorm, post_attention_layernorm}.weight (C,),
                           model.layers.N.self_attn.{q,k,v,o}_proj.weight, model.layers.N.mlp.{gate,up,down}_proj.weight
-      config.json         num_attention_heads, num_key_value_heads, rms_norm_eps, rope_parameters, ...
+      config.json         num_attention_heads, num_key_value_heads, head_dim, rms_norm_eps, rope_parameters, ...
 
 Our parameters carry the same names without the ``model.`` prefix.  A torch Linear stores its weight
 (out, in) and computes x W^T; ours store (in, out) and compute x W (ops/linear.py), so the seven
 projection matrices of a layer are transposed on the way in and out (``transposed``); the rest is as is.
-Only what hpcpar's Llama computes is accepted: SiLU, no biases, an untied head, plain RoPE.
+Only what hpcpar's Llama computes is accepted: SiLU, no biases, an untied head, plain RoPE.  ``head_dim``
+is taken as the file says (Qwen3's 128 over hidden_size / heads = 64; absent: hidden_size / heads).
 """
 import re
 
@@ -30,7 +31,7 @@ def transposed(name):
 def expected_shapes(mcfg):
     """{parameter name: full shape} of the whole Llama of config ``mcfg``, in our (in, out) layout."""
     C, F, V = mcfg.d_model, mcfg.d_ff, mcfg.vocab_size
-    q, kv = C, mcfg.n_kv_head * (C // mcfg.n_head)
+    q, kv = mcfg.n_head * mcfg.head_size, mcfg.n_kv_head * mcfg.head_size
     shapes = {"embed_tokens.weight": (V, C), "norm.weight": (C,), "lm_head.weight": (V, C)}
     for i in range(mcfg.n_layer):
         for name, shape in (("input_layernorm.weight", (C,)), ("post_attention_layernorm.weight", (C,)),
@@ -40,7 +41,7 @@ def expected_shapes(mcfg):
                             ("mlp.down_proj.weight", (F, C))):
             shapes[f"layers.{i}.{name}"] = shape
         if mcfg.qk_norm:                      # Qwen3's QK-norm: a gain over a head's features for q, one for k
-            shapes.update({f"layers.{i}.self_attn.{n}_norm.weight": (C // mcfg.n_head,) for n in "qk"})
+            shapes.update({f"layers.{i}.self_attn.{n}_norm.weight": (mcfg.head_size,) for n in "qk"})
     return shapes
 
 
@@ -84,19 +85,19 @@ def architecture(source, shapes, hf, what, d_ff, expected, **extra):
         raise UsageError(f"{what}: {source} does not say its number of attention heads (put its config.json "
                          f"beside it)")
     V, C = shapes["embed_tokens.weight"]
-    if int(hf.get("head_dim") or C // n_head) * n_head != C:
-        raise UsageError(f"{what}: head_dim {hf['head_dim']} x {n_head} heads is not hidden_size {C}: "
-                         f"hpcpar's Llama needs head_dim = hidden_size / num_attention_heads")
+    HS = int(hf.get("head_dim") or C // n_head)              # transformers' default when the file has none
+    wide = HS if HS != C // n_head else 0                     # GPTConfig's head_dim (0: C / NH)
     arch = dict(
         n_layer=max(int(m.group(1)) for m in map(_LAYER.match, shapes) if m) + 1, d_model=C,
         d_ff=d_ff, vocab_size=V,
-        n_positions=int(hf.get("max_position_embeddings", 0)), tied=False, n_head=n_head,
+        n_positions=int(hf.get("max_position_embeddings", 0)), tied=False, n_head=n_head, head_dim=wide,
         ln_eps=float(hf.get("rms_norm_eps", 0)), arch="llama",
-        n_kv_head=shapes["layers.0.self_attn.k_proj.weight"][1] // (C // n_head),
+        n_kv_head=shapes["layers.0.self_attn.k_proj.weight"][1] // HS,
         rope_theta=float(rope.get("rope_theta", hf.get("rope_theta", 0))))
     from hpcpar.nn.gpt import GPTConfig
     check_tensors(source, shapes, expected(GPTConfig(
         vocab_size=V, seq_len=1, n_layer=arch["n_layer"], n_head=n_head, n_kv_head=arch["n_kv_head"], d_model=C,
+        head_dim=wide,
         d_ff=arch["d_ff"], arch="llama", tied=False, **extra)))
     return Architecture(**arch, **extra)
 
@@ -106,7 +107,7 @@ def hf_config(mcfg):
     return {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_act": "silu",
             "vocab_size": mcfg.vocab_size, "hidden_size": mcfg.d_model, "intermediate_size": mcfg.d_ff,
             "num_hidden_layers": mcfg.n_layer, "num_attention_heads": mcfg.n_head,
-            "num_key_value_heads": mcfg.n_kv_head, "head_dim": mcfg.d_model // mcfg.n_head,
+            "num_key_value_heads": mcfg.n_kv_head, "head_dim": mcfg.head_size,
             "max_position_embeddings": mcfg.n_positions, "rms_norm_eps": mcfg.ln_eps,
             "rope_parameters": {"rope_type": "default", "rope_theta": mcfg.rope_theta},
             "attention_bias": False, "mlp_bias": False, "tie_word_embeddings": False,
@@ -115,5 +116,5 @@ def hf_config(mcfg):
 
 def file_metadata(mcfg):
     """The architecture a lone file must record beyond its tensors' shapes (config.json's names)."""
-    return {"model_type": "llama", "num_attention_heads": mcfg.n_head, "rms_norm_eps": mcfg.ln_eps,
-            "rope_theta": mcfg.rope_theta, "max_position_embeddings": mcfg.n_positions}
+    return {"model_type": "llama", "num_attention_heads": mcfg.n_head, "head_dim": mcfg.head_size,
+            "rms_norm_eps": mcfg.ln_eps, "rope_theta": mcfg.rope_theta, "max_position_embeddings": mcfg.n_positions}

@@ -31,6 +31,7 @@ from hpcpar.nn.stage import Stage
 from hpcpar.ops.cross_entropy import cross_entropy_backward, cross_entropy_forward
 from hpcpar.ops.linear import linear_backward_input, linear_backward_weight, linear_forward
 from hpcpar.precision import to_fp32
+from hpcpar.runtime import UsageError
 from hpcpar.shape import ModelShape
 
 
@@ -48,6 +49,7 @@ class GPTConfig:
     positions: int = 0           # rows of the position embedding (0: seq_len); Llama: the longest sequence
     arch: str = "gpt2"           # an entry of ARCHITECTURES
     n_kv_head: int = 0           # key/value heads of grouped-query attention (0: n_head); Llama only
+    head_dim: int = 0            # features per head (0: d_model // n_head; Qwen3's are wider); Llama only
     rope_theta: float = 10000.0  # base of the rotary frequencies; Llama only
     qk_norm: bool = False        # RMSNorm over each head's q and k before RoPE (Qwen3, ops/qk_norm.py); Llama only
     # mixture of experts (nn/moe.py, docs/moe.md); n_expert 0: the dense MLP
@@ -65,10 +67,18 @@ class GPTConfig:
             object.__setattr__(self, "d_ff", 4 * self.d_model)
         if not self.n_kv_head:
             object.__setattr__(self, "n_kv_head", self.n_head)
+        if self.head_dim % 2:
+            raise UsageError(f"head_dim {self.head_dim} is odd: rotary positions turn pairs of a head's features")
 
     @property
     def parts(self):
         return ARCHITECTURES[self.arch]
+
+    @property
+    def head_size(self):
+        """HS, the features of one head: head_dim when given, else d_model / n_head (kept 0 in the field, so
+        that a config ``replace``d with another width or head count follows it)."""
+        return self.head_dim or self.d_model // self.n_head
 
     @property
     def n_positions(self):
@@ -82,6 +92,7 @@ class GPTConfig:
         p = self.parts
         return ModelShape(self.arch, self.n_layer, self.d_model, self.n_head, self.vocab_size,
                           kv_heads=self.n_kv_head if p.grouped_kv else self.n_head,   # GPT-2: full K/V heads
+                          head_dim=self.head_size,
                           ffn=self.d_ff, gated=p.gated, tied=self.tied,
                           positions=p.positions, biases=p.biases, norm=p.norm_kind, dropout=self.dropout > 0,
                           experts=self.n_expert, top_k=self.top_k if self.n_expert else 0,

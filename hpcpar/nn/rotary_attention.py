@@ -5,7 +5,10 @@
     q, k <- rope(q), rope(k)            each head rotated by its tokens' global positions (ops/rope.py)
     o = attention(q, k, v)              the same core as GPT-2's (nn/attention_core.py), given the NKV K/V
                                         heads: it repeats them to NH, query head h reads K/V head h // (NH/NKV)
-    y = concat_h(o_h) W_o
+    y = concat_h(o_h) W_o               W_o (NH*HS, C)
+
+HS is the model's head_dim: C / NH by default, any even width given (Qwen3's 128 over C = 2048, NH = 32):
+the projections map C to NH*HS and NKV*HS and back, and nothing after them reads C.
 
 The positions come from the micro-batch's context (``ctx.positions``; 0..T-1 when it gives none), so a
 rank that holds a slice of the sequence rotates by the slice's own positions.  Head counts are read off
@@ -36,7 +39,7 @@ def token_positions(ctx, T):
 
 class RotaryAttention(Module):
     def __init__(self, prefix, cfg, seed, dtype):
-        C, HS = cfg.d_model, cfg.d_model // cfg.n_head
+        C, HS = cfg.d_model, cfg.head_size          # NH*HS need not be C (Qwen3: HS 128 whatever C / NH)
         self.head_size, self.theta = HS, cfg.rope_theta
         self.qkv = Projections(*(Linear(f"{prefix}.{name}_proj", C, heads * HS, 0.02, seed, dtype, bias=False)
                                  for name, heads in (("q", cfg.n_head), ("k", cfg.n_kv_head), ("v", cfg.n_kv_head))))

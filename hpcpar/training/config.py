@@ -82,6 +82,8 @@ class TrainConfig:
                                  "llama-*)", group="model", bound="natural")
     kv_heads: int = opt(0, "key/value heads of grouped-query attention, dividing --heads (0: the preset's, "
                            "or --heads when that is given; llama-*)", group="model", bound="natural")
+    head_dim: int = opt(0, "features per attention head (0: hidden / heads, or that of --init-from; llama-*, "
+                           "qwen3-moe-tiny)", group="model", bound="natural")
     ffn: int = opt(0, "feed-forward width (0: 4 x hidden)", group="model", bound="natural")
     seq_len: int = opt(0, "training sequence length (0: preset, or the positions of --init-from)",
                        group="model", bound="natural")

@@ -63,7 +63,7 @@ def _weights_model(path):
     experts = dict(n_expert=arch.n_expert, top_k=arch.top_k, norm_topk=arch.norm_topk) if arch.n_expert else {}
     mcfg = GPTConfig(vocab_size=arch.vocab_size, seq_len=arch.n_positions, n_layer=arch.n_layer,
                      n_head=arch.n_head, d_model=arch.d_model, d_ff=arch.d_ff, tied=arch.tied, arch=arch.arch,
-                     n_kv_head=arch.n_kv_head, qk_norm=arch.qk_norm, **experts, **unsaid)
+                     n_kv_head=arch.n_kv_head, head_dim=arch.head_dim, qk_norm=arch.qk_norm, **experts, **unsaid)
     weights = read_weights(path)
     if arch.tied:
         weights.pop("lm_head.weight", None)
@@ -98,7 +98,7 @@ def new_cache(model, batch, length):
     """Empty keys and values for ``length`` positions: one (k, v) pair of (B, NKV, length, HS) per block,
     NKV the key/value heads (GPT-2: all NH heads; a grouped-query Llama: NH / NKV times fewer)."""
     cfg = model.cfg
-    shape = (batch, cfg.n_kv_head, length, cfg.d_model // cfg.n_head)
+    shape = (batch, cfg.n_kv_head, length, cfg.head_size)
     dtype = model.embed.wte.data.dtype
     return [(np.zeros(shape, dtype), np.zeros(shape, dtype)) for _ in model.blocks]
 

@@ -82,17 +82,20 @@ def model_config(cfg):
     else:
         heads = cfg.heads or None
         mcfg = preset(cfg.model, n_layer=cfg.layers or None, d_model=cfg.hidden or None,
-                      n_head=heads, n_kv_head=cfg.kv_heads or heads, seq_len=cfg.seq_len or None,
+                      n_head=heads, n_kv_head=cfg.kv_heads or heads, head_dim=cfg.head_dim or None,
+                      seq_len=cfg.seq_len or None,
                       dropout=cfg.dropout, tied=False if cfg.untied else None,
                       d_ff=cfg.ffn or (4 * cfg.hidden if cfg.hidden else None),
                       positions=cfg.positions or None, ln_eps=cfg.ln_eps or None, rope_theta=cfg.rope_theta or None,
                       norm_topk=cfg.norm_topk, **moe_options(cfg))
         if mcfg.seq_len > mcfg.n_positions:
             raise UsageError(f"--seq-len {mcfg.seq_len} is longer than the model's {mcfg.n_positions} positions")
-        if mcfg.d_model % mcfg.n_head:
+        if not mcfg.head_dim and mcfg.d_model % mcfg.n_head:
             raise UsageError(f"--heads {mcfg.n_head} must divide --hidden {mcfg.d_model}")
         if not mcfg.parts.grouped_kv and cfg.kv_heads:
             raise UsageError(f"--kv-heads needs a Llama model (--model llama-tiny or llama-small), not {cfg.model}")
+        if not mcfg.parts.grouped_kv and cfg.head_dim:
+            raise UsageError(f"--head-dim needs a Llama model (--model llama-tiny or llama-small), not {cfg.model}")
         if mcfg.n_head % mcfg.n_kv_head:
             raise UsageError(f"--kv-heads {mcfg.n_kv_head} must divide the {mcfg.n_head} attention heads")
         if not mcfg.parts.dropout and cfg.dropout:
