@@ -35,7 +35,7 @@ def layer_gemms(model, b, s, tp, cp=1):
     token) and the shared experts (one MLP shared_experts * ffn wide)."""
     h, d, f = model.hidden, model.head_dim, model.ffn
     tokens, heads, q = b * s // cp, model.heads // tp, s // cp
-    qkv = h // tp + 2 * kv_heads_per_rank(model, tp) * d
+    qkv = model.attention_width // tp + 2 * kv_heads_per_rank(model, tp) * d
 
     def mlp(rows, width, name="mlp"):
         return [Gemm(f"{name} up", rows, (2 if model.gated else 1) * width // tp, h),
@@ -45,7 +45,7 @@ def layer_gemms(model, b, s, tp, cp=1):
         Gemm("qkv", tokens, qkv, h),
         Gemm("scores", q, s, d, count=b * heads, weight=False),
         Gemm("context", q, d, s, count=b * heads, weight=False),
-        Gemm("attn out", tokens, h, h // tp),
+        Gemm("attn out", tokens, h, model.attention_width // tp),
     ]
     if not model.experts:
         return gemms + mlp(tokens, f)

@@ -115,11 +115,11 @@ def layer_activation_terms(job, layout):
     # unless sequence parallelism shards them along the sequence.
     replicated = sb * m.hidden * (4 * e + 2 * mask) / (t if layout.sp else 1)
     # Q, K, V, the attention output (the out-projection's input), the MLP's activation input and output
-    kv = kv_heads_per_rank(m, t) * d
+    kv, a = kv_heads_per_rank(m, t) * d, m.attention_width / t      # a: heads * head_dim / t
     mlp = 0 if m.experts else (3 if m.gated else 2) * f / t     # a mixture of experts: its own term
-    parallel = sb * e * (m.hidden / t + 2 * kv + m.hidden / t + mlp)
+    parallel = sb * e * (a + 2 * kv + a + mlp)
     if job.engine.numpy_caches:      # hpcpar also keeps the scaled Q and GELU's tanh (ops/attention, activation)
-        parallel += sb * e * (m.hidden + (0 if m.experts else f)) / t
+        parallel += sb * e * (a + (0 if m.experts else f / t))
     heads = m.heads // t
     if job.engine.flash_attention:
         scores = sb * heads * 4                 # fp32 log-sum-exp per row, the s*s matrix is never stored
@@ -139,9 +139,9 @@ def op_level_selective_bytes(job, layout):
     seq_split = t if layout.sp else 1
     # per rank: q, k, v and the MLP's up (and gate) projections column-parallel; the attention output
     # projection and the MLP's down projection full width, split along the sequence with sp
-    outputs = (m.hidden + 2 * kv_heads_per_rank(m, t) * m.head_dim + (2 if m.gated else 1) * m.ffn) / t \
+    outputs = (m.attention_width + 2 * kv_heads_per_rank(m, t) * m.head_dim + (2 if m.gated else 1) * m.ffn) / t \
         + 2 * m.hidden / seq_split
-    kept = m.hidden / seq_split + m.hidden / t + outputs / 2
+    kept = m.hidden / seq_split + m.attention_width / t + outputs / 2
     sb = tokens_per_rank(job, layout)
     return sb * (kept * job.elem_bytes + m.heads // t * 4)
 
@@ -217,7 +217,7 @@ def workspace_bytes(job, layout):
     m, t, e = job.model, layout.tp, job.elem_bytes
     sb = tokens_per_rank(job, layout)
     scores = 0 if job.engine.flash_attention else 2 * (m.heads // t) * sb * job.seq_len * e
-    attention = scores + sb * e * (m.qkv_width + m.hidden) / t
+    attention = scores + sb * e * (m.qkv_width + m.attention_width) / t
     mlp = experts.workspace_bytes(m, layout, sb, e) if m.experts else \
         sb * e * (2 * (2 if m.gated else 1) * m.ffn / t + m.hidden)
     return max(attention, mlp) + job.engine.gemm_workspace_bytes
