@@ -10,7 +10,8 @@ experts' routed experts (X numbers, E/ep of them on a rank) follow the same tabl
 their replicas are the ranks of dp x cp that hold the same experts.  Under ZeRO-3 a block's experts
 are a unit of their own over that group, gathered with the block's other unit (U counts both); over a
 group of one rank (ep = dp x cp) they stay whole - ZeRO-0's column, X (m + r) + X g + X o, nothing
-gathered.
+gathered.  So do, under ZeRO-3, DeepSeek-V3's routing biases (R numbers: E a block, part of P under
+ZeRO 0-2), which every rank keeps whole and moves by a rule (data_parallel/fsdp.py).
 
     term              ZeRO 0    ZeRO 1          ZeRO 2     ZeRO 3
     weights           P (m + r)                            P m / n
@@ -53,10 +54,10 @@ def held(trainer):
 
 
 def rank_params(cfg, mcfg, pp_rank):
-    """(P, X, U): the numbers a rank of pipeline rank ``pp_rank`` holds outside the routed experts (its
+    """(P, X, U, R): the numbers a rank of pipeline rank ``pp_rank`` holds outside the routed experts (its
     TP shard, replicated norms and biases counted as cut too; a mixture of experts' router and shared
     experts whole: the MoE layer is not cut over TP), those of its routed experts (E/ep of each
-    block's, whole on every TP rank), and its largest ZeRO-3 unit."""
+    block's, whole on every TP rank), its largest ZeRO-3 unit, and of P its routing biases (E a block)."""
     from hpcpar.pipeline.partition import partition
     from hpcpar.pipeline.schedules import build
     schedule = build(cfg.schedule, cfg.pp, cfg.microbatches, cfg.chunks)
@@ -66,15 +67,17 @@ def rank_params(cfg, mcfg, pp_rank):
     shape = mcfg.shape
     routed = shape.experts * shape.mlp_params()                     # a block's routed experts
     whole = shape.feed_forward_params() - routed if shape.experts else 0     # router, shared experts, bias
+    bias = shape.experts if shape.expert_bias else 0                # the routing bias: never gathered
     cut = mcfg.block_params() - routed - whole                     # the rest of a block: cut over TP
     # ZeRO-3 gathers a block's experts with it, unless their group is one rank: resident (fsdp.Unit)
     gathered = routed / cfg.ep if cfg.dp * cfg.cp > cfg.ep else 0
-    block = cut / cfg.tp + whole + gathered
-    total, experts, unit = 0, 0, 0
+    block = cut / cfg.tp + whole - bias + gathered
+    total, experts, unit, biases = 0, 0, 0, 0
     for s in stages:
         blocks = len(ranges[s])
         total += blocks * (cut / cfg.tp + whole)
         experts += blocks * routed / cfg.ep
+        biases += blocks * bias
         unit = max(unit, min(blocks, cfg.fsdp_blocks) * block)
         if s == 0:
             total += mcfg.embedding_params() / cfg.tp
@@ -83,7 +86,7 @@ def rank_params(cfg, mcfg, pp_rank):
             copy = not mcfg.tied or 0 not in stages          # a tied weight on another rank: a copy here
             total += mcfg.head_params(copy) / cfg.tp
             unit = max(unit, (mcfg.vocab_size * mcfg.d_model if copy else mcfg.head_params(False)) / cfg.tp)
-    return total, experts, unit
+    return total, experts, unit, biases
 
 
 def per_rank(zero, n, params, unit, *, master, grad, optimizer, compute, copy=0, slice_buffer=True,
@@ -109,7 +112,7 @@ def per_rank(zero, n, params, unit, *, master, grad, optimizer, compute, copy=0,
 def formula(cfg, mcfg, pp_rank=0):
     """{term: bytes} on a rank of pipeline rank ``pp_rank`` of this run, by the table above."""
     import numpy as np
-    P, X, U = rank_params(cfg, mcfg, pp_rank)
+    P, X, U, R = rank_params(cfg, mcfg, pp_rank)
     b = np.dtype(cfg.dtype).itemsize
     c = {"fp16": 2, "bf16": 2}.get(cfg.precision, b)
     k = 3 if cfg.optimizer == "adamw" else (1 if cfg.momentum else 0)
@@ -118,15 +121,15 @@ def formula(cfg, mcfg, pp_rank=0):
     def table(params, group, unit, zero=cfg.zero):
         return per_rank(zero, group, params, unit, master=b, copy=c if c != b else 0, grad=b, optimizer=k * b,
                         compute=c, reshard=cfg.reshard_after_forward, whole_grads=cfg.microbatches > 1)
-    dense = table(P, n, U)
-    if not X:
-        return dense
-    # the routed experts are sliced over their own group: the (dp x cp) / ep ranks holding the same ones.
-    # Under ZeRO-3 U counts them already (a block's experts are gathered with it); over a group of one
-    # rank they stay whole, as under ZeRO-0
-    group = n // cfg.ep
-    experts = table(X, group, 0, cfg.zero if group > 1 or cfg.zero < 3 else 0)
-    return {term: dense[term] + experts[term] for term in TERMS}
+    # under ZeRO-3 the routing biases stay whole on every rank, as under ZeRO-0
+    parts = [table(P - R, n, U), table(R, n, 0, 0)] if cfg.zero == 3 and R else [table(P, n, U)]
+    if X:
+        # the routed experts are sliced over their own group: the (dp x cp) / ep ranks holding the same
+        # ones.  Under ZeRO-3 U counts them already (a block's experts are gathered with it); over a group
+        # of one rank they stay whole, as under ZeRO-0
+        group = n // cfg.ep
+        parts.append(table(X, group, 0, cfg.zero if group > 1 or cfg.zero < 3 else 0))
+    return {term: sum(part[term] for part in parts) for term in TERMS}
 
 
 def check_budget(cfg, mcfg):
