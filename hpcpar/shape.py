@@ -125,10 +125,17 @@ class ModelShape:
 
     def gathered_block_params(self, tp, ep, shard):
         """One block as a ZeRO-3 rank gathers it (its unit): the part cut over TP / tp, the MoE layer's
-        whole part, and its E/ep routed experts - unless their group (shard / ep of the ``shard`` ranks
-        holding the same weights) is one rank, where they stay resident and are never gathered."""
+        whole part (less the routing bias, never gathered), and its E/ep routed experts - unless their
+        group (shard / ep of the ``shard`` ranks holding the same weights) is one rank, where they stay
+        resident and are never gathered."""
         routed, whole = self.routed_params(), self.moe_whole_params()
-        return (self.layer_params() - routed - whole) / tp + whole + (routed / ep if shard > ep else 0)
+        return (self.layer_params() - routed - whole) / tp + whole - self.routing_bias_params() \
+            + (routed / ep if shard > ep else 0)
+
+    def routing_bias_params(self):
+        """The auxiliary-loss-free balancing bias of a block (E numbers, or 0): moved after each step
+        from the expert counts, never by a gradient, so every rank keeps it whole, under ZeRO-3 too."""
+        return self.experts if self.expert_bias else 0
 
     def active_params(self, positions):
         """Parameters a token's forward multiplies or reads: the routed experts it goes through (top_k

@@ -127,3 +127,55 @@ def test_zero3_with_experts_resumes_exactly_and_reshards(comm, shared_dir):
         assert rel_err(g.loss, w.loss) <= 1e-10 and rel_err(g.grad_norm, w.grad_norm) <= 1e-10, f"step {s}"
     free(alone)
     free(ref)
+
+
+def biases(t):
+    """{name: a copy of the values} of the routing biases this rank holds."""
+    return {p.name: p.master_data().copy() for p in t.parameters() if p.name.endswith("e_score_correction_bias")}
+
+
+@pytest.mark.mpi(min_size=4)
+def test_zero3_saves_the_routing_bias_once_and_resumes_it_exactly(comm, shared_dir):
+    """DeepSeek-V3's routing bias, whole on every ZeRO-3 rank, is written once (by rank 0 of dp x cp) and
+    comes back whole: ZeRO-1 -> ZeRO-3 -> ZeRO-3 without resharding (bit for bit) -> one rank, with the
+    single rank's numbers, the bias's too."""
+    from pathlib import Path
+    from mpi4py import MPI
+    from safetensors import safe_open
+    if comm.size != 4:
+        pytest.skip("dp 4 with ep 2")
+    kw = dict(STEPS, dims=dict(DIMS, bias_rate=0.01))
+    ref = reference(comm, **kw)
+    want = [ref.step(s) for s in range(5)]
+    first = trainer(comm, dp=4, ep=2, zero=1, **kw)
+    got = [first.step(s) for s in range(2)]
+    save_checkpoint(first, f"{shared_dir}/a", 2)
+    free(first)
+    second = trainer(comm, dp=4, ep=2, zero=3, **kw)
+    assert load_checkpoint(second, f"{shared_dir}/a") == 2
+    got.append(second.step(2))
+    save_checkpoint(second, f"{shared_dir}/b", 3)
+    saved = biases(second)
+    straight = second.step(3)
+    free(second)
+    third = trainer(comm, dp=4, ep=2, zero=3, reshard_after_forward=False, **kw)
+    assert load_checkpoint(third, f"{shared_dir}/b") == 3
+    loaded = biases(third)
+    assert loaded.keys() == saved.keys() and all(np.array_equal(loaded[k], saved[k]) for k in saved)
+    got.append(third.step(3))
+    assert (got[3].loss, got[3].grad_norm) == (straight.loss, straight.grad_norm)
+    save_checkpoint(third, f"{shared_dir}/c", 4)
+    free(third)
+    if comm.rank == 0:                                   # each bias in one rank's file, once
+        files = sorted(Path(f"{shared_dir}/c").glob("step-*/rank-*.safetensors"))
+        for name in saved:
+            assert sum(name in safe_open(f, "np").keys() for f in files) == 1, name
+    alone = trainer(MPI.COMM_SELF, **kw)
+    assert load_checkpoint(alone, f"{shared_dir}/c") == 4
+    got.append(alone.step(4))
+    for s, (g, w) in enumerate(zip(got, want)):
+        assert rel_err(g.loss, w.loss) <= 1e-10 and rel_err(g.grad_norm, w.grad_norm) <= 1e-10, f"step {s}"
+    mine, theirs = biases(alone), biases(ref)
+    assert all(rel_err(mine[k], theirs[k]) <= 1e-10 and np.abs(theirs[k]).max() > 0 for k in theirs)
+    free(alone)
+    free(ref)

@@ -57,7 +57,6 @@ def test_the_bias_follows_the_step_counts(comm):
     (dict(ep=3), "--ep 3 must divide the 4 experts"),
     (dict(ep=2), r"--ep 2 must divide dp x cp = 1 x 1 = 1"),
     (dict(model="tiny", ep=2), "--ep needs experts"),
-    (dict(bias_rate=0.01, dp=2, zero=3), "--bias-rate with --zero 3: every rank moves the whole routing bias"),
 ])
 def test_bad_options_are_refused_in_one_line(kw, message):
     cfg = config(dims=MOE_DIMS, **kw)
@@ -67,9 +66,26 @@ def test_bad_options_are_refused_in_one_line(kw, message):
 
 
 def test_zero3_with_experts_is_accepted():
-    """ZeRO-3 slices the experts over their own group (tests/test_zero_mpi.py runs it)."""
-    cfg = config(dims=MOE_DIMS, dp=4, ep=2, zero=3)
+    """ZeRO-3 slices the experts over their own group and keeps the routing bias whole on every rank
+    (tests/test_zero_mpi.py runs both)."""
+    cfg = config(dims=MOE_DIMS, dp=4, ep=2, zero=3, bias_rate=0.01)
     assert model_config(cfg).n_expert == 4
+
+
+def test_the_memory_formula_keeps_the_routing_bias_whole_under_zero3():
+    """ZeRO-3 slices a block's router over dp x cp but keeps its routing bias (E numbers) whole on every
+    rank: the formula counts the bias at ZeRO-0's rate, weights + gradient + AdamW's 3 (float64, 8 bytes)."""
+    from dataclasses import replace
+    from hpcpar.data_parallel.zero_memory import formula
+    from hpcpar.training.config import check
+    kw = dict(dims=MOE_DIMS, dp=4, ep=2, zero=3)
+    terms = []
+    for rate in (0.0, 0.01):
+        cfg = check(config(bias_rate=rate, **kw), 4)
+        terms.append(formula(cfg, replace(model_config(cfg), vocab_size=29)))
+    layers, experts = 2, 4
+    assert sum(terms[1].values()) - sum(terms[0].values()) == layers * experts * (8 + 8 + 3 * 8)
+    assert terms[1]["ZeRO working set"] == terms[0]["ZeRO working set"]          # never gathered
 
 
 def test_capacity_factor_must_not_be_negative():

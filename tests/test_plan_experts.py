@@ -46,6 +46,18 @@ def test_model_state_with_ep_is_the_engines_count(name, world, options):
         assert {k: planned.get(k, 0) for k in TERMS} == pytest.approx(formula(c, cfg, s), rel=1e-12), (s, options)
 
 
+@pytest.mark.parametrize("zero", [1, 3])
+def test_the_routing_bias_is_held_whole_as_the_engine_holds_it(zero):
+    """DeepSeek-V3's balancing bias (--bias-rate): never gathered under ZeRO-3, whole on every rank -
+    the planner's terms are the engine's formula with it too."""
+    cfg = preset("moe-tiny", n_layer=4, vocab_size=32, bias_rate=0.01)
+    c = check(TrainConfig(model="moe-tiny", batch_size=8, dp=4, ep=2, zero=zero, bias_rate=0.01), 4)
+    job, layout = planner_view(c, cfg)
+    assert job.model.routing_bias_params() == cfg.n_expert
+    planned = stage_memory(job, layout, 0, 1)
+    assert {k: planned.get(k, 0) for k in TERMS} == pytest.approx(formula(c, cfg, 0), rel=1e-12)
+
+
 def test_ep_shrinks_only_the_routed_experts():
     """ep 8 holds 1/8 of the routed experts (45.10 B of Mixtral's 46.70 B), everything else as at ep 1."""
     job = mixtral_job()

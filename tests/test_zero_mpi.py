@@ -33,28 +33,32 @@ def tensors(t, what):
     return out
 
 
-def one_step(t):
-    """(loss, gradients, grad norm, weights after the step) of step 0."""
-    losses = t.gradients(0)
+def one_step(t, step=0):
+    """(loss, gradients, grad norm, weights after the step) of step ``step``."""
+    losses = t.gradients(step)
     grads = tensors(t, "grad")
-    result = t.update(0, losses)
+    result = t.update(step, losses)
     return result.loss, grads, result.grad_norm, tensors(t, "data")
 
 
-def check_exact(comm, **kw):
+def check_exact(comm, steps=1, **kw):
+    """``steps`` steps of this layout: each one's loss, gradient norm, gradients and weights after it are
+    the single rank's.  Returns the weights after the last."""
     ref = reference(comm, **kw)
-    want = one_step(ref)
+    wants = [one_step(ref, s) for s in range(steps)]
     free(ref)
     t = trainer(comm, **kw)
-    got = one_step(t)
+    gots = [one_step(t, s) for s in range(steps)]
     free(t)
     what = ", ".join(f"{k}={v}" for k, v in kw.items())
-    assert rel_err(got[0], want[0]) <= 1e-10, f"loss differs ({what})"
-    assert rel_err(got[2], want[2]) <= 1e-10, f"gradient norm differs ({what})"
-    for kind, i in (("gradient", 1), ("weight", 3)):
-        for name, value in got[i].items():
-            err = rel_err(value, want[i][name])
-            assert err <= 1e-10, f"{kind} of {name} differs by {err:.1e} ({what})"
+    for s, (got, want) in enumerate(zip(gots, wants)):
+        assert rel_err(got[0], want[0]) <= 1e-10, f"loss differs at step {s} ({what})"
+        assert rel_err(got[2], want[2]) <= 1e-10, f"gradient norm differs at step {s} ({what})"
+        for kind, i in (("gradient", 1), ("weight", 3)):
+            for name, value in got[i].items():
+                err = rel_err(value, want[i][name])
+                assert err <= 1e-10, f"{kind} of {name} differs by {err:.1e} at step {s} ({what})"
+    return gots[-1][3]
 
 
 @pytest.mark.mpi(min_size=4)
@@ -146,9 +150,10 @@ def test_the_arrays_held_are_the_formula_and_the_planners(comm, zero):
                                     dict(tp=2, dp=2, ep=2, zero=1, sequence_parallel=True),
                                     dict(dp=4, ep=2, zero=3), dict(dp=4, ep=2, zero=3, reshard_after_forward=False),
                                     dict(dp=4, ep=4, zero=3), dict(tp=2, dp=2, ep=2, zero=3, sequence_parallel=True),
-                                    dict(pp=2, dp=2, ep=2, zero=3, microbatches=2)],
+                                    dict(pp=2, dp=2, ep=2, zero=3, microbatches=2),
+                                    dict(dp=4, ep=2, zero=3, bias_rate=0.01)],
                          ids=["dp4.ep2.z1", "dp4.ep4.z2", "tp2.dp2.ep2.z1.sp", "dp4.ep2.z3", "dp4.ep2.z3.keep",
-                              "dp4.ep4.z3", "tp2.dp2.ep2.z3.sp", "pp2.dp2.ep2.z3"])
+                              "dp4.ep4.z3", "tp2.dp2.ep2.z3.sp", "pp2.dp2.ep2.z3", "dp4.ep2.z3.bias"])
 def test_the_formula_counts_the_experts_cut(comm, layout):
     """A rank holds E/ep routed experts, whole over TP, sliced over their own group (dp x cp / ep; ZeRO-3
     gathers them with their block, or over a group of one keeps them whole): the formula --memory-budget
@@ -186,3 +191,55 @@ def test_zero3_with_experts_matches_one_rank(comm, name, ranks, layout, reshard)
     if comm.size != ranks:
         pytest.skip(f"a layout of {ranks} ranks")
     check_exact(comm, zero=3, reshard_after_forward=reshard, **layout)
+
+
+# DeepSeek-V3's routing bias under ZeRO-3: (name, ranks, layout, --reshard-after-forward).  Every rank keeps
+# it whole (a resident unit over a group of one) and moves it after each step from the job's counts
+BIAS_CASES = [
+    ("dp4.ep2.z3", 4, dict(dp=4, ep=2, dims=MIXTRAL_DIMS), True),
+    ("dp4.ep2.z3.keep", 4, dict(dp=4, ep=2, dims=MIXTRAL_DIMS), False),
+    ("dp8.ep4.z3", 8, dict(dp=8, ep=4, dims=MIXTRAL_DIMS), True),
+    ("tp2.dp4.ep2.z3.keep", 8, dict(tp=2, dp=4, ep=2, dims=dict(MIXTRAL_DIMS, kv_heads=2)), False),
+    ("pp2.dp4.ep4.z3.2-block-units", 8, dict(pp=2, dp=4, ep=4, microbatches=2, fsdp_blocks=2,
+                                             dims=dict(MIXTRAL_DIMS, layers=4)), True),
+]
+
+
+@pytest.mark.mpi(min_size=4)
+@pytest.mark.parametrize("name, ranks, layout, reshard", BIAS_CASES, ids=[c[0] for c in BIAS_CASES])
+def test_zero3_moves_the_routing_bias_as_one_rank(comm, name, ranks, layout, reshard):
+    """Three AdamW steps with --bias-rate: losses, gradients (the bias's: zero) and weights - the bias
+    too, moved by the counts - are the single rank's after each step."""
+    if comm.size != ranks:
+        pytest.skip(f"a layout of {ranks} ranks")
+    layout = dict(layout, dims=dict(layout["dims"], bias_rate=0.01))
+    weights = check_exact(comm, steps=3, zero=3, reshard_after_forward=reshard, lr=1e-2, **layout)
+    biases = [w for name, w in weights.items() if name.endswith("e_score_correction_bias")]
+    assert biases and all(np.abs(b).max() > 0 for b in biases)
+
+
+@pytest.mark.mpi(min_size=4)
+def test_zero3_rounds_the_routing_bias_compute_copy_after_it_moves(comm):
+    """Under bf16 the bias's unit keeps fp32 masters and a bf16 compute copy: the rule moves the masters
+    and rounds the copy again, so the copy is the rounded masters after every step."""
+    if comm.size != 4:
+        pytest.skip("dp 4 x ep 2")
+    kw = dict(dp=4, ep=2, zero=3, dims=dict(MIXTRAL_DIMS, bias_rate=0.01), dtype="float32", precision="bf16",
+              lr=1e-2)
+    t = trainer(comm, **kw)
+    got = [t.step(s).loss for s in range(2)]
+    kept = [u for u in t.dp.units if any(p.name.endswith("e_score_correction_bias") for p in u.params)]
+    assert kept and all(u.resident and len(u.params) == 1 and u.full.dtype != u.shard.dtype for u in kept)
+    for u in kept:
+        assert np.abs(u.shard).max() > 0
+        np.testing.assert_array_equal(u.full, u.shard.astype(u.full.dtype))
+    # its dp x cp copies are one parameter: a gradient on it would count once in the global norm
+    for u in kept:
+        u.shard_grad[...] = 1.0
+    once = t.grid.world_comm.mpi.allreduce(float(t.dp.norm_sq(t.dp.slices())))
+    assert once == sum(u.size for u in kept) == 2 * 4                      # 2 layers x 4 experts
+    free(t)
+    ref = reference(comm, **kw)
+    want = [ref.step(s).loss for s in range(2)]
+    free(ref)
+    assert rel_err(got, want) <= 0.25 * 2.0 ** -7, (got, want)

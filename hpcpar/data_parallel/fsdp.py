@@ -39,6 +39,12 @@ form a unit of their own, sliced, all-gathered and reduce-scattered over that gr
 prefetched and freed together with the block's other unit; over a group of one rank (ep = dp x cp)
 that unit is *resident*: the slice is the whole, as under ZeRO-0, and nothing is sent.
 
+A parameter moved by a rule rather than by its gradient - DeepSeek-V3's routing bias (nn/moe.py): every
+rank moves the whole of it after the step, from the same global counts, and its gradient is zero by
+construction - is kept *whole* on every rank: a module's such parameters form a resident unit over a
+group of one rank, so the rule moves this rank's own master values, and the unit is counted in the
+gradient norm on rank 0 of dp x cp only (its dp x cp copies are one parameter).
+
 Some gradients are final only after a sum over another group: the two copies of a tied embedding
 (first and last pipeline stage, each a unit of its own, so that their slices line up) and, under
 sequence parallelism, the replicated parameters' partial sums over TP (every TP rank has the same
@@ -47,18 +53,20 @@ the sums commute.
 """
 import time
 
+from mpi4py import MPI
+
 from hpcpar import backend, progress
 from hpcpar.trace import tracer as trace
 from hpcpar.data_parallel.buckets import FlatSlice, placeholder
-from hpcpar.comm import test_all, wait_all
+from hpcpar.comm import Communicator, test_all, wait_all
 
 
 class Unit:
     """Parameters gathered and freed together over ``comm``; this rank keeps slice [lo, hi) of their flat
     buffer.  Over a group of one rank (an expert's when ep = dp x cp) the slice is the whole: the unit is
     *resident* - its parameters view the slice (or, under mixed precision, a compute copy of it kept
-    between steps) and accumulate their gradients in it, as under ZeRO-0; nothing is gathered, freed or
-    reduce-scattered."""
+    between steps, and ``master`` the slice) and accumulate their gradients in it, as under ZeRO-0;
+    nothing is gathered, freed or reduce-scattered."""
 
     def __init__(self, params, comm, compute_dtype):
         xp = backend.array_module(params[0].data)
@@ -93,6 +101,8 @@ class Unit:
             self._view()
             for p, a, b in self.segments:
                 p.grad = self.grad[a:b].reshape(p.grad.shape)
+                if self.full is not self.shard:                 # what a rule moves (nn/moe.py update_bias)
+                    p.master = self.shard[a:b].reshape(p.grad.shape)
 
     @property
     def gathered(self):
@@ -178,14 +188,19 @@ class FullyShardedDataParallel:
     zero, sharded = 3, True
 
     def __init__(self, chunks, comm, uses=None, compute_dtype=None, alone=(), blocks_per_unit=1,
-                 reshard_after_forward=True, comm_of=None):
+                 reshard_after_forward=True, comm_of=None, whole=()):
         """``alone``: parameters that get a unit of their own (the tied embedding: its two copies'
         slices must line up); so does a parameter two modules share.  ``uses``: as DataParallel's.
         ``comm_of(p)``: the group a parameter's replicas sit on, when not ``comm`` (an expert's, under
         expert parallelism): a module's parameters of another group form a unit of their own, sliced,
-        gathered and reduce-scattered over it - and gathered and freed with the module's other units."""
+        gathered and reduce-scattered over it - and gathered and freed with the module's other units.
+        ``whole``: parameters every rank keeps whole (moved by a rule, module docstring): a module's
+        form a resident unit over a group of one rank."""
         self.comm, self.reshard = comm, reshard_after_forward
-        comm_of = comm_of or (lambda p: comm)
+        kept = {id(p) for p in whole}
+        one = Communicator(MPI.COMM_SELF, "self") if kept else None
+        replicas = comm_of or (lambda p: comm)
+        comm_of = lambda p: one if id(p) in kept else replicas(p)              # noqa: E731
         self._uses = uses or {}
         holders = {}
         for chunk in chunks:
@@ -210,6 +225,8 @@ class FullyShardedDataParallel:
                         add([p])
                 add([p for p in params if id(p) not in alone])
         self.dtype = self.units[0].shard.dtype          # of the master weights, gradients, optimizer state
+        # a whole unit's dp x cp copies are one parameter: counted in the norm on rank 0 of comm only
+        self._counted = [comm.rank == 0 or not any(id(p) in kept for p in u.params) for u in self.units]
         self._module_units = {}
         for chunk in chunks:
             chunk.sharding = self
@@ -401,8 +418,8 @@ class FullyShardedDataParallel:
 
     def norm_sq(self, slices):
         total = 0.0
-        for s, u in zip(slices, self.units):
-            for a, b in u.owned(lambda p: p.counted):
+        for s, u, counted in zip(slices, self.units, self._counted):
+            for a, b in u.owned(lambda p: p.counted and counted):
                 g = s.grad[a:b]
                 total = total + g @ g
         return total

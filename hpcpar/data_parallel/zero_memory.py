@@ -10,7 +10,8 @@ experts' routed experts (X numbers, E/ep of them on a rank) follow the same tabl
 their replicas are the ranks of dp x cp that hold the same experts.  Under ZeRO-3 a block's experts
 are a unit of their own over that group, gathered with the block's other unit (U counts both); over a
 group of one rank (ep = dp x cp) they stay whole - ZeRO-0's column, X (m + r) + X g + X o, nothing
-gathered.
+gathered.  So do, under ZeRO-3, DeepSeek-V3's routing biases (R numbers: E a block, part of P under
+ZeRO 0-2), which every rank keeps whole and moves by a rule (data_parallel/fsdp.py).
 
     term              ZeRO 0    ZeRO 1          ZeRO 2     ZeRO 3
     weights           P (m + r)                            P m / n
@@ -53,10 +54,10 @@ def held(trainer):
 
 
 def rank_params(cfg, mcfg, pp_rank):
-    """(P, X, U): the numbers a rank of pipeline rank ``pp_rank`` holds outside the routed experts (its
+    """(P, X, U, R): the numbers a rank of pipeline rank ``pp_rank`` holds outside the routed experts (its
     TP shard, replicated norms and biases counted as cut too; a mixture of experts' router and shared
     experts whole: the MoE layer is not cut over TP), those of its routed experts (E/ep of each
-    block's, whole on every TP rank), and its largest ZeRO-3 unit."""
+    block's, whole on every TP rank), its largest ZeRO-3 unit, and of P its routing biases (E a block)."""
     from hpcpar.pipeline.partition import partition
     from hpcpar.pipeline.schedules import build
     schedule = build(cfg.schedule, cfg.pp, cfg.microbatches, cfg.chunks)
@@ -66,13 +67,15 @@ def rank_params(cfg, mcfg, pp_rank):
     shape = mcfg.shape
     routed = shape.routed_params()                                 # a block's routed experts
     whole = shape.moe_whole_params()                               # router, shared experts, bias
+    bias = shape.routing_bias_params()                             # the routing bias: never gathered
     cut = mcfg.block_params() - routed - whole                     # the rest of a block: cut over TP
     block = shape.gathered_block_params(cfg.tp, cfg.ep, cfg.dp * cfg.cp)     # a block's ZeRO-3 unit
-    total, experts, unit = 0, 0, 0
+    total, experts, unit, biases = 0, 0, 0, 0
     for s in stages:
         blocks = len(ranges[s])
         total += blocks * (cut / cfg.tp + whole)
         experts += blocks * routed / cfg.ep
+        biases += blocks * bias
         unit = max(unit, min(blocks, cfg.fsdp_blocks) * block)
         if s == 0:
             total += mcfg.embedding_params() / cfg.tp
@@ -81,7 +84,7 @@ def rank_params(cfg, mcfg, pp_rank):
             copy = not mcfg.tied or 0 not in stages          # a tied weight on another rank: a copy here
             total += mcfg.head_params(copy) / cfg.tp
             unit = max(unit, (mcfg.vocab_size * mcfg.d_model if copy else mcfg.head_params(False)) / cfg.tp)
-    return total, experts, unit
+    return total, experts, unit, biases
 
 
 def per_rank(zero, n, params, unit, *, master, grad, optimizer, compute, copy=0, slice_buffer=True,
@@ -107,27 +110,28 @@ def per_rank(zero, n, params, unit, *, master, grad, optimizer, compute, copy=0,
 def formula(cfg, mcfg, pp_rank=0):
     """{term: bytes} on a rank of pipeline rank ``pp_rank`` of this run, by the table above."""
     import numpy as np
-    P, X, U = rank_params(cfg, mcfg, pp_rank)
+    P, X, U, R = rank_params(cfg, mcfg, pp_rank)
     b = np.dtype(cfg.dtype).itemsize
     c = {"fp16": 2, "bf16": 2}.get(cfg.precision, b)
     k = 3 if cfg.optimizer == "adamw" else (1 if cfg.momentum else 0)
     n = cfg.dp * cfg.cp
-    return with_experts(cfg.zero, n, cfg.ep, P, X, U, master=b, copy=c if c != b else 0, grad=b,
+    return with_experts(cfg.zero, n, cfg.ep, P, X, U, R, master=b, copy=c if c != b else 0, grad=b,
                         optimizer=k * b, compute=c, reshard=cfg.reshard_after_forward,
                         whole_grads=cfg.microbatches > 1)
 
 
-def with_experts(zero, n, ep, params, experts, unit, **numbers):
-    """``per_rank`` of a rank holding ``params`` numbers replicated over ``n`` ranks and ``experts``
-    routed-expert numbers over their own group, the n / ep ranks holding the same experts.  Under ZeRO-3
-    ``unit`` counts a block's gathered experts already; over a group of one rank they stay whole, as
-    under ZeRO-0 (fsdp.Unit.resident).  The engine's formula and the planner (plan/experts.py) both."""
-    dense = per_rank(zero, n, params, unit, **numbers)
-    if not experts:
-        return dense
-    group = n // ep
-    mine = per_rank(zero if group > 1 or zero < 3 else 0, group, experts, 0, **numbers)
-    return {term: dense[term] + mine[term] for term in TERMS}
+def with_experts(zero, n, ep, params, experts, unit, resident=0, **numbers):
+    """``per_rank`` of a rank holding ``params`` numbers replicated over ``n`` ranks (``resident`` of
+    them kept whole on every rank even under ZeRO-3: the routing biases) and ``experts`` routed-expert
+    numbers over their own group, the n / ep ranks holding the same experts.  Under ZeRO-3 ``unit``
+    counts a block's gathered experts already; over a group of one rank they stay whole, as under ZeRO-0
+    (fsdp.Unit.resident).  The engine's formula and the planner (plan/experts.py) both."""
+    parts = [per_rank(zero, n, params - resident, unit, **numbers), per_rank(0, n, resident, 0, **numbers)] \
+        if zero == 3 and resident else [per_rank(zero, n, params, unit, **numbers)]
+    if experts:
+        group = n // ep
+        parts.append(per_rank(zero if group > 1 or zero < 3 else 0, group, experts, 0, **numbers))
+    return {term: sum(part[term] for part in parts) for term in TERMS}
 
 
 def check_budget(cfg, mcfg):

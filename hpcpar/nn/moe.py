@@ -20,8 +20,9 @@ Dropless (``capacity_factor`` 0) every choice is computed.  Otherwise each exper
 ceil(capacity_factor N k / E) rows; the dropped choices contribute nothing and are counted.
 
 DeepSeek-V3's auxiliary-loss-free balancing (``bias_rate`` > 0): a bias on the scores moves the top-k
-choice only; it is a parameter with no gradient (the optimizer leaves it alone), moved once a step by
-``update_bias`` towards an even load.
+choice only; it is a parameter whose gradient stays zero (nothing in the backward adds to it, so the
+optimizer leaves it alone), moved once a step by ``update_bias`` towards an even load - on every rank
+alike, whole (ZeRO-3 keeps it so: hpcpar/data_parallel/fsdp.py).
 
 Under expert parallelism (``parallel``, hpcpar/expert_parallel/dispatch.py) the experts run on other ranks: the
 rows go there and back by all-to-all, between the dispatch and the combine, which stay here.
@@ -72,9 +73,6 @@ def check_moe(mcfg, cfg):
         raise UsageError(f"--top-k {mcfg.top_k} is more than the {mcfg.n_expert} experts")
     if mcfg.n_expert % cfg.ep:
         raise UsageError(f"--ep {cfg.ep} must divide the {mcfg.n_expert} experts (each rank runs E / ep of them)")
-    if cfg.zero == 3 and mcfg.bias_rate:
-        raise UsageError("--bias-rate with --zero 3: every rank moves the whole routing bias after the step, and "
-                         "ZeRO-3 keeps only a slice of it; use --zero 1 or 2")
     if (cfg.dp * cfg.cp) % cfg.ep:
         raise UsageError(f"--ep {cfg.ep} must divide dp x cp = {cfg.dp} x {cfg.cp} = {cfg.dp * cfg.cp}: the "
                          f"expert-parallel ranks are taken from the data- and context-parallel ones")

@@ -48,10 +48,11 @@ def split_params(model, params, layers, layout):
 
 
 def state_terms(model, layout, params, layers, unit, **numbers):
-    """zero_memory.with_experts of one rank: the dense numbers over dp * cp, the routed experts over
-    their expert-data group (dp * cp) / ep."""
+    """zero_memory.with_experts of one rank: the dense numbers over dp * cp (the routing biases whole
+    under ZeRO-3), the routed experts over their expert-data group (dp * cp) / ep."""
     dense, routed = split_params(model, params, layers, layout)
-    return with_experts(layout.zero, layout.shard, layout.ep, dense, routed, unit, **numbers)
+    return with_experts(layout.zero, layout.shard, layout.ep, dense, routed, unit,
+                        layers * model.routing_bias_params(), **numbers)
 
 
 def activation_bytes(model, layout, tokens, elem, numpy_caches):

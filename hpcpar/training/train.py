@@ -33,7 +33,7 @@ from hpcpar.data_parallel.replicas import DataParallel
 from hpcpar.data_parallel.fsdp import FullyShardedDataParallel
 from hpcpar.comm.grid import ParallelGrid
 from hpcpar.nn import GPT, Context, MLPConfig, MLPModel
-from hpcpar.training.expert_load import ExpertLoad
+from hpcpar.training.expert_load import ExpertLoad, moe_layers
 from hpcpar.expert_parallel.dispatch import expert_data_group, expert_group, parallelize_experts
 from hpcpar.nn.gpt import preset
 from hpcpar.nn.moe import check_moe, moe_options
@@ -167,10 +167,12 @@ class Trainer:
             for p in chunk.parameters():
                 uses[id(p)] = uses.get(id(p), 0) + 1
         if cfg.zero == 3:
+            # the routing biases, moved after the step on every rank alike (nn/moe.py), stay whole
+            biases = [m.bias for m in moe_layers(self.chunks).values() if m.bias is not None]
             self.dp = FullyShardedDataParallel(self.chunks, g.dp_cp_comm, uses, self.compute, alone=self.tied,
                                                blocks_per_unit=cfg.fsdp_blocks,
                                                reshard_after_forward=cfg.reshard_after_forward,
-                                               comm_of=self.replica_comm)
+                                               comm_of=self.replica_comm, whole=biases)
         else:
             self.dp = DataParallel(params, g.dp_cp_comm, cfg.bucket_mb, cfg.zero, late=self.tied + partial,
                                    uses=uses, compute_dtype=self.compute, groups=self._grad_groups(),
