@@ -61,9 +61,7 @@ class GeluExperts(Module):
 
     @staticmethod
     def _grad(w, b, dy, x, offsets):
-        dw, db = grouped_backward_weight(dy, x, offsets, w.data.shape[0])
-        w.grad += dw
-        b.grad += db
+        grouped_backward_weight(dy, x, offsets, w.grad, b.grad)
 
 
 class SwiGLUExperts(Module):
@@ -90,11 +88,13 @@ class SwiGLUExperts(Module):
         xs, offsets, a32, u32, c_act, h = cache
         run_or_defer(lambda: self._grad(self.down, dys, h, offsets), defer)
         dh = grouped_backward_input(dys, self.down.data, offsets)               # (M, F)
-        da, du = swiglu_backward(to_fp32(dh), a32, u32, c_act)
-        dau = array_module(dh).concatenate([da, du], axis=1).astype(dh.dtype, copy=False)    # (M, 2F)
+        F = self.d_ff
+        dau = array_module(dh).empty((dh.shape[0], 2 * F), a32.dtype)          # (M, 2F): [da | du]
+        swiglu_backward(to_fp32(dh), a32, u32, c_act, out=(dau[:, :F], dau[:, F:]))
+        dau = dau.astype(dh.dtype, copy=False)
         run_or_defer(lambda: self._grad(self.gate_up, dau, xs, offsets), defer)
         return grouped_backward_input(dau, self.gate_up.data, offsets)          # (M, C)
 
     @staticmethod
     def _grad(w, dy, x, offsets):
-        w.grad += grouped_backward_weight(dy, x, offsets, w.data.shape[0])[0]
+        grouped_backward_weight(dy, x, offsets, w.grad)

@@ -84,17 +84,16 @@ def grouped_backward_input(dys, w, offsets):
     return dxs
 
 
-def grouped_backward_weight(dys, xs, offsets, n_expert):
-    """(dW (E, in, out), db (E, out)) from dys (M, out), xs (M, in); an expert with no rows gets zeros."""
-    xp = array_module(dys)
-    dw = xp.zeros((n_expert, xs.shape[1], dys.shape[1]), dys.dtype)
-    db = xp.zeros((n_expert, dys.shape[1]), accumulator(dys.dtype))
-    for e in range(n_expert):
+def grouped_backward_weight(dys, xs, offsets, dw, db=None):
+    """Add each expert's dW_e = xs[rows of e]^T dys[rows of e] (and db_e, the rows' sum) into the
+    gradients dw (E, in, out) and db (E, out); dys (M, out), xs (M, in).  Expert by expert, so no
+    (E, in, out) temporary is made and added, and no bias sum runs for experts without biases."""
+    for e in range(dw.shape[0]):
         lo, hi = offsets[e], offsets[e + 1]
         if hi > lo:
-            gemm(xs[lo:hi].T, dys[lo:hi], out=dw[e])
-            db[e] = dys[lo:hi].sum(axis=0, dtype=db.dtype)
-    return dw, db
+            dw[e] += gemm(xs[lo:hi].T, dys[lo:hi])
+            if db is not None:
+                db[e] += dys[lo:hi].sum(axis=0, dtype=accumulator(dys.dtype))
 
 
 def combine_forward(ye, w, order):
