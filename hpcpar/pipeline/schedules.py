@@ -128,13 +128,14 @@ class Schedule:
         programs = []
         for rank, acts in enumerate(self.actions):
             program, group = [], []
+            stage_of = [self.stage(rank, c) for c in range(self.chunks)]     # local chunk -> virtual stage
             for a in acts:
                 group.append(a)
                 if a.overlap:
                     continue                      # its B comes next: exchange their messages together
                 recvs, sends, computes = [], [], []
                 for g in group:
-                    s = self.stage(rank, g.chunk)
+                    s = stage_of[g.chunk]
                     if g.op == "F" and s > 0 and holder[s - 1] != rank:
                         recvs.append(Action("RECV_F", g.mb, g.chunk, holder[s - 1]))
                     if g.op == "B" and s < last and holder[s + 1] != rank:

@@ -52,7 +52,7 @@ Three terms no formula of the papers has, each explicit:
                            of what must fit: on a failed allocation the allocator releases its
                            cache and retries (Estimate.fits leaves it out)
 """
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from hpcpar.data_parallel.zero_memory import per_rank
 from hpcpar.pipeline.schedules import KINDS
@@ -231,6 +231,9 @@ class LayoutMemory:
     working_set: float     # full recomputation: one layer's whole set, rebuilt for its backward
     comm: float
     workspace: float
+    # the model state of a rank, by (its layers, whether it holds the embedding, the head): ranks
+    # alike in these hold the same (the middle stages of a pipeline), so it is worked out once
+    states: dict = field(default_factory=dict, compare=False)
 
 
 def layout_memory(job, layout):
@@ -240,26 +243,34 @@ def layout_memory(job, layout):
                         comm_buffer_bytes(job, lay), workspace_bytes(job, lay))
 
 
+def state_memory(job, layout, stage, layers, numbers):
+    """Weights, gradients, optimizer state and ZeRO working set (bytes) of a rank of ``stage``."""
+    lay = layout
+    once = keeps_stage_gathered(job, lay)
+    accumulates = job.engine.fsdp_reduce_once and job.micro_batches(lay) > 1
+    terms = experts.state_terms(job.model, lay, stage_params(job, lay, stage), layers,
+                                fsdp_unit_params(job, lay, stage), slice_buffer=job.engine.shard_grad_buffer,
+                                reshard=not once, whole_grads=once or accumulates, **numbers)
+    if not terms["ZeRO working set"]:
+        del terms["ZeRO working set"]
+    return terms
+
+
 def stage_memory(job, layout, stage, inflight, shared=None):
     """Memory terms (bytes) on one rank of ``stage`` holding ``inflight`` chunk-forwards at its peak;
     ``shared``: the layout's LayoutMemory, if the caller has it."""
     m, lay = job.model, layout
     shared = shared or layout_memory(job, lay)
-    params = stage_params(job, lay, stage)
     layers = job.stage_layers(lay)[stage]
-    chunk = shared.per_layer * layers / lay.v
-    once = keeps_stage_gathered(job, lay)
-    accumulates = job.engine.fsdp_reduce_once and job.micro_batches(lay) > 1
-    terms = experts.state_terms(m, lay, params, layers, fsdp_unit_params(job, lay, stage),
-                                slice_buffer=job.engine.shard_grad_buffer, reshard=not once,
-                                whole_grads=once or accumulates, **shared.numbers)
-    if not terms["ZeRO working set"]:
-        del terms["ZeRO working set"]
-    terms["activations"] = chunk * inflight
+    first, last = job.ends(lay)
+    key = (layers, stage == first, stage == last)
+    if key not in shared.states:
+        shared.states[key] = state_memory(job, lay, stage, layers, shared.numbers)
+    terms = dict(shared.states[key])
+    terms["activations"] = shared.per_layer * layers / lay.v * inflight
     if lay.recompute == "full":   # the layer being back-propagated holds its full set again
         terms["recompute working set"] = shared.working_set
     sbh = tokens_per_rank(job, lay) * m.hidden / (lay.tp if lay.sp else 1)
-    first, last = job.ends(lay)
     if stage == first and m.dropout:   # the embedding's dropout mask, per micro-batch in flight
         # (with v > 1 every chunk-forward the rank holds is counted, an upper bound)
         terms["embedding dropout"] = sbh * MASK_BYTES * inflight
