@@ -80,6 +80,14 @@ def _zero3(post=ZERO3_POST, prefetch=ZERO3_PREFETCH, free=ZERO3_FREE):
     return ZERO3.replace("POST", post).replace("PREFETCH", prefetch).replace("FREE", free)
 
 
+# exercise 27: QK-norm's input gradient with rstd and xhat per row, as the template's docstring defines them;
+# the wrong answers change dx (or drop eps)
+QK_NORM = ("import numpy as np\ndef qk_norm_dx(dy, x, g, eps=1e-6):\n"
+           "    rstd = 1 / np.sqrt(np.mean(x * x, axis=-1, keepdims=True) + eps)\n    xhat = x * rstd\n"
+           "    return {dx}\n")
+QK_NORM_DX = "rstd * (dy * g - xhat * np.mean(dy * g * xhat, axis=-1, keepdims=True))"
+
+
 WRONG = {   # exercise: wrong-but-plausible answers, each a whole exercise file
     1: [  # the right pattern of messages, zeros in them, and the sum taken from the inputs
         RING_START + "    for s in range(2 * (p - 1)):\n        for r in range(p):\n"
@@ -243,6 +251,16 @@ WRONG = {   # exercise: wrong-but-plausible answers, each a whole exercise file
          "import numpy as np\n\ndef seq_to_heads(parts, positions):\n    order = np.concatenate(positions)\n"
          "    y = np.concatenate(parts, axis=2)\n    z = np.empty_like(y)\n    z[:, :, order] = y\n"
          "    return [z for _ in parts]\n"],                                                           # no head cut
+    27: [QK_NORM.format(dx="rstd * g * dy"),                                                    # rstd held constant
+         QK_NORM.format(dx="rstd * (dy * g - xhat * np.mean(dy * g * xhat))"),                 # one mean for all rows
+         QK_NORM.format(dx="rstd * (dy - xhat * np.mean(dy * xhat, axis=-1, keepdims=True))"),  # the gain left out
+         QK_NORM.format(dx="rstd * (dy * g - xhat * np.sum(dy * g * xhat, axis=-1, keepdims=True))"),  # sum, not mean
+         QK_NORM.replace(" + eps", "").format(dx=QK_NORM_DX)],                                  # eps left out
+    28: ["ANSWER = (1048576, 524288)\n",             # rows that leave the rank only, (ep - 1) / ep of them
+         "ANSWER = (1048576, 1048576)\n",            # the forward's two all-to-alls only
+         "ANSWER = (4194304, 4194304)\n",            # the whole batch's tokens on every rank
+         "ANSWER = (2097152, 1048576)\n",            # halved again at ep 4
+         "ANSWER = 2097152\n"],
 }
 
 
@@ -301,6 +319,30 @@ def test_messages_point_at_the_first_difference(tmp_path):
         in message, message
     ok, message = _verdict(tmp_path, 1, WRONG[1][0])
     assert "message 1 (rank 0 -> 1) is not the sum of one chunk" in message
+
+
+def test_qk_norm_written_as_the_hints_say_passes_and_a_constant_rstd_is_named(tmp_path):
+    ok, message = _verdict(tmp_path, 27, QK_NORM.format(dx=QK_NORM_DX))
+    assert ok, message
+    ok, message = _verdict(tmp_path, 27, WRONG[27][0])
+    assert "rstd is held constant" in message and "\n" not in message.split("\n  (a hint")[0], message
+    ok, message = _verdict(tmp_path, 27, WRONG[27][1])       # one line, naming the first wrong element
+    assert re.search(r"queries of shape \(B, heads, T, HS\) = \(2, 4, 3, 8\): dx\[0, 0, 0, \d+\] is \S+, "
+                     r"expected \S+$", message.split("\n")[0]), message
+
+
+def test_qk_norm_check_catches_what_only_the_finite_differences_see(tmp_path):
+    # right on every shape the element-wise part shows, wrong on the new point: only the slope catches it
+    code = QK_NORM.format(dx=QK_NORM_DX + " if x.shape != (2, 3, 4, 6) else 1.01 * (" + QK_NORM_DX + ")")
+    ok, message = _verdict(tmp_path, 27, code)
+    assert not ok and "central differences" in message, message
+
+
+def test_ep_bytes_with_the_counts_pass_and_are_the_rows_of_the_run():
+    from hpcpar.course.check_a2a import check_ep_rows_bytes, ep_rows_bytes
+    rows = 16 // 4 * 64 * 2                     # batch over dp 4, sequence 64, top-2: the rank's rows
+    assert ep_rows_bytes() == (4 * 2 * rows * 64 * 8,) * 2       # 4 all-to-alls a layer, 2 layers, float64
+    check_ep_rows_bytes(tuple(b + 2 * 4 * 8 for b in ep_rows_bytes()))      # the counts too: within 1 %
 
 
 def test_a_fixed_pipeline_program_runs_on_two_ranks(tmp_path):

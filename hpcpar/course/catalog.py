@@ -160,5 +160,26 @@ EXERCISES = [
                  "rank j's heads are one contiguous run: j H/p .. (j+1) H/p - 1, from every rank's part",
                  "rank i's token t goes to position positions[i][t] of the whole sequence, not to i T/p + t",
                  "with np.empty((B, H/p, T, HS)), out[:, :, positions[i]] = parts[i][:, heads of j] for every i")),
+    Exercise(27, "10-llama.md", "Llama", "the input gradient of QK-norm",
+             "qk_norm_dx", check_llama.check_qk_norm_dx, check_llama.qk_norm_dx, hints=(
+                 "each (b, head, t) row of HS features is normalised on its own: rstd = 1 / sqrt(mean(x^2) + eps), "
+                 "the mean over the last axis (keepdims=True), xhat = x rstd; g (HS,) broadcasts over the heads",
+                 "rstd depends on x: d rstd / d x_j = -rstd^3 x_j / HS, so dx is not just rstd g dy - the "
+                 "Jacobian of a row is rstd I less a rank-one term along xhat",
+                 "with dxhat = dy g: dx = rstd (dxhat - xhat mean(dxhat xhat)), the mean per row, over the last "
+                 "axis")),
+    Exercise(28, "17-all-to-all.md", "MoE", "predict: bytes a rank hands the expert-parallel all-to-alls, ep 2 and 4",
+             "ANSWER", check_a2a.check_ep_rows_bytes, check_a2a.ep_rows_bytes, hints=(
+                 "batch 16 over dp 4: a rank routes 4 sequences of 64 tokens, each token to top_k = 2 experts - "
+                 "one row of d_model float64 numbers per choice",
+                 "a rank hands MPI every one of its rows, the ones for its own experts included: the rows to "
+                 "the other ranks are (ep - 1) / ep of them, but the bytes handed do not depend on ep, nor on "
+                 "how evenly the router spreads them",
+                 "each MoE layer runs four all-to-alls of those rows a step: dispatch and combine forward, the "
+                 "gradients the same two ways backward"),
+             after="Measure it: .venv/bin/mpiexec -n 4 .venv/bin/hpcpar train --model mixtral-tiny --dp 4 --ep 2 "
+                   "--dtype float64 --steps 3 --batch-size 16 --no-progress --summary-json ep2.json, then --ep 4; "
+                   "bytes_per_step's 'ep' (the summary's 'ep ... MB') counts the four ranks together, with the "
+                   "experts' counts (8 E bytes a layer and rank)"),
 ]
 BY_NUMBER = {e.number: e for e in EXERCISES}

@@ -1,6 +1,7 @@
 """All-to-all exercises: the MoE's dispatch and combine (hpcpar/ops/moe.py, expert_parallel/dispatch.py,
-docs/moe.md), and the Ulysses transpose, the sequence cut of a cp group turned into a head cut
-(hpcpar/context_parallel/transpose.py, docs/context_parallel.md)."""
+docs/moe.md), the Ulysses transpose, the sequence cut of a cp group turned into a head cut
+(hpcpar/context_parallel/transpose.py, docs/context_parallel.md), and the bytes of expert parallelism's
+all-to-alls as the planner counts them (hpcpar/plan/experts.py)."""
 import numpy as np
 
 from hpcpar.context_parallel.transpose import simulate_seq_to_heads
@@ -68,3 +69,40 @@ def check_dispatch_combine(f):
             if bad.any():
                 i = tuple(int(j) for j in np.argwhere(bad)[0])
                 raise Wrong(f"{what}: {name}{list(i)} is {g[i]:.6g}, not what the package gives")
+
+
+# --- exercise 28: predict the bytes of the expert-parallel all-to-alls ----------------------------------
+
+EP_RUN = dict(model="mixtral-tiny", dp=4, dtype="float64", batch_size=16)      # on 4 ranks
+
+
+def ep_rows_bytes():
+    """Reference: the bytes one rank hands MPI in a step for the rows of the all-to-alls (dispatch and
+    combine, forward and backward: 4 a MoE layer and micro-batch, plan/experts.all_to_all_times) of
+    EP_RUN at ep 2 and at ep 4, by the planner's count of one (plan/experts.dispatch_bytes: the
+    rank's tokens x top_k rows of d_model numbers, its own included)."""
+    from dataclasses import replace
+
+    from hpcpar.plan.experts import dispatch_bytes
+    from hpcpar.plan.measured import planner_view
+    from hpcpar.training.config import TrainConfig, check
+    from hpcpar.training.train import model_config
+    out = []
+    for ep in (2, 4):
+        cfg = check(TrainConfig(**EP_RUN, ep=ep), 4)
+        mcfg = replace(model_config(cfg), vocab_size=32)       # the data's vocabulary: no part of the rows
+        job, lay = planner_view(cfg, mcfg)
+        one = dispatch_bytes(job.model, lay, job.seq_len // lay.cp * lay.mb, job.elem_bytes)
+        out.append(int(4 * mcfg.n_layer * cfg.microbatches * one))
+    return tuple(out)
+
+
+def check_ep_rows_bytes(answer):
+    want = ep_rows_bytes()
+    if not (isinstance(answer, tuple) and len(answer) == 2 and
+            all(isinstance(a, (int, float)) and not isinstance(a, bool) for a in answer)):
+        raise Wrong(f"ANSWER is a pair of numbers of bytes (at ep 2, at ep 4), got {answer!r}")
+    for ep, got, right in zip((2, 4), answer, want):
+        if abs(got - right) > 0.01 * right:
+            raise Wrong(f"the bytes at ep {ep}, {got!r}, are too {'many' if got > right else 'few'} "
+                        "(within 1 % passes)")
