@@ -149,8 +149,9 @@ def simulate(schedule, costs=Costs(), blocking_sends=False, program=None):
     inflight, peak = [0] * p, [0] * p
     # each compute instruction's time (None for a message) and its change to the activations held:
     # worked out once per instruction, as a receive is tried again every time its rank comes round
+    split = schedule.split_backward
     took = [[None if a.op not in COMPUTE else
-             (rank_costs[r].pair_share() if i in ready.paired[r] else 1.0) * rank_costs[r].of(a, schedule.split_backward)
+             (rank_costs[r].pair_share() if i in ready.paired[r] else 1.0) * rank_costs[r].of(a, split)
              for i, a in enumerate(prog)] for r, prog in enumerate(program)]
     held = [[0 if schedule.forward_only else {"F": 1, "B": -1}.get(a.op, 0) for a in prog] for prog in program]
 
