@@ -182,6 +182,17 @@ def test_op_level_selective_recompute_keeps_input_attention_and_half_the_gemm_ou
     assert kept < layer_activation_bytes(ops, lay.with_(recompute="none")) / 2
 
 
+def test_op_level_selective_keeps_a_ranks_own_keys_and_values_once():
+    """Under tensor parallelism a rank's K and V outputs are its kv_heads_per_rank heads (already per
+    rank, replicated once tp exceeds them): two more K/V heads on a rank keep half their outputs more."""
+    engine = Engine(flash_attention=True, numpy_caches=False, adam_buffers=2, selective_ops=True)
+    lay = Layout(4, 1, 2, recompute="selective", sp=True)
+    kv4, kv8 = (job(parse_dims(f"l=24,h=2048,a=16,kv={kv},V=51200"), engine=engine) for kv in (4, 8))
+    tokens, elem, d = 2048 * lay.mb, 2, 2048 // 16
+    more = layer_activation_bytes(kv8, lay) - layer_activation_bytes(kv4, lay)   # 2 against 1 K/V head a rank
+    assert more == pytest.approx(tokens * elem * 2 * (2 - 1) * d / 2)
+
+
 def test_the_loss_keeps_one_micro_batchs_logits_at_the_engines_bytes():
     eager = job(engine=Engine(numpy_caches=False, loss_bytes_per_logit=10))
     lay = Layout(1, 4, 2, v=2, schedule="interleaved")

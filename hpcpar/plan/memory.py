@@ -139,7 +139,7 @@ def op_level_selective_bytes(job, layout):
     seq_split = t if layout.sp else 1
     # per rank: q, k, v and the MLP's up (and gate) projections column-parallel; the attention output
     # projection and the MLP's down projection full width, split along the sequence with sp
-    outputs = (m.attention_width + 2 * kv_heads_per_rank(m, t) * m.head_dim + (2 if m.gated else 1) * m.ffn) / t \
+    outputs = (m.attention_width + (2 if m.gated else 1) * m.ffn) / t + 2 * kv_heads_per_rank(m, t) * m.head_dim \
         + 2 * m.hidden / seq_split
     kept = m.hidden / seq_split + m.attention_width / t + outputs / 2
     sb = tokens_per_rank(job, layout)
