@@ -138,6 +138,15 @@ def test_layouts_that_cannot_split_are_refused(flags, message):
         model_config(check(config(**kw), kw.get("tp", 1)))
 
 
+def test_a_gpt2_config_refuses_what_its_attention_lacks():
+    """GPT-2's attention has heads of d_model / n_head and no QK-norm: a config asking for either is
+    refused where it is made, not counted in its shape and silently ignored by its arrays."""
+    from hpcpar.nn.gpt import preset
+    for flags, what in ((dict(head_dim=32), "--head-dim"), (dict(qk_norm=True), "QK-norm")):
+        with pytest.raises(UsageError, match=f"{what} needs a Llama model"):
+            preset("tiny", **flags)
+
+
 def test_the_worked_example_quotes_the_same_losses_on_one_rank_and_eight():
     """docs/llama.md's two runs (each kept current by test_docs) print identical loss lines."""
     one = quoted_losses("llama.md", "hpcpar train --model llama-tiny --dtype float64 --steps 3")

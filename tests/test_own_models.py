@@ -46,7 +46,8 @@ def adopted(path, **flags):
     (dict(layers=6), "--layers 6 contradicts --init-from"),       # ... fewer
     (dict(hidden=64), "--hidden 64 contradicts --init-from"),
     (dict(vocab=50), "--vocab 50 contradicts --init-from"),
-], ids=["extra-layers", "missing-layers", "width", "vocabulary"])
+    (dict(head_dim=16), "--head-dim 16 contradicts --init-from"),     # the file's heads: 32 / 4, stored as 0
+], ids=["extra-layers", "missing-layers", "width", "vocabulary", "head-width"])
 def test_flags_that_contradict_the_file_are_refused(four_layers, flags, message):
     with pytest.raises(UsageError, match=message) as err:
         adopted(four_layers, **flags)

@@ -10,7 +10,7 @@ from hpcpar.plan.hardware import load_hardware
 from hpcpar.plan.job import Engine, Job
 from hpcpar.plan.layout import Layout, parse_layout
 from hpcpar.plan.measured import planner_view
-from hpcpar.plan.memory import stage_memory
+from hpcpar.plan.memory import layer_activation_bytes, layer_activation_terms, stage_memory
 from hpcpar.plan.models import load_model
 from hpcpar.plan.network import ep_all_to_all_seconds
 from hpcpar.plan.published import RUNS
@@ -56,6 +56,15 @@ def test_the_routing_bias_is_held_whole_as_the_engine_holds_it(zero):
     assert job.model.routing_bias_params() == cfg.n_expert
     planned = stage_memory(job, layout, 0, 1)
     assert {k: planned.get(k, 0) for k in TERMS} == pytest.approx(formula(c, cfg, 0), rel=1e-12)
+
+
+def test_op_level_selective_recompute_keeps_the_expert_rows():
+    """torchtitan's policy (Engine.selective_ops) recomputes dense layers' GEMM outputs; the MoE layer is
+    counted whole, so a selective layout never drops the routed rows (an upper bound)."""
+    job = mixtral_job(selective_ops=True, numpy_caches=False)
+    lay = parse_layout("tp1-pp4-dp16-mb1-v1-1f1b-ep8-rcsel")
+    rows = layer_activation_terms(job, lay)["experts (rows, router)"]
+    assert rows < layer_activation_bytes(job, lay) < layer_activation_bytes(job, lay.with_(recompute="none"))
 
 
 def test_ep_shrinks_only_the_routed_experts():

@@ -22,6 +22,17 @@ def test_tensor_parallel_splits_every_gemm(tp):
     assert part * tp == whole
 
 
+def test_experts_are_whole_on_a_tp_rank_which_routes_its_share_of_the_tokens():
+    """The MoE layer is not cut over TP: a rank runs the router and whole experts on its 1/tp of the
+    tokens (sequence parallelism), so the FLOPs split by tp as the dense GEMMs' do, but not the widths."""
+    m = load_model("mixtral-8x7b")
+    one, two = ({g.name: g for g in layer_gemms(m, 2, 64, tp)} for tp in (1, 2))
+    for name in ("router", "moe up", "moe down"):
+        assert two[name].flops * 2 == one[name].flops
+        assert two[name].n == one[name].n                   # whole experts: the width is not cut
+    assert two["router"].m == 64                            # 2 x 64 tokens, half of them on each rank
+
+
 def test_selective_recompute_adds_only_the_attention_core():
     m = load_model("gpt3-175b")
     extra = step_flops(m, 8, 2048, "selective") - step_flops(m, 8, 2048)

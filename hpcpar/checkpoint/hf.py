@@ -131,7 +131,6 @@ def adopt(cfg):
     for flag, attr, theirs in (("layers", "layers", arch.n_layer), ("hidden", "hidden", arch.d_model),
                                ("ffn", "ffn", arch.d_ff), ("vocab", "vocab", arch.vocab_size),
                                ("heads", "heads", arch.n_head), ("kv-heads", "kv_heads", arch.n_kv_head),
-                               ("head-dim", "head_dim", arch.head_dim),
                                ("positions", "positions", arch.n_positions), ("ln-eps", "ln_eps", arch.ln_eps),
                                ("rope-theta", "rope_theta", arch.rope_theta), ("experts", "experts", arch.n_expert),
                                ("top-k", "top_k", arch.top_k)):
@@ -139,6 +138,10 @@ def adopt(cfg):
         if mine and theirs and mine != theirs:
             raise UsageError(f"--{flag} {mine} contradicts {where}, which has {theirs}")
         setattr(cfg, attr, mine or theirs)
+    width = arch.head_dim or arch.d_model // arch.n_head       # the file's head width (0 stored: C / NH)
+    if cfg.head_dim and cfg.head_dim != width:
+        raise UsageError(f"--head-dim {cfg.head_dim} contradicts {where}, which has {width}")
+    cfg.head_dim = cfg.head_dim or arch.head_dim
     if arch.n_expert and not cfg.norm_topk and arch.norm_topk:
         raise UsageError(f"--no-norm-topk contradicts {where}, which renormalises its top-k scores")
     cfg.norm_topk = arch.norm_topk

@@ -69,6 +69,9 @@ class GPTConfig:
             object.__setattr__(self, "n_kv_head", self.n_head)
         if self.head_dim % 2:
             raise UsageError(f"head_dim {self.head_dim} is odd: rotary positions turn pairs of a head's features")
+        if not self.parts.grouped_kv and (self.head_dim or self.qk_norm):     # GPT-2's attention has neither
+            what = "--head-dim" if self.head_dim else "QK-norm"
+            raise UsageError(f"{what} needs a Llama model (--model llama-tiny or llama-small), not {self.arch}")
 
     @property
     def parts(self):
@@ -114,24 +117,6 @@ class GPTConfig:
 
     def n_params(self):
         return self.embedding_params() + self.n_layer * self.block_params() + self.head_params(not self.tied)
-
-
-# Presets: dims only; the vocabulary comes from the data unless the preset fixes it (gpt2).
-PRESETS = {
-    "tiny": GPTConfig(vocab_size=0, seq_len=64, n_layer=2, n_head=4, d_model=64),
-    "small": GPTConfig(vocab_size=0, seq_len=128, n_layer=4, n_head=8, d_model=256),
-    "gpt2": GPTConfig(vocab_size=50257, seq_len=1024, n_layer=12, n_head=12, d_model=768),
-    "llama-tiny": GPTConfig(vocab_size=0, seq_len=64, n_layer=2, n_head=4, n_kv_head=2, d_model=64, d_ff=176,
-                            arch="llama", tied=False, ln_eps=1e-6),
-    "llama-small": GPTConfig(vocab_size=0, seq_len=128, n_layer=4, n_head=8, n_kv_head=4, d_model=256, d_ff=688,
-                             arch="llama", tied=False, ln_eps=1e-6),
-    "moe-tiny": GPTConfig(vocab_size=0, seq_len=64, n_layer=2, n_head=4, d_model=64, d_ff=128,
-                          n_expert=4, top_k=2),
-    "mixtral-tiny": GPTConfig(vocab_size=0, seq_len=64, n_layer=2, n_head=4, n_kv_head=2, d_model=64, d_ff=88,
-                              arch="llama", tied=False, ln_eps=1e-6, n_expert=4, top_k=2),
-    "qwen3-moe-tiny": GPTConfig(vocab_size=0, seq_len=64, n_layer=2, n_head=4, n_kv_head=2, d_model=64, d_ff=88,
-                                arch="llama", tied=False, ln_eps=1e-6, n_expert=4, top_k=2, qk_norm=True),
-}
 
 
 def preset(name, **overrides):
@@ -267,4 +252,22 @@ ARCHITECTURES = {
                    tp=(TPCut("attn", ("qkv",), ("o_proj",)), TPCut("mlp", ("gate_up",), ("down_proj",))),
                    tp_replicated=("ln_1", "ln_2"), tp_per_head=("attn.qk_norm",), experts=SwiGLUExperts,
                    hf_with_experts="mixtral"),
+}
+
+
+# Presets: dims only; the vocabulary comes from the data unless the preset fixes it (gpt2).
+PRESETS = {
+    "tiny": GPTConfig(vocab_size=0, seq_len=64, n_layer=2, n_head=4, d_model=64),
+    "small": GPTConfig(vocab_size=0, seq_len=128, n_layer=4, n_head=8, d_model=256),
+    "gpt2": GPTConfig(vocab_size=50257, seq_len=1024, n_layer=12, n_head=12, d_model=768),
+    "llama-tiny": GPTConfig(vocab_size=0, seq_len=64, n_layer=2, n_head=4, n_kv_head=2, d_model=64, d_ff=176,
+                            arch="llama", tied=False, ln_eps=1e-6),
+    "llama-small": GPTConfig(vocab_size=0, seq_len=128, n_layer=4, n_head=8, n_kv_head=4, d_model=256, d_ff=688,
+                             arch="llama", tied=False, ln_eps=1e-6),
+    "moe-tiny": GPTConfig(vocab_size=0, seq_len=64, n_layer=2, n_head=4, d_model=64, d_ff=128,
+                          n_expert=4, top_k=2),
+    "mixtral-tiny": GPTConfig(vocab_size=0, seq_len=64, n_layer=2, n_head=4, n_kv_head=2, d_model=64, d_ff=88,
+                              arch="llama", tied=False, ln_eps=1e-6, n_expert=4, top_k=2),
+    "qwen3-moe-tiny": GPTConfig(vocab_size=0, seq_len=64, n_layer=2, n_head=4, n_kv_head=2, d_model=64, d_ff=88,
+                                arch="llama", tied=False, ln_eps=1e-6, n_expert=4, top_k=2, qk_norm=True),
 }

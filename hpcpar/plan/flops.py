@@ -32,14 +32,15 @@ def layer_gemms(model, b, s, tp, cp=1):
     """The forward GEMMs of one transformer layer for b sequences on one of tp ranks; with context
     parallelism a rank holds s/cp queries of each sequence and meets all s keys (ring attention).  A
     mixture of experts runs the router, then each token through its top_k routed experts (k rows a
-    token) and the shared experts (one MLP shared_experts * ffn wide)."""
+    token) and the shared experts (one MLP shared_experts * ffn wide) - whole on every TP rank, which
+    routes its 1/tp of the tokens (the sequence parallelism the planner asks for with experts)."""
     h, d, f = model.hidden, model.head_dim, model.ffn
     tokens, heads, q = b * s // cp, model.heads // tp, s // cp
     qkv = model.attention_width // tp + 2 * kv_heads_per_rank(model, tp) * d
 
-    def mlp(rows, width, name="mlp"):
-        return [Gemm(f"{name} up", rows, (2 if model.gated else 1) * width // tp, h),
-                Gemm(f"{name} down", rows, h, width // tp)]
+    def mlp(rows, width, name="mlp", cut=tp):
+        return [Gemm(f"{name} up", rows, (2 if model.gated else 1) * width // cut, h),
+                Gemm(f"{name} down", rows, h, width // cut)]
 
     gemms = [
         Gemm("qkv", tokens, qkv, h),
@@ -49,8 +50,9 @@ def layer_gemms(model, b, s, tp, cp=1):
     ]
     if not model.experts:
         return gemms + mlp(tokens, f)
-    gemms += [Gemm("router", tokens, model.experts, h)] + mlp(tokens * model.top_k, f, "moe")
-    return gemms + (mlp(tokens, model.shared_experts * f, "shared") if model.shared_experts else [])
+    routed = tokens // tp
+    gemms += [Gemm("router", routed, model.experts, h)] + mlp(routed * model.top_k, f, "moe", cut=1)
+    return gemms + (mlp(routed, model.shared_experts * f, "shared", cut=1) if model.shared_experts else [])
 
 
 def logits_gemm(model, b, s, tp, cp=1):

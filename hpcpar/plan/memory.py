@@ -134,16 +134,19 @@ def layer_activation_terms(job, layout):
 
 def op_level_selective_bytes(job, layout):
     """PyTorch's op-level selective checkpointing (torchtitan): a layer keeps its input, the attention
-    output with its log-sum-exp and every second GEMM output; the rest is recomputed from them."""
+    output with its log-sum-exp and every second GEMM output; the rest is recomputed from them.  A
+    mixture of experts' layer is counted whole (experts.activation_bytes): an upper bound, the policy's
+    choices inside it are not modelled."""
     m, t = job.model, layout.tp
     seq_split = t if layout.sp else 1
     # per rank: q, k, v and the MLP's up (and gate) projections column-parallel; the attention output
     # projection and the MLP's down projection full width, split along the sequence with sp
-    outputs = (m.attention_width + (2 if m.gated else 1) * m.ffn) / t + 2 * kv_heads_per_rank(m, t) * m.head_dim \
-        + 2 * m.hidden / seq_split
+    mlp = 0 if m.experts else (2 if m.gated else 1) * m.ffn / t + m.hidden / seq_split
+    outputs = m.attention_width / t + 2 * kv_heads_per_rank(m, t) * m.head_dim + m.hidden / seq_split + mlp
     kept = m.hidden / seq_split + m.attention_width / t + outputs / 2
     sb = tokens_per_rank(job, layout)
-    return sb * (kept * job.elem_bytes + m.heads // t * 4)
+    moe = experts.activation_bytes(m, layout, sb, job.elem_bytes, job.engine.numpy_caches) if m.experts else 0
+    return sb * (kept * job.elem_bytes + m.heads // t * 4) + moe
 
 
 def layer_activation_bytes(job, layout):

@@ -94,8 +94,6 @@ def model_config(cfg):
             raise UsageError(f"--heads {mcfg.n_head} must divide --hidden {mcfg.d_model}")
         if not mcfg.parts.grouped_kv and cfg.kv_heads:
             raise UsageError(f"--kv-heads needs a Llama model (--model llama-tiny or llama-small), not {cfg.model}")
-        if not mcfg.parts.grouped_kv and cfg.head_dim:
-            raise UsageError(f"--head-dim needs a Llama model (--model llama-tiny or llama-small), not {cfg.model}")
         if mcfg.n_head % mcfg.n_kv_head:
             raise UsageError(f"--kv-heads {mcfg.n_kv_head} must divide the {mcfg.n_head} attention heads")
         if not mcfg.parts.dropout and cfg.dropout:
