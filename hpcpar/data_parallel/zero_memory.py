@@ -129,9 +129,14 @@ def with_experts(zero, n, ep, params, experts, unit, resident=0, **numbers):
     parts = [per_rank(zero, n, params - resident, unit, **numbers), per_rank(0, n, resident, 0, **numbers)] \
         if zero == 3 and resident else [per_rank(zero, n, params, unit, **numbers)]
     if experts:
-        group = n // ep
-        parts.append(per_rank(zero if group > 1 or zero < 3 else 0, group, experts, 0, **numbers))
+        parts.append(per_rank(experts_stage(zero, n, ep), n // ep, experts, 0, **numbers))
     return {term: sum(part[term] for part in parts) for term in TERMS}
+
+
+def experts_stage(zero, n, ep):
+    """The ZeRO stage a rank's routed experts are held at: the run's, except ZeRO-3 over a group of one
+    rank (ep = n), where they stay whole - ZeRO-0's column (fsdp.Unit.resident)."""
+    return zero if n // ep > 1 or zero < 3 else 0
 
 
 def check_budget(cfg, mcfg):

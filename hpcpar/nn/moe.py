@@ -66,9 +66,6 @@ def check_moe(mcfg, cfg):
             raise UsageError(f"--{given[0].replace('_', '-')} needs experts: give --experts N or --model moe-tiny "
                              f"or mixtral-tiny")
         return
-    if cfg.export and not mcfg.parts.hf_with_experts:
-        raise UsageError(f"--export {cfg.export}: a {mcfg.parts.title} with experts has no Hugging Face model to "
-                         f"write (a Llama with experts is a Mixtral); keep it as a checkpoint (--save)")
     if mcfg.top_k > mcfg.n_expert:
         raise UsageError(f"--top-k {mcfg.top_k} is more than the {mcfg.n_expert} experts")
     if mcfg.n_expert % cfg.ep:

@@ -86,8 +86,9 @@ def grouped_backward_input(dys, w, offsets):
 
 def grouped_backward_weight(dys, xs, offsets, dw, db=None):
     """Add each expert's dW_e = xs[rows of e]^T dys[rows of e] (and db_e, the rows' sum) into the
-    gradients dw (E, in, out) and db (E, out); dys (M, out), xs (M, in).  Expert by expert, so no
-    (E, in, out) temporary is made and added, and no bias sum runs for experts without biases."""
+    gradients dw (E, in, out) and db (E, out); dys (M, out), xs (M, in).  Expert by expert: one
+    (in, out) product at a time is added, never an (E, in, out) temporary, and no bias sum runs for
+    experts without biases."""
     for e in range(dw.shape[0]):
         lo, hi = offsets[e], offsets[e + 1]
         if hi > lo:

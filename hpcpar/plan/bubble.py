@@ -94,6 +94,13 @@ def simulate_pipeline(schedule, p, m, v, F, B, W, latency):
     return PipelineResult(makespan, 1 - work / makespan, peak, sims)
 
 
+# the idle time analytic_makespan counts below for the zero-bubble schedules, as --explain prints it
+TEXTBOOK = {"zb-h1": ("(p-1)(F+B-W)", "Qi et al. 2024"),
+            "zb-h2": ("(p-1)max(F, F+B-2W) + max(0, 2p-1-m)W", "Qi et al. 2024"),
+            "zb-v": ("(p-1)(max(F, F+B-2W) + max(0, B-F)) + 2max(0, 2p-1-m)W", "Qi et al. 2024"),
+            "dualpipev": ("(p-1)(F+2B-W) = (PP/2-1)(F&B+B-3W), F&B = F+B+W", "DualPipe's README")}
+
+
 def analytic_makespan(schedule, p, m, v, F, B, W, latency):
     """The textbook estimate used to pre-rank layouts (F, B, W per chunk; docs/pipeline.md derives each)."""
     stage = v * (F + B + W)

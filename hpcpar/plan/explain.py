@@ -9,20 +9,17 @@ how much of it shows, the optimizer, and the totals.
 from dataclasses import replace
 
 from hpcpar.pipeline.schedules import KINDS
-from hpcpar.plan.bubble import analytic_makespan
+from hpcpar.plan.bubble import TEXTBOOK, analytic_makespan
 from hpcpar.plan import experts
 from hpcpar.plan.compute import elementwise_bytes, gemm_rate, gemm_seconds, layout_engine_job
 from hpcpar.plan.flops import layer_gemms, narayanan_flops, step_flops
+from hpcpar.data_parallel.zero_memory import experts_stage
 from hpcpar.plan.memory import layer_activation_terms, stage_params, state_bytes_per_param
 from hpcpar.plan.network import (cp_all_to_all_seconds, cp_allgather_seconds, cp_chunk_bytes, cp_ring_crosses_nodes,
                                  cp_ring_seconds, ep_all_to_all_seconds, group_link, members_per_node,
                                  ulysses_message_bytes)
 
 GiB = 2**30
-# the idle time bubble.analytic_makespan counts, as printed (F, B, W per chunk)
-TEXTBOOK = {"zb-h1": ("(p-1)(F+B-W)", "Qi et al. 2024"), "zb-h2": ("(p-1)max(F, F+B-2W)", "Qi et al. 2024"),
-            "zb-v": ("(p-1)(max(F, F+B-2W) + max(0, B-F))", "Qi et al. 2024"),
-            "dualpipev": ("(p-1)(F&B + B - 3W)", "DualPipe's README")}
 
 
 def _ms(seconds):
@@ -77,8 +74,10 @@ def memory_section(est):
     lines = [f"MEMORY per GPU, fullest stage {i} of {lay.pp} ({job.stage_layers(lay)[i]} layers, "
              f"{(dense + routed) / 1e9:.3f} B parameters on this rank)"]
     if routed:     # the routed experts: E/ep of them, whole over TP, sharded over their own group
-        we, ge, oe = state_bytes_per_param(job, lay.zero, lay.shard // lay.ep)
-        group = f" (ZeRO-{lay.zero}: /{lay.shard // lay.ep})" if lay.zero else ""
+        held = experts_stage(lay.zero, lay.shard, lay.ep)
+        we, ge, oe = state_bytes_per_param(job, held, lay.shard // lay.ep)
+        group = f" (ZeRO-{held}: /{lay.shard // lay.ep})" if held else \
+            " (ZeRO-3's group of one rank: whole)" if lay.zero else ""
         lines.append(f"  dense {dense / 1e9:.3f} B (ZeRO over dp*cp = {lay.shard}) + routed experts {routed / 1e9:.3f} B "
                      f"(E/ep = {job.model.experts // lay.ep} of each layer's, ZeRO over (dp*cp)/ep = "
                      f"{lay.shard // lay.ep})")
@@ -98,7 +97,8 @@ def memory_section(est):
             "full": "only the layer input (recompute full)"}[lay.recompute]
     lines.append(f"  activations kept: {kept}; {est.pipeline.peak_inflight[i]}"
                  f" chunk(s) of {job.stage_layers(lay)[i] / lay.v:g} layers in flight "
-                 f"({lay.schedule}, simulated peak{' until W' if KINDS[lay.schedule].split_backward else ''})  = {_gib(terms['activations'])}")
+                 f"({lay.schedule}, {'simulated' if est.pipeline.simulated else 'closed-form'} peak"
+                 f"{' until W' if KINDS[lay.schedule].split_backward else ''})  = {_gib(terms['activations'])}")
     for name in terms:
         if name not in ("weights", "gradients", "optimizer state", "activations"):
             lines.append(f"  {name:18s}                                  = {_gib(terms[name])}")
