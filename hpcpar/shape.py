@@ -128,9 +128,15 @@ class ModelShape:
         whole part (less the routing bias, never gathered), and its E/ep routed experts - unless their
         group (shard / ep of the ``shard`` ranks holding the same weights) is one rank, where they stay
         resident and are never gathered."""
+        dense, routed = self.block_split(tp, ep)
+        return dense - self.routing_bias_params() + (routed if shard > ep else 0)
+
+    def block_split(self, tp, ep):
+        """(dense, routed) numbers of one block on a rank: the part cut over TP / tp plus the MoE layer's
+        whole part (router, shared experts, bias: not cut over TP), and its E/ep routed experts (whole
+        over TP).  A block without experts: (layer / tp, 0)."""
         routed, whole = self.routed_params(), self.moe_whole_params()
-        return (self.layer_params() - routed - whole) / tp + whole - self.routing_bias_params() \
-            + (routed / ep if shard > ep else 0)
+        return (self.layer_params() - routed - whole) / tp + whole, routed / ep
 
     def routing_bias_params(self):
         """The auxiliary-loss-free balancing bias of a block (E numbers, or 0): moved after each step

@@ -65,16 +65,14 @@ def rank_params(cfg, mcfg, pp_rank):
     ranges = partition(mcfg.n_layer, S, cfg.partition, mcfg)
     stages = [schedule.stage(pp_rank, c) for c in range(cfg.chunks)]
     shape = mcfg.shape
-    routed = shape.routed_params()                                 # a block's routed experts
-    whole = shape.moe_whole_params()                               # router, shared experts, bias
+    dense, routed = shape.block_split(cfg.tp, cfg.ep)              # a block's numbers outside / in its experts
     bias = shape.routing_bias_params()                             # the routing bias: never gathered
-    cut = mcfg.block_params() - routed - whole                     # the rest of a block: cut over TP
     block = shape.gathered_block_params(cfg.tp, cfg.ep, cfg.dp * cfg.cp)     # a block's ZeRO-3 unit
     total, experts, unit, biases = 0, 0, 0, 0
     for s in stages:
         blocks = len(ranges[s])
-        total += blocks * (cut / cfg.tp + whole)
-        experts += blocks * routed / cfg.ep
+        total += blocks * dense
+        experts += blocks * routed
         biases += blocks * bias
         unit = max(unit, min(blocks, cfg.fsdp_blocks) * block)
         if s == 0:

@@ -40,11 +40,11 @@ def routed_tokens(layout, tokens):
 def split_params(model, params, layers, layout):
     """(dense, routed experts) numbers on one rank of a stage of ``layers`` blocks holding ``params`` as
     the model shape cuts them (every block / tp): the routed experts / ep instead, the router and shared
-    experts whole (zero_memory.rank_params, the engine's count)."""
+    experts whole (shape.block_split, as the engine's zero_memory.rank_params counts)."""
     if not model.experts:
         return params, 0.0
-    routed, whole = layers * model.routed_params(), layers * model.moe_whole_params()
-    return params - (routed + whole) / layout.tp + whole, routed / layout.ep
+    dense, routed = model.block_split(layout.tp, layout.ep)
+    return params - layers * (model.layer_params() / layout.tp - dense), layers * routed
 
 
 def state_terms(model, layout, params, layers, unit, **numbers):
