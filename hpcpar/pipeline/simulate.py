@@ -180,7 +180,7 @@ def simulate(schedule, costs=Costs(), blocking_sends=False, program=None):
             sender = r if a.op.startswith("SEND") else a.peer
             clock[r] = clock[a.peer] = max(clock[r], clock[a.peer]) + rank_costs[sender].latency
             pc[a.peer] += 1
-        elif keys[r][i][2] == r:                               # a send: this rank is the source
+        elif program[r][i].op.startswith("SEND"):
             arrival[keys[r][i]] = clock[r] + rank_costs[r].latency
         else:
             key = keys[r][i]
