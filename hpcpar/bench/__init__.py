@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 @dataclass(frozen=True)
 class Spec:
-    label: str          # the letter, or a short tag
+    label: str          # the section's letter, or a short tag
     module: str         # hpcpar.bench.<module>
     title: str
     ranks: tuple = ()   # world sizes to run at (() = one serial process)

@@ -87,7 +87,7 @@ def run(quick):
                    "within 10%", f"{100 * err:+.1f}%", abs(err) <= 0.10)
         res.target(f"{s} pp 2: measured bubble against the simulator", "within 10% of the step",
                    f"{pct(bubble)} vs {pct(staged.bubble)}", abs(bubble - staged.bubble) <= 0.10)
-    # issue 33: the V's whole point is a shorter step than 1F1B on the same ranks, same m
+    # the V's whole point is a shorter step than 1F1B on the same ranks, same m
     zbv = res.figures["zb-v"]["makespan_s"] / res.figures["1f1b"]["makespan_s"]
     res.target("zb-v pp 2, m = 8: step (makespan of the median step) against hpcpar's own 1f1b", "<= 0.95x",
                f"{zbv:.2f}x", zbv <= 0.95)

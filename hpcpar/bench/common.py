@@ -131,7 +131,7 @@ class Result:
                             "rows": [[str(c) for c in row] for row in rows], "notes": list(notes)})
 
     def target(self, what, goal, value, met):
-        """A target of the issues, with its measured value (reported, never asserted)."""
+        """A goal the benchmark is held to, with its measured value (reported, never asserted)."""
         self.targets.append({"what": what, "goal": goal, "value": value, "met": bool(met)})
 
     def as_dict(self):

@@ -5,7 +5,7 @@ tensor parallelism, DistributedDataParallel and FSDP2's ``fully_shard`` on the g
 Both sides live in the same two processes: rank r of our MPI job is rank r of PyTorch's gloo group,
 and the ten steps (ours and PyTorch's, for each of the five layouts) take turns round after round,
 each after a barrier, each timed on the slowest rank.  The model is the benchmark GPT (common.py) -
-smaller than the 8-layer one of the issue's notes, so that `make bench` stays short; one step is a
+smaller than the 8-layer one of the one-rank step (step.py), so that `make bench` stays short; one step is a
 forward, a backward and an AdamW update (no clipping on either side: PyTorch's pipeline has no global
 gradient norm).
 

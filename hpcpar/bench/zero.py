@@ -129,7 +129,7 @@ def speed(world, quick, res):
     res.figures["speed"] = {n: best(ts) for n, ts in times.items()}
     res.figures["gathers_alone_s"] = alone
     res.figures["gather_hidden"] = hidden
-    if world.size == 2:     # the issue's goal; at dp 8 eight ranks share two cores here: reported, not a goal
+    if world.size == 2:     # the goal is dp 2's; at dp 8 eight ranks share two cores here: reported, not a goal
         res.target("dp 2: at least half of ZeRO-3's all-gather time hidden", ">= 50 %", pct(hidden), hidden >= 0.5)
 
 
