@@ -11,7 +11,7 @@ from hpcpar.nn.gpt import GPT, preset
 from hpcpar.nn.module import Context
 from hpcpar.nn.moe import MoE, capacity
 from hpcpar.ops.moe import (combine_backward, combine_forward, dispatch_backward, dispatch_forward,
-                            grouped_backward_input, grouped_backward_weight, grouped_forward, route_order)
+                            grouped_backward_input, grouped_backward_weight, grouped_forward, route_order, slots)
 from hpcpar.ops.router import (balance_bias_update, expert_counts, load_balance_backward, load_balance_forward,
                                router_backward, router_forward)
 
@@ -76,6 +76,24 @@ def test_capacity_drops_the_latest_tokens_and_counts_them():
     assert capacity(1.0, 5, 1, 2) == 3 and capacity(0.0, 5, 1, 2) is None
 
 
+def test_combine_and_dispatch_backward_sum_each_tokens_kept_rows(rng):
+    """The gathers against the plain definition, token by token, with choices dropped."""
+    N, k, E, C = 9, 3, 4, 5
+    idx = np.stack([rng.permutation(E)[:k] for _ in range(N)])
+    order, _, dropped = route_order(idx, E, capacity=5)
+    assert dropped.sum() > 0
+    slot = slots(order, N, k)
+    ye, w = rng.standard_normal((len(order), C)), rng.standard_normal((N, k))
+    y, dx = np.zeros((N, C)), np.zeros((N, C))
+    for row, a in enumerate(order):
+        y[a // k] += w[a // k, a % k] * ye[row]
+        dx[a // k] += ye[row]
+        assert slot[a // k, a % k] == row
+    assert (slot == -1).sum() == dropped.sum()
+    np.testing.assert_allclose(combine_forward(ye, w, slot), y, rtol=0, atol=1e-12)
+    np.testing.assert_allclose(dispatch_backward(ye, slot), dx, rtol=0, atol=1e-12)
+
+
 def test_dispatch_grouped_combine_gradients(rng):
     N, k, E, C, F = 7, 2, 3, 4, 5
     idx = np.stack([rng.permutation(E)[:k] for _ in range(N)])
@@ -87,7 +105,7 @@ def test_dispatch_grouped_combine_gradients(rng):
 
     def forward():
         h = grouped_forward(dispatch_forward(x, order, k), W, offsets, b)
-        return combine_forward(grouped_forward(np.tanh(h), V, offsets), w, order)
+        return combine_forward(grouped_forward(np.tanh(h), V, offsets), w, slots(order, N, k))
     loss = lambda: np.sum(R * forward())  # noqa: E731
     xs = dispatch_forward(x, order, k)
     h = grouped_forward(xs, W, offsets, b)
@@ -97,7 +115,7 @@ def test_dispatch_grouped_combine_gradients(rng):
     grouped_backward_weight(dye, np.tanh(h), offsets, dV)
     dh = grouped_backward_input(dye, V, offsets) * (1 - np.tanh(h) ** 2)
     grouped_backward_weight(dh, xs, offsets, dW, db)
-    dx = dispatch_backward(grouped_backward_input(dh, W, offsets), order, N, k)
+    dx = dispatch_backward(grouped_backward_input(dh, W, offsets), slots(order, N, k))
     for what, p, g in (("dx", x, dx), ("dw", w, dw), ("dW", W, dW), ("db", b, db), ("dV", V, dV)):
         assert_grad(loss, p, g, what)
 

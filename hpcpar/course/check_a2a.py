@@ -6,7 +6,7 @@ import numpy as np
 
 from hpcpar.context_parallel.transpose import simulate_seq_to_heads
 from hpcpar.course.wrong import Wrong
-from hpcpar.ops.moe import combine_forward, route_order
+from hpcpar.ops.moe import combine_forward, route_order, slots
 from hpcpar.ops.ring_attention import balanced_positions
 
 
@@ -49,7 +49,7 @@ def dispatch_combine(idx, w, n_expert, ep, ye):
     expert), the rows sent to each rank, and y (N, C) = sum over a token's choices of weight x output."""
     order = route_order(idx, n_expert)[0]
     send = np.bincount(idx.reshape(-1), minlength=n_expert).reshape(ep, -1).sum(axis=1)
-    return order, send, combine_forward(ye, w, order)
+    return order, send, combine_forward(ye, w, slots(order, *idx.shape))
 
 
 def check_dispatch_combine(f):

@@ -41,7 +41,7 @@ from hpcpar.nn.linear import Linear
 from hpcpar.nn.module import Module
 from hpcpar.nn.parameter import Parameter, init_full
 from hpcpar.ops.moe import (combine_backward, combine_forward, dispatch_backward, dispatch_forward,
-                            route_order)
+                            route_order, slots)
 from hpcpar.ops.router import (balance_bias_update, expert_counts, load_balance_backward, load_balance_forward,
                                router_backward, router_forward)
 from hpcpar.precision import to_fp32
@@ -112,26 +112,27 @@ class MoE(Module):
                                          None if self.bias is None else self.bias.data, self.normalise)
         order, offsets, dropped = route_order(idx, self.n_expert, capacity(self.capacity_factor, N, self.k,
                                                                            self.n_expert))
+        slot = slots(order, N, self.k)                                  # (N, k)
         xs = dispatch_forward(x2, order, self.k)                        # (M, C)
         ys, c_exp = self.experts.forward(xs, offsets, ctx) if self.parallel is None else \
             self.parallel.forward(self.experts, xs, offsets, ctx)      # (M, C)
-        y = combine_forward(ys, w, order)                               # (N, C)
+        y = combine_forward(ys, w, slot)                                # (N, C)
         c_shared = None
         if self.shared is not None:
             s, c_shared = self.shared.forward(x2, ctx)
             y += s
         y, mask = self.drop.forward_tokens(y.reshape(shape), ctx)
         scale = ctx.loss_scale if ctx is not None else 0.0
-        return y, (shape, logits.dtype, c_gate, c_route, order, w, ys, c_exp, c_shared, mask, dropped, scale)
+        return y, (shape, logits.dtype, c_gate, c_route, order, slot, w, ys, c_exp, c_shared, mask, dropped, scale)
 
     def backward(self, dy, cache, defer=None):
-        shape, dtype, c_gate, c_route, order, w, ys, c_exp, c_shared, mask, dropped, scale = cache
+        shape, dtype, c_gate, c_route, order, slot, w, ys, c_exp, c_shared, mask, dropped, scale = cache
         dy2 = self.drop.backward(dy, mask).reshape(-1, shape[-1])      # (N, C)
         N = dy2.shape[0]
         dys, dw = combine_backward(dy2, ys, w, order)                   # (M, C), (N, k)
         dxs = self.experts.backward(dys, c_exp, defer) if self.parallel is None else \
             self.parallel.backward(self.experts, dys, c_exp, defer)
-        dx = dispatch_backward(dxs, order, N, self.k)
+        dx = dispatch_backward(dxs, slot)
         counts = expert_counts(c_route[2], self.n_expert)
         aux, ds_aux = 0.0, None
         if self.aux_coef:

