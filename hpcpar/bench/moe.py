@@ -4,14 +4,17 @@ The reference is transformers' MixtralSparseMoeBlock with its eager experts: a l
 hit, each gathering its tokens (index by token), running its SwiGLU MLP and adding the weighted
 output back (index_add_), autograd for the backward.  Ours (nn/moe.py) sorts the choices by expert
 once and runs one GEMM per expert and projection on contiguous rows (ops/moe.py).  Same weights, same
-input, float32, one thread each; CPU time, interleaved rounds (common.py).
+input, float32, one thread each; CPU time, interleaved rounds (common.py), each round ``REPEAT`` steps
+a side (a ~0.1 s step alone moves by tens of per cent when anything else wakes on the core), and the
+target is the median of the rounds' ratios, quoted with its spread as the peer rows are.
 """
 import numpy as np
 
-from hpcpar.bench.common import Result, best, import_torch, interleave, ms, paired_ratio, ratio, summary
+from hpcpar.bench.common import PEER_ROUNDS, Result, import_torch, interleave, ms, ratio, spread, summary
 
 MODEL = dict(tokens=2048, d_model=256, d_ff=512, n_expert=8, top_k=2)
 QUICK_MODEL = dict(tokens=256, d_model=64, d_ff=128, n_expert=4, top_k=2)
+REPEAT = 5
 
 
 def blocks(dims, torch):
@@ -52,23 +55,27 @@ def run(quick):
     dy_t = torch.tensor(dy)
 
     def hpcpar_step():
-        y, cache = ours.forward(x)
-        ours.backward(dy, cache)
+        for _ in range(REPEAT):
+            y, cache = ours.forward(x)
+            ours.backward(dy, cache)
 
     def torch_step():
-        xt = torch.tensor(x, requires_grad=True)
-        theirs(xt).backward(dy_t)
+        for _ in range(REPEAT):
+            xt = torch.tensor(x, requires_grad=True)
+            theirs(xt).backward(dy_t)
 
-    times = interleave({"hpcpar": hpcpar_step, "PyTorch eager": torch_step}, 3 if quick else 5)
-    r = best(times["hpcpar"]) / best(times["PyTorch eager"])
-    res.figures["moe_block"] = summary(times, "hpcpar", "PyTorch eager")
+    times = interleave({"hpcpar": hpcpar_step, "PyTorch eager": torch_step}, 3 if quick else PEER_ROUNDS + 2)
+    times = {k: [t / REPEAT for t in v] for k, v in times.items()}
+    fig = summary(times, "hpcpar", "PyTorch eager")
+    res.figures["moe_block"] = fig
     shape = (f"N = {dims['tokens']} tokens, C = {dims['d_model']}, F = {dims['d_ff']}, E = {dims['n_expert']}, "
              f"k = {dims['top_k']}, float32")
-    res.table(f"The MoE block, forward + backward ({shape})", ["implementation", "step", "vs PyTorch eager"],
-              [["hpcpar (permutation + grouped GEMM)", ms(best(times["hpcpar"])), ratio(r)],
-               ["PyTorch eager (transformers' loop over experts)", ms(best(times["PyTorch eager"])), ratio(1.0)]],
-              ["CPU time, best of the rounds, one thread each; the median of the per-round ratios is "
-               f"{ratio(paired_ratio(times['hpcpar'], times['PyTorch eager']))}."])
-    res.target("the MoE block's forward + backward against PyTorch eager's loop over experts", "<= 0.9x",
-               ratio(r), r <= 0.9)
+    res.table(f"The MoE block, forward + backward ({shape})",
+              ["implementation", "step (median)", "vs PyTorch eager: median of the rounds (range)"],
+              [["hpcpar (permutation + grouped GEMM)", ms(fig["ours_median_s"]), spread(fig)],
+               ["PyTorch eager (transformers' loop over experts)", ms(fig["theirs_median_s"]), ratio(1.0)]],
+              [f"CPU time per step, one thread each; each round times {REPEAT} steps a side; the best rounds' "
+               f"ratio is {ratio(fig['ratio'])}."])
+    res.target("the MoE block's forward + backward against PyTorch eager's loop over experts (median of rounds)",
+               "<= 0.9x", spread(fig), fig["ratio_median_paired"] <= 0.9)
     return res
