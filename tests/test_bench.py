@@ -42,6 +42,17 @@ def test_fast_ops_bench_has_a_ratio_per_op():
     assert [row[0] for row in table["rows"]] == list(res.figures) and all("rounds)" in row[-1] for row in table["rows"])
 
 
+def test_moe_bench_quotes_the_median_of_its_rounds_per_step():
+    pytest.importorskip("torch")
+    pytest.importorskip("transformers")
+    from hpcpar.bench import moe
+    res = moe.run(quick=True)
+    fig = res.figures["moe_block"]
+    (target,) = res.targets
+    assert fig["rounds"] == 3 and fig["ratio_min"] <= fig["ratio_median_paired"] <= fig["ratio_max"]
+    assert target["value"] == res.tables[0]["rows"][0][-1] and "3 rounds)" in target["value"]
+
+
 def test_quick_overlap_and_async_progress_benchmarks(tmp_path):
     """Both DP overlap benchmarks run at 2 ranks; the async one under its MPI setting, which the
     driver sets for that benchmark only and shows in the command it reports."""
