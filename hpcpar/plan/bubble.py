@@ -62,10 +62,9 @@ def held_inflight(built):
 
 @lru_cache(maxsize=4096)
 def _simulate(schedule, p, m, v, F, B, W, latency):
-    from hpcpar.pipeline.simulate import Costs, simulate
+    from hpcpar.pipeline.simulate import Costs, makespan
     built, program = _program(schedule, p, m, v)
-    r = simulate(built, Costs(F=F, B=B, W=W, latency=latency), program=program)
-    return r.makespan, held_inflight(built)
+    return makespan(built, Costs(F=F, B=B, W=W, latency=latency), program=program), held_inflight(built)
 
 
 def clear_caches():
