@@ -151,48 +151,54 @@ def _times(costs, split_backward):
 
 
 def prepare(schedule, program=None, blocking_sends=False):
-    """``program`` (default: ``schedule.with_communication()``) with its message keys and the order the
-    simulator takes its instructions in: each rank in turn runs until it must wait, round after round.
-    With ``blocking_sends`` a send waits for its receive, and the two run as one step."""
+    """``program`` (default: ``schedule.with_communication()``) with the order the simulator takes its
+    instructions in: each rank in turn runs until it must wait, round after round.  With
+    ``blocking_sends`` a send waits for its receive, and the two run as one step."""
     program = schedule.with_communication() if program is None else program
     p = len(program)
-    keys = [[None if a.op in COMPUTE else message_key(r, a, schedule) for a in prog] for r, prog in enumerate(program)]
-    number = {}                     # message key -> a small integer, the replay's index
-    codes = []
-    for prog, pairs in zip(program, map(_pairs, program)):
-        codes.append([cost_code(a.op, i in pairs) if a.op in COMPUTE else None for i, a in enumerate(prog)])
-    pc, order, sent = [0] * p, [], {}        # sent: keys of messages posted and not received yet
+    number, keys = {}, []          # message key -> a small integer, the replay's index; and back
+    steps = []                     # per rank, each instruction's step as the order will hold it
+    for r, prog in enumerate(program):
+        pairs, rank_steps = _pairs(prog), []
+        for i, a in enumerate(prog):
+            if a.op in COMPUTE:
+                rank_steps.append((RUN, r, i, cost_code(a.op, i in pairs)))
+                continue
+            key = message_key(r, a, schedule)
+            if key not in number:
+                number[key] = len(keys)
+                keys.append(key)
+            kind = MEET if blocking_sends else POST if a.op.startswith("SEND") else TAKE
+            rank_steps.append((kind, r, i, number[key]))
+        steps.append(rank_steps)
+    pc, order, sent = [0] * p, [], {}        # sent: messages posted and not received yet
     progress = True
     while progress:
         progress = False
         for r in range(p):
-            prog, rkeys, start = program[r], keys[r], pc[r]
-            while pc[r] < len(prog):
-                i = pc[r]
-                key = rkeys[i]
-                if key is None:
-                    order.append((RUN, r, i, codes[r][i]))
-                elif blocking_sends:
-                    a = prog[i]
-                    q = a.peer
-                    other = program[q][pc[q]] if pc[q] < len(program[q]) else None
-                    sending = a.op.startswith("SEND")
-                    if other is None or other.op not in (("RECV_F", "RECV_B") if sending else ("SEND_F", "SEND_B")) \
-                            or keys[q][pc[q]] != key:
+            rank_steps, i = steps[r], pc[r]
+            while i < len(rank_steps):
+                step = rank_steps[i]
+                if step[0] == TAKE:
+                    if step[3] not in sent:
                         break
-                    order.append((MEET, r, i, (q, pc[q], r if sending else q)))
+                    del sent[step[3]]
+                elif step[0] == POST:
+                    sent[step[3]] = None
+                elif step[0] == MEET:     # both sides at the two ends of the same message, or wait
+                    q, sending = program[r][i].peer, program[r][i].op.startswith("SEND")
+                    j = pc[q]
+                    if j >= len(steps[q]) or steps[q][j][0] != MEET or steps[q][j][3] != step[3] \
+                            or program[q][j].op.startswith("SEND") == sending:
+                        break
+                    sender = r if sending else q
+                    step = (MEET, r, i, (q, j, sender))
                     pc[q] += 1
-                elif prog[i].op.startswith("SEND"):
-                    order.append((POST, r, i, number.setdefault(key, len(number))))
-                    sent[key] = None
-                elif key in sent:
-                    del sent[key]
-                    order.append((TAKE, r, i, number[key]))
-                else:
-                    break
-                pc[r] += 1
-            progress = progress or pc[r] > start
-    return Prepared(program, tuple(order), tuple(pc), tuple(sent), blocking_sends)
+                order.append(step)
+                i += 1
+            progress = progress or i > pc[r]
+            pc[r] = i
+    return Prepared(program, tuple(order), tuple(pc), tuple(keys[n] for n in sent), blocking_sends)
 
 
 def _replay(ready, times, latency):
