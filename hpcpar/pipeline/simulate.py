@@ -156,20 +156,17 @@ def prepare(schedule, program=None, blocking_sends=False):
     ``blocking_sends`` a send waits for its receive, and the two run as one step."""
     program = schedule.with_communication() if program is None else program
     p = len(program)
-    number, keys = {}, []          # message key -> a small integer, the replay's index; and back
+    number = {}                    # message key -> a small integer, the replay's index
+    codes = {(op, paired): cost_code(op, paired) for op in COMPUTE for paired in (False, True)}
     steps = []                     # per rank, each instruction's step as the order will hold it
     for r, prog in enumerate(program):
         pairs, rank_steps = _pairs(prog), []
         for i, a in enumerate(prog):
             if a.op in COMPUTE:
-                rank_steps.append((RUN, r, i, cost_code(a.op, i in pairs)))
-                continue
-            key = message_key(r, a, schedule)
-            if key not in number:
-                number[key] = len(keys)
-                keys.append(key)
-            kind = MEET if blocking_sends else POST if a.op.startswith("SEND") else TAKE
-            rank_steps.append((kind, r, i, number[key]))
+                rank_steps.append((RUN, r, i, codes[a.op, i in pairs]))
+            else:
+                kind = MEET if blocking_sends else POST if a.op.startswith("SEND") else TAKE
+                rank_steps.append((kind, r, i, number.setdefault(message_key(r, a, schedule), len(number))))
         steps.append(rank_steps)
     pc, order, sent = [0] * p, [], {}        # sent: messages posted and not received yet
     progress = True
@@ -198,6 +195,7 @@ def prepare(schedule, program=None, blocking_sends=False):
                 i += 1
             progress = progress or i > pc[r]
             pc[r] = i
+    keys = list(number)
     return Prepared(program, tuple(order), tuple(pc), tuple(keys[n] for n in sent), blocking_sends)
 
 
