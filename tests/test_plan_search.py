@@ -101,6 +101,19 @@ def test_alike_stages_are_worked_out_once_with_the_same_numbers(text):
     assert len(set(job.stage_classes(lay))) < lay.pp          # there is something to share
 
 
+def test_a_layer_and_the_ends_depend_on_nothing_but_the_layer_key():
+    """The search keeps one layer's times, and a stage's, per compute.layer_key: every layout of a
+    mixture of experts' search with cp 1 and 2 (ring, Ulysses), every ep, schedule and ZeRO stage,
+    that shares a key has the same times to the bit."""
+    from hpcpar.plan.compute import end_times, layer_key, layer_times
+    job = h100_job({"flash_attention": True}, model="mixtral-8x7b", batch=256, seq=4096)
+    seen = {}
+    for lay in candidates(job, Space(cp=(1, 2), micro_batch_sizes=(1, 2))):
+        times = layer_times(job, lay), [end_times(job, lay, first, last) for first in (0, 1) for last in (0, 1)]
+        assert seen.setdefault(layer_key(lay), times) == times, lay
+    assert len(seen) > 20
+
+
 def test_recompute_costs_time_saves_memory():
     job = small_job()
     base = Layout(2, 2, 2, mb=4)

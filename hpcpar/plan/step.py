@@ -27,7 +27,7 @@ from functools import cached_property
 
 from hpcpar.plan import experts
 from hpcpar.plan.bubble import PipelineResult, analytic_makespan, simulate_pipeline
-from hpcpar.plan.compute import layer_times, stage_times, tp_comm_seconds
+from hpcpar.plan.compute import layer_key, layer_times, stage_times, tp_comm_seconds
 from hpcpar.plan.flops import step_flops
 from hpcpar.plan.memory import (ALLOCATOR_CACHE, STATE_TERMS, analytic_inflight, keeps_stage_gathered,
                                 layout_memory, stage_memory, stage_params, state_bytes_per_param)
@@ -150,21 +150,26 @@ def fsdp_exposure(job, layout, params, layers, compute):
     return total, max(total - compute, first_unit)
 
 
-def stage_times_all(job, layout, lt):
-    """StageTimes of every stage; the middle stages with equal layer counts are computed once."""
-    seen, out = {}, []
+def stage_times_all(job, layout, shared):
+    """StageTimes of every stage: alike stages (Job.stage_classes) share one, and so do the layouts
+    alike in a layer's times (compute.layer_key) that keep the same ``shared`` dict."""
+    layer = layer_key(layout)
+    if layer not in shared:
+        shared[layer] = layer_times(job, layout)
+    out = []
     for i, key in enumerate(job.stage_classes(layout)):
-        if key not in seen:
-            seen[key] = stage_times(job, layout, i, lt)
-        out.append(seen[key])
+        if (layer, key) not in shared:
+            shared[layer, key] = stage_times(job, layout, i, shared[layer])
+        out.append(shared[layer, key])
     return out
 
 
-def estimate(job, layout, simulate=True):
-    """The model of one step of ``layout`` on ``job`` (see the module docstring)."""
+def estimate(job, layout, simulate=True, shared=None):
+    """The model of one step of ``layout`` on ``job`` (see the module docstring); ``shared``: a dict
+    kept across the layouts of one job (the search's), in which the times of a layer and of a stage
+    are worked out once."""
     lay, m = layout, job.micro_batches(layout)
-    lt = layer_times(job, lay)
-    stages = stage_times_all(job, lay, lt)
+    stages = stage_times_all(job, lay, {} if shared is None else shared)
     F = max(s.forward for s in stages) / lay.v
     B = max(s.backward for s in stages) / lay.v
     W = max(s.weight for s in stages) / lay.v
