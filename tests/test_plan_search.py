@@ -84,6 +84,36 @@ def test_step_terms_add_up():
     assert 0 <= e.pipeline.bubble < 1 and e.fits
 
 
+@pytest.mark.parametrize("text", ["tp8-pp16-dp8-mb1-v1-1f1b-sp-z1", "tp8-pp8-dp16-mb1-v6-interleaved-sp-rcsel",
+                                  "tp4-pp16-dp16-mb2-v2-zb-v-sp-z1", "tp8-pp12-dp8-mb1-v2-dualpipev-sp-z3-rcfull",
+                                  "tp8-pp16-dp8-mb1-v1-gpipe-sp-rcfull", "tp8-pp32-dp4-mb1-v1-zb-h2-sp-z1"])
+def test_alike_stages_are_worked_out_once_with_the_same_numbers(text):
+    """estimate shares the terms of stages alike in layers, ends and activations in flight (Job.stage_classes):
+    every stage's memory, the fullest stage and the optimizer step are what each stage alone gives."""
+    from hpcpar.plan.memory import STATE_TERMS, stage_memory
+    job = Job(load_model("gpt3-175b"), load_hardware("a100"), 1024, 8, 1536, 2048)
+    lay = parse_layout(text)
+    for simulate in (False, True):
+        e = estimate(job, lay, simulate=simulate)
+        assert e.memory == [stage_memory(job, lay, i, e.pipeline.peak_inflight[i]) for i in range(lay.pp)]
+        assert len({id(t) for t in e.memory}) == lay.pp          # each stage's own dict
+        assert e.optimizer == job.hardware.memory_seconds(2 * max(sum(t[k] for k in STATE_TERMS) for t in e.memory))
+    assert len(set(job.stage_classes(lay))) < lay.pp          # there is something to share
+
+
+def test_a_layer_and_the_ends_depend_on_nothing_but_the_layer_key():
+    """The search keeps one layer's times, and a stage's, per compute.layer_key: every layout of a
+    mixture of experts' search with cp 1 and 2 (ring, Ulysses), every ep, schedule and ZeRO stage,
+    that shares a key has the same times to the bit."""
+    from hpcpar.plan.compute import end_times, layer_key, layer_times
+    job = h100_job({"flash_attention": True}, model="mixtral-8x7b", batch=256, seq=4096)
+    seen = {}
+    for lay in candidates(job, Space(cp=(1, 2), micro_batch_sizes=(1, 2))):
+        times = layer_times(job, lay), [end_times(job, lay, first, last) for first in (0, 1) for last in (0, 1)]
+        assert seen.setdefault(layer_key(lay), times) == times, lay
+    assert len(seen) > 20
+
+
 def test_recompute_costs_time_saves_memory():
     job = small_job()
     base = Layout(2, 2, 2, mb=4)

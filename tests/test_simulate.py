@@ -6,7 +6,7 @@ import pytest
 
 from hpcpar.pipeline.plot import plot_timeline
 from hpcpar.pipeline.schedules import KINDS, SCHEDULES, Action, Schedule, build
-from hpcpar.pipeline.simulate import Costs, DeadlockError, ascii_timeline, simulate
+from hpcpar.pipeline.simulate import Costs, DeadlockError, ascii_timeline, makespan, prepare, simulate
 from mpitools import hpcpar, run
 
 SIZES = [(p, m) for p in range(1, 9) for m in range(1, 17)]
@@ -101,6 +101,23 @@ def test_simulated_times_respect_every_dependency(name):
                 assert e.start >= end["F", mb, s].end
         for evs in r.events:
             assert all(a.end <= b.start for a, b in zip(evs, evs[1:]))   # one action at a time
+
+
+@pytest.mark.parametrize("name", SCHEDULES)
+def test_one_prepared_program_replays_every_cost_as_a_fresh_run(name):
+    """The planner prepares a program once and simulates it under many costs: each replay gives, to
+    the last bit, what a simulation from scratch gives (makespan, every event), and ``makespan`` alone
+    the same number; a cost shared by F&B pairs (FB) and per-rank costs included."""
+    v = 2 if KINDS[name].chunked else 1
+    for p, m in [(2, 4), (4, 8), (5, 12)]:
+        s = build(name, p, m, v)
+        ready = prepare(s)
+        for costs in (Costs(F=1, B=2, W=0.5, latency=0.25), Costs(F=0.3, B=1 / 3, W=0.1, latency=0.01, FB=0.6),
+                      [Costs(F=1 + r / 7, B=2, W=0.4, latency=0.1 * r) for r in range(p)]):
+            fresh, replayed = simulate(s, costs), simulate(s, costs, program=ready)
+            assert replayed.rows() == fresh.rows() and replayed.makespan == fresh.makespan
+            if not isinstance(costs, list):
+                assert makespan(s, costs, program=ready) == fresh.makespan
 
 
 def test_simulator_never_deadlocks_on_a_built_schedule():

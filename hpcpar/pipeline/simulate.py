@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from fractions import Fraction
 from math import ceil, gcd
 
-from hpcpar.pipeline.schedules import COMPUTE
+from hpcpar.pipeline.schedules import COMPUTE, Action
 
 
 @dataclass
@@ -116,21 +116,125 @@ def message_key(rank, action, schedule):
     return kind, action.mb, action.peer, rank, s
 
 
+# the kinds of steps in a Prepared order
+RUN, POST, TAKE, MEET = range(4)      # compute, a non-blocking send, a receive, a blocking send's rendezvous
+
+
 @dataclass(frozen=True)
 class Prepared:
     """A program made ready to be simulated many times (the planner simulates one program under many
-    costs): per rank its instructions, each message's key, and the compute instructions that form
-    F&B pairs.  What depends on the costs is worked out per simulation, once per instruction."""
+    costs): per rank its instructions, and the order in which the simulator takes them.  Which
+    instruction can run next never depends on the costs (a receive waits for its message to be *sent*,
+    whatever the time it arrives), so the order is found once, without clocks, and every simulation
+    replays it: a rank's clock depends only on its own list and its messages' arrival times, so any
+    order that can run gives the same numbers.  ``order``: (kind, rank, index, what) with
+    what a cost code (``cost_code``) for RUN, a message number for POST and TAKE; ``stopped``: where
+    each rank stands when nothing can run (its list's length if done); ``unreceived``: the keys of
+    messages sent and never received; ``blocking_sends``: the sends the order was found for."""
     program: list
-    keys: list
-    paired: list
+    order: tuple
+    stopped: tuple
+    unreceived: tuple
+    blocking_sends: bool
 
 
-def prepare(schedule, program=None):
-    """``program`` (default: ``schedule.with_communication()``) with its message keys and pairs."""
+def cost_code(op, paired):
+    """The index of a compute instruction's time in ``_times``: its op, and whether it is part of an F&B pair."""
+    return 2 * COMPUTE.index(op) + paired
+
+
+def _times(costs, split_backward):
+    """One rank's time of each cost code: F, B, W alone and in an F&B pair (which shrinks each part)."""
+    share = costs.pair_share()
+    return [(share if paired else 1.0) * costs.of(Action(op, 0), split_backward)
+            for op in COMPUTE for paired in (False, True)]
+
+
+def prepare(schedule, program=None, blocking_sends=False):
+    """``program`` (default: ``schedule.with_communication()``) with the order the simulator takes its
+    instructions in: each rank in turn runs until it must wait, round after round.  With
+    ``blocking_sends`` a send waits for its receive, and the two run as one step."""
     program = schedule.with_communication() if program is None else program
-    keys = [[None if a.op in COMPUTE else message_key(r, a, schedule) for a in prog] for r, prog in enumerate(program)]
-    return Prepared(program, keys, [_pairs(prog) for prog in program])
+    p = len(program)
+    number = {}                    # message key -> a small integer, the replay's index
+    codes = {(op, paired): cost_code(op, paired) for op in COMPUTE for paired in (False, True)}
+    steps = []                     # per rank, each instruction's step as the order will hold it
+    for r, prog in enumerate(program):
+        pairs, rank_steps = _pairs(prog), []
+        for i, a in enumerate(prog):
+            if a.op in COMPUTE:
+                rank_steps.append((RUN, r, i, codes[a.op, i in pairs]))
+            else:
+                kind = MEET if blocking_sends else POST if a.op.startswith("SEND") else TAKE
+                rank_steps.append((kind, r, i, number.setdefault(message_key(r, a, schedule), len(number))))
+        steps.append(rank_steps)
+    pc, order, sent = [0] * p, [], {}        # sent: messages posted and not received yet
+    progress = True
+    while progress:
+        progress = False
+        for r in range(p):
+            rank_steps, i = steps[r], pc[r]
+            while i < len(rank_steps):
+                step = rank_steps[i]
+                if step[0] == TAKE:
+                    if step[3] not in sent:
+                        break
+                    del sent[step[3]]
+                elif step[0] == POST:
+                    sent[step[3]] = None
+                elif step[0] == MEET:     # both sides at the two ends of the same message, or wait
+                    q, sending = program[r][i].peer, program[r][i].op.startswith("SEND")
+                    j = pc[q]
+                    if j >= len(steps[q]) or steps[q][j][0] != MEET or steps[q][j][3] != step[3] \
+                            or program[q][j].op.startswith("SEND") == sending:
+                        break
+                    sender = r if sending else q
+                    step = (MEET, r, i, (q, j, sender))
+                    pc[q] += 1
+                order.append(step)
+                i += 1
+            progress = progress or i > pc[r]
+            pc[r] = i
+    keys = list(number)
+    return Prepared(program, tuple(order), tuple(pc), tuple(keys[n] for n in sent), blocking_sends)
+
+
+def _replay(ready, times, latency):
+    """Every rank's clock after each of its instructions, taking them in ``ready.order``: a compute
+    adds its time, a send's message arrives ``latency`` after it is posted, a receive waits for it.
+    ``times[r]``: rank r's time per cost code; ``latency[r]``: its sends' flight time."""
+    clock = [0.0] * len(ready.program)
+    after = [[0.0] * len(prog) for prog in ready.program]
+    arrival = [0.0] * len(ready.order)
+    for kind, r, i, what in ready.order:
+        if kind == RUN:
+            clock[r] += times[r][what]
+        elif kind == POST:
+            arrival[what] = clock[r] + latency[r]
+        elif kind == TAKE:
+            clock[r] = max(clock[r], arrival[what])
+        else:      # rendezvous: both sides leave together once both have arrived and the data has flown
+            q, j, sender = what
+            clock[r] = clock[q] = after[q][j] = max(clock[r], clock[q]) + latency[sender]
+        after[r][i] = clock[r]
+    return clock, after
+
+
+def _ready(schedule, blocking_sends, program):
+    """``program`` prepared for ``blocking_sends`` (as given if it already is); refuses a deadlock."""
+    ready = program if isinstance(program, Prepared) and program.blocking_sends == blocking_sends else \
+        prepare(schedule, program.program if isinstance(program, Prepared) else program, blocking_sends)
+    if any(at < len(prog) for at, prog in zip(ready.stopped, ready.program)) or ready.unreceived:
+        raise DeadlockError(_explain(schedule, ready.program, ready.stopped, ready.unreceived), ready.stopped)
+    return ready
+
+
+def makespan(schedule, costs=Costs(), program=None):
+    """The simulated step time alone, with non-blocking sends and one Costs for every rank (the
+    planner's question, asked under many costs of one ``prepare``-d program)."""
+    ready = _ready(schedule, False, program)
+    times = _times(costs, schedule.split_backward)
+    return max(_replay(ready, [times] * schedule.stages, [costs.latency] * schedule.stages)[0])
 
 
 def simulate(schedule, costs=Costs(), blocking_sends=False, program=None):
@@ -138,67 +242,20 @@ def simulate(schedule, costs=Costs(), blocking_sends=False, program=None):
     measure it.  ``costs``: one Costs for every rank, or a list of one per rank (stages that are not
     balanced, e.g. the last one also computes the output layer and the loss; a message takes its
     sender's latency)."""
-    ready = program if isinstance(program, Prepared) else prepare(schedule, program)
-    program, keys = ready.program, ready.keys
-    p = schedule.stages
+    ready = _ready(schedule, blocking_sends, program)
+    program, p = ready.program, schedule.stages
     rank_costs = list(costs) if isinstance(costs, (list, tuple)) else [costs] * p
-    pc = [0] * p                    # next instruction of each rank
-    clock = [0.0] * p
-    arrival = {}                    # message key -> time it arrives (posted, not yet received)
-    events = [[] for _ in range(p)]
-    inflight, peak = [0] * p, [0] * p
-    # each compute instruction's time (None for a message) and its change to the activations held:
-    # worked out once per instruction, as a receive is tried again every time its rank comes round
-    split = schedule.split_backward
-    took = [[None if a.op not in COMPUTE else
-             (rank_costs[r].pair_share() if i in ready.paired[r] else 1.0) * rank_costs[r].of(a, split)
-             for i, a in enumerate(prog)] for r, prog in enumerate(program)]
-    held = [[0 if schedule.forward_only else {"F": 1, "B": -1}.get(a.op, 0) for a in prog] for prog in program]
-
-    def waiting(r, ops):
-        """The instruction rank r stands at, if it is one of ``ops``."""
-        return program[r][pc[r]] if pc[r] < len(program[r]) and program[r][pc[r]].op in ops else None
-
-    def step(r):
-        """Execute rank r's next instruction if it can run now; return whether it did."""
-        i = pc[r]
-        cost = took[r][i]
-        if cost is not None:                                   # compute
-            end = clock[r] + cost
-            events[r].append(Event(r, clock[r], end, program[r][i]))
-            clock[r] = end
-            if held[r][i]:
-                inflight[r] += held[r][i]
-                peak[r] = max(peak[r], inflight[r])
-        elif blocking_sends:
-            # rendezvous: both sides leave together once both have arrived and the data has flown
-            a = program[r][i]
-            other = waiting(a.peer, ("RECV_F", "RECV_B") if a.op.startswith("SEND") else
-                            ("SEND_F", "SEND_B"))
-            if other is None or keys[a.peer][pc[a.peer]] != keys[r][i]:
-                return False
-            sender = r if a.op.startswith("SEND") else a.peer
-            clock[r] = clock[a.peer] = max(clock[r], clock[a.peer]) + rank_costs[sender].latency
-            pc[a.peer] += 1
-        elif program[r][i].op.startswith("SEND"):
-            arrival[keys[r][i]] = clock[r] + rank_costs[r].latency
-        else:
-            key = keys[r][i]
-            if key not in arrival:
-                return False
-            clock[r] = max(clock[r], arrival.pop(key))
-        pc[r] += 1
-        return True
-
-    progress = True
-    while progress:
-        progress = False
-        for r in range(p):
-            while pc[r] < len(program[r]) and step(r):
-                progress = True
-    if any(pc[r] < len(program[r]) for r in range(p)) or arrival:
-        raise DeadlockError(_explain(schedule, program, pc, arrival), pc)
-
+    times = [_times(c, schedule.split_backward) for c in rank_costs]
+    clock, after = _replay(ready, times, [c.latency for c in rank_costs])
+    events, peak = [[] for _ in range(p)], [0] * p
+    for r, prog in enumerate(program):
+        held = 0
+        for i, a in enumerate(prog):
+            if a.op in COMPUTE:
+                events[r].append(Event(r, after[r][i - 1] if i else 0.0, after[r][i], a))
+                if not schedule.forward_only and a.op in ("F", "B"):    # a forward holds activations, its B frees them
+                    held += 1 if a.op == "F" else -1
+                    peak[r] = max(peak[r], held)
     makespan = max(clock)
     busy = [sum(e.end - e.start for e in evs) for evs in events]
     idle = [evs[-1].end - evs[0].start - b if evs else 0.0 for evs, b in zip(events, busy)]

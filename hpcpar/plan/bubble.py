@@ -37,11 +37,12 @@ class PipelineResult:
 
 @lru_cache(maxsize=64)
 def _program(schedule, p, m, v):
-    """The schedule and its instruction lists with messages, prepared: the same for every cost of a search."""
+    """The schedule, its instruction lists with messages prepared, and its peak in flight (its order's,
+    not the timing's): the same for every cost of a search."""
     from hpcpar.pipeline.schedules import build
     from hpcpar.pipeline.simulate import prepare
     built = build(schedule, p, m, v)
-    return built, prepare(built)
+    return built, prepare(built), held_inflight(built)
 
 
 def held_inflight(built):
@@ -62,10 +63,9 @@ def held_inflight(built):
 
 @lru_cache(maxsize=4096)
 def _simulate(schedule, p, m, v, F, B, W, latency):
-    from hpcpar.pipeline.simulate import Costs, simulate
-    built, program = _program(schedule, p, m, v)
-    r = simulate(built, Costs(F=F, B=B, W=W, latency=latency), program=program)
-    return r.makespan, held_inflight(built)
+    from hpcpar.pipeline.simulate import Costs, makespan
+    built, program, peak = _program(schedule, p, m, v)
+    return makespan(built, Costs(F=F, B=B, W=W, latency=latency), program=program), peak
 
 
 def clear_caches():

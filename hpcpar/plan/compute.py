@@ -91,6 +91,13 @@ def elementwise_bytes(job, layout):
     return dict(passes, **experts.elementwise_bytes(m, layout, sb, e)) if m.experts else passes
 
 
+def layer_key(layout):
+    """What of a layout one layer's times (``layer_times``) and a stage's ends (``end_times``) depend
+    on: a search meets each of these many times, beside every pipeline, data-parallel size, schedule
+    and ZeRO stage (tests/test_plan_search.py holds the two functions to it)."""
+    return layout.tp, layout.cp, layout.cp_kind, layout.mb, layout.sp, layout.recompute, layout.ep
+
+
 def layer_times(job, layout):
     """Seconds of one layer for one micro-batch, by term."""
     job = layout_engine_job(job, layout)

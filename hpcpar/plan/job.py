@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from hpcpar.pipeline.schedules import KINDS, refusal
 from hpcpar.plan.flops import kv_heads_per_rank
 from hpcpar.plan.hardware import DTYPE_BYTES
-from hpcpar.plan.layout import SCHEDULES, pipeline_ends, stage_layers
+from hpcpar.plan.layout import SCHEDULES, pipeline_ends, stage_classes, stage_layers
 
 
 def expert_check(model, layout):
@@ -98,6 +98,10 @@ class Job:
     def stage_layers(self, layout):
         """Layers on each pipeline rank, as the engine cuts them and the schedule places them."""
         return stage_layers(self.model.layers, layout.pp, self.engine.partition, layout.schedule, layout.v)
+
+    def stage_classes(self, layout):
+        """Per pipeline rank, (its layers, holds the embedding, holds the head): ranks alike in these are alike."""
+        return stage_classes(self.model.layers, layout.pp, self.engine.partition, layout.schedule, layout.v)
 
     def ends(self, layout):
         """(the pipeline rank with the embedding, the one with the head): the schedule's placement."""

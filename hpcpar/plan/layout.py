@@ -136,3 +136,13 @@ def pipeline_ends(schedule, pp, v):
     """(the pipeline rank holding the embedding, the one holding the head and the loss): the schedule's
     placement (schedules.ends) - the last rank, or rank 0 for both under a V."""
     return ends(KINDS[schedule].placement, pp, v)
+
+
+@lru_cache(maxsize=None)
+def stage_classes(layers, pp, method="ends-light", schedule="1f1b", v=1):
+    """Per pipeline rank, (its layers, whether it holds the embedding, whether it holds the head): all a
+    rank's work and model state depend on, so ranks alike in these (a pipeline's middle stages) are
+    worked out once."""
+    first, last = pipeline_ends(schedule, pp, v)
+    return tuple((n, i == first, i == last)
+                 for i, n in enumerate(stage_layers(layers, pp, method, schedule, v)))

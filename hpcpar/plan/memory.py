@@ -264,9 +264,7 @@ def stage_memory(job, layout, stage, inflight, shared=None):
     ``shared``: the layout's LayoutMemory, if the caller has it."""
     m, lay = job.model, layout
     shared = shared or layout_memory(job, lay)
-    layers = job.stage_layers(lay)[stage]
-    first, last = job.ends(lay)
-    key = (layers, stage == first, stage == last)
+    key = layers, first, last = job.stage_classes(lay)[stage]
     if key not in shared.states:
         shared.states[key] = state_memory(job, lay, stage, layers, shared.numbers)
     terms = dict(shared.states[key])
@@ -274,10 +272,10 @@ def stage_memory(job, layout, stage, inflight, shared=None):
     if lay.recompute == "full":   # the layer being back-propagated holds its full set again
         terms["recompute working set"] = shared.working_set
     sbh = tokens_per_rank(job, lay) * m.hidden / (lay.tp if lay.sp else 1)
-    if stage == first and m.dropout:   # the embedding's dropout mask, per micro-batch in flight
+    if first and m.dropout:   # the embedding's dropout mask, per micro-batch in flight
         # (with v > 1 every chunk-forward the rank holds is counted, an upper bound)
         terms["embedding dropout"] = sbh * MASK_BYTES * inflight
-    if stage == last:              # final norm input, head input and the loss's logits
+    if last:                       # final norm input, head input and the loss's logits
         # one micro-batch's: the loss's backward follows the last chunk's forward at once, except in
         # GPipe, where every forward comes first
         at_once = inflight if KINDS[lay.schedule].all_forwards_first else 1

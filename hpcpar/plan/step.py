@@ -27,7 +27,7 @@ from functools import cached_property
 
 from hpcpar.plan import experts
 from hpcpar.plan.bubble import PipelineResult, analytic_makespan, simulate_pipeline
-from hpcpar.plan.compute import layer_times, stage_times, tp_comm_seconds
+from hpcpar.plan.compute import layer_key, layer_times, stage_times, tp_comm_seconds
 from hpcpar.plan.flops import step_flops
 from hpcpar.plan.memory import (ALLOCATOR_CACHE, STATE_TERMS, analytic_inflight, keeps_stage_gathered,
                                 layout_memory, stage_memory, stage_params, state_bytes_per_param)
@@ -101,17 +101,11 @@ def dp_exposure(job, layout, stages):
     if layout.shard == 1 or (layout.zero >= 3 and not once):
         return worst
     grad_bytes = state_bytes_per_param(job)[1]
-    for i, st in enumerate(stages):
-        # a mixture of experts' routed experts are summed over their own expert-data group
-        dense, routed = experts.split_params(job.model, stage_params(job, layout, i), job.stage_layers(layout)[i],
-                                             layout)
-        nbytes = (dense + routed) * grad_bytes
-        rs, ag = dp_gradient_seconds(job, layout, dense * grad_bytes)
-        if routed:
-            ers, eag = experts.gradient_seconds(job, layout, routed, grad_bytes)
-            rs, ag = rs + ers, ag + eag
-        if once:   # the stage's 16-bit weights gathered at the start of the step
-            ag = dp_gradient_seconds(job, layout, stage_params(job, layout, i) * job.elem_bytes)[1]
+    traffic = {}      # per stage class: its (reduce-scatter, all-gather, gradient bytes), the same on alike stages
+    for i, (st, key) in enumerate(zip(stages, job.stage_classes(layout))):
+        if key not in traffic:
+            traffic[key] = gradient_traffic(job, layout, i, grad_bytes, once)
+        rs, ag, nbytes = traffic[key]
         total = rs + ag
         hideable = rs if layout.zero else total
         if job.engine.overlap_dp:
@@ -123,6 +117,21 @@ def dp_exposure(job, layout, stages):
         exposed = shown + (ag if layout.zero else 0.0)
         worst = max(worst, (total, exposed), key=lambda te: te[1])
     return worst
+
+
+def gradient_traffic(job, layout, stage, grad_bytes, once):
+    """(reduce-scatter, all-gather) seconds of one rank of ``stage`` averaging its gradients of
+    ``grad_bytes`` a number, and their bytes; ``once``: ZeRO-3 gathering the stage once per step."""
+    # a mixture of experts' routed experts are summed over their own expert-data group
+    dense, routed = experts.split_params(job.model, stage_params(job, layout, stage),
+                                         job.stage_layers(layout)[stage], layout)
+    rs, ag = dp_gradient_seconds(job, layout, dense * grad_bytes)
+    if routed:
+        ers, eag = experts.gradient_seconds(job, layout, routed, grad_bytes)
+        rs, ag = rs + ers, ag + eag
+    if once:   # the stage's 16-bit weights gathered at the start of the step
+        ag = dp_gradient_seconds(job, layout, stage_params(job, layout, stage) * job.elem_bytes)[1]
+    return rs, ag, (dense + routed) * grad_bytes
 
 
 def fsdp_exposure(job, layout, params, layers, compute):
@@ -141,28 +150,36 @@ def fsdp_exposure(job, layout, params, layers, compute):
     return total, max(total - compute, first_unit)
 
 
-def stage_times_all(job, layout, lt):
-    """StageTimes of every stage; the middle stages with equal layer counts are computed once."""
-    counts, ends = job.stage_layers(layout), job.ends(layout)
-    seen, out = {}, []
-    for i, n in enumerate(counts):
-        key = (n, i == ends[0], i == ends[1])
-        if key not in seen:
-            seen[key] = stage_times(job, layout, i, lt)
-        out.append(seen[key])
+def stage_times_all(job, layout, shared):
+    """StageTimes of every stage: alike stages (Job.stage_classes) share one, and so do the layouts
+    alike in a layer's times (compute.layer_key) that keep the same ``shared`` dict."""
+    layer = layer_key(layout)
+    if layer not in shared:
+        shared[layer] = layer_times(job, layout)
+    out = []
+    for i, key in enumerate(job.stage_classes(layout)):
+        if (layer, key) not in shared:
+            shared[layer, key] = stage_times(job, layout, i, shared[layer])
+        out.append(shared[layer, key])
     return out
 
 
-def estimate(job, layout, simulate=True):
-    """The model of one step of ``layout`` on ``job`` (see the module docstring)."""
+def estimate(job, layout, simulate=True, shared=None):
+    """The model of one step of ``layout`` on ``job`` (see the module docstring); ``shared``: a dict
+    kept across the layouts of one job (the search's), in which the times of a layer and of a stage
+    are worked out once."""
     lay, m = layout, job.micro_batches(layout)
-    lt = layer_times(job, lay)
-    stages = stage_times_all(job, lay, lt)
+    stages = stage_times_all(job, lay, {} if shared is None else shared)
     F = max(s.forward for s in stages) / lay.v
     B = max(s.backward for s in stages) / lay.v
     W = max(s.weight for s in stages) / lay.v
-    fullest = max(range(lay.pp), key=lambda i: stage_params(job, lay, i))
-    params = stage_params(job, lay, fullest)
+    classes = job.stage_classes(lay)
+    held = {}        # parameters per stage class: alike stages hold alike
+    for i, key in enumerate(classes):
+        if key not in held:
+            held[key] = stage_params(job, lay, i)
+    fullest = max(range(lay.pp), key=lambda i: held[classes[i]])
+    params = held[classes[fullest]]
     fsdp_total, fsdp_shown = fsdp_exposure(job, lay, params, job.stage_layers(lay)[fullest], (F + B + W) * lay.v)
     F, B = F + fsdp_shown / (2 * lay.v), B + fsdp_shown / (2 * lay.v)
     split = lay.tp if (lay.sp or job.engine.scatter_gather_p2p) else 1
@@ -176,10 +193,14 @@ def estimate(job, layout, simulate=True):
         peak = [analytic_inflight(lay.schedule, lay.pp, m, lay.v, i) for i in range(lay.pp)]
         pipe = PipelineResult(t, 1 - m * lay.v * (F + B + W) / t, tuple(peak), ())
     shared = layout_memory(job, lay)
-    memory = [stage_memory(job, lay, i, pipe.peak_inflight[i], shared) for i in range(lay.pp)]
+    alike = {}       # stages of one class holding as many in flight have the same terms
+    for i, key in enumerate(zip(classes, pipe.peak_inflight)):
+        if key not in alike:
+            alike[key] = stage_memory(job, lay, i, pipe.peak_inflight[i], shared)
+    memory = [dict(alike[key]) for key in zip(classes, pipe.peak_inflight)]
     grad_total, grad_exposed = dp_exposure(job, lay, stages)
-    optimizer = job.hardware.memory_seconds(2 * max(sum(t[k] for k in STATE_TERMS) for t in memory))
-    tp_comm = max(tp_comm_seconds(s) for s in stages) * m
+    optimizer = job.hardware.memory_seconds(2 * max(sum(t[k] for k in STATE_TERMS) for t in alike.values()))
+    tp_comm = max(map(tp_comm_seconds, {id(s): s for s in stages}.values())) * m   # stage_times_all shares alike stages
     step = pipe.makespan + grad_exposed + optimizer       # the FSDP part is inside the pipeline's F and B
     return Estimate(job, lay, stages, (F, B, W), p2p, pipe, memory, grad_total, grad_exposed, optimizer,
                     comm_off_pipeline=tp_comm + grad_exposed + fsdp_shown * m, step=step,
