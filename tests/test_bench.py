@@ -49,7 +49,7 @@ def test_moe_bench_quotes_the_median_of_its_rounds_per_step():
     res = moe.run(quick=True)
     fig = res.figures["moe_block"]
     (target,) = res.targets
-    assert fig["rounds"] == 3 and fig["ratio_min"] <= fig["ratio_median_paired"] <= fig["ratio_max"]
+    assert fig["rounds"] == 3 and fig["ours_median_s"] > 0 and fig["theirs_median_s"] > 0
     assert target["value"] == res.tables[0]["rows"][0][-1] and "3 rounds)" in target["value"]
 
 

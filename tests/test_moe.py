@@ -94,6 +94,22 @@ def test_combine_and_dispatch_backward_sum_each_tokens_kept_rows(rng):
     np.testing.assert_allclose(dispatch_backward(ye, slot), dx, rtol=0, atol=1e-12)
 
 
+@pytest.mark.parametrize("k, n_token", [(1, 6), (2, 0)])
+def test_combine_and_dispatch_backward_at_one_choice_and_no_tokens(rng, k, n_token):
+    E, C = 3, 4
+    idx = rng.integers(0, E, (n_token, k))
+    order, _, _ = route_order(idx, E, capacity=1 if n_token else None)     # k = 1: tokens dropped
+    slot = slots(order, n_token, k)
+    ye, w = rng.standard_normal((len(order), C)), rng.standard_normal((n_token, k))
+    y, dx = np.zeros((n_token, C)), np.zeros((n_token, C))
+    for row, a in enumerate(order):
+        y[a // k] += w[a // k, a % k] * ye[row]
+        dx[a // k] += ye[row]
+    assert (slot == -1).sum() == n_token * k - len(order)
+    np.testing.assert_array_equal(combine_forward(ye, w, slot), y)
+    np.testing.assert_array_equal(dispatch_backward(ye, slot), dx)
+
+
 def test_dispatch_grouped_combine_gradients(rng):
     N, k, E, C, F = 7, 2, 3, 4, 5
     idx = np.stack([rng.permutation(E)[:k] for _ in range(N)])

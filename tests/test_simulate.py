@@ -5,8 +5,9 @@ from functools import partial
 import pytest
 
 from hpcpar.pipeline.plot import plot_timeline
-from hpcpar.pipeline.schedules import KINDS, SCHEDULES, Action, Schedule, build
-from hpcpar.pipeline.simulate import Costs, DeadlockError, ascii_timeline, makespan, prepare, simulate
+from hpcpar.pipeline.schedules import COMPUTE, KINDS, SCHEDULES, Action, Schedule, build
+from hpcpar.pipeline.simulate import (Costs, DeadlockError, _pairs, ascii_timeline, makespan, message_key, prepare,
+                                     simulate)
 from mpitools import hpcpar, run
 
 SIZES = [(p, m) for p in range(1, 9) for m in range(1, 17)]
@@ -103,11 +104,36 @@ def test_simulated_times_respect_every_dependency(name):
             assert all(a.end <= b.start for a, b in zip(evs, evs[1:]))   # one action at a time
 
 
+def plain_makespan(s, costs):
+    """The simulator's rules run the plain way, with clocks (each rank in turn until it must wait for a
+    message not yet sent), for the prepared replay to be checked against."""
+    program = s.with_communication()
+    cs = costs if isinstance(costs, list) else [costs] * len(program)
+    pc, clock, arrival, moved = [0] * len(program), [0.0] * len(program), {}, True
+    while moved:
+        moved = False
+        for r, prog in enumerate(program):
+            pairs = _pairs(prog)
+            while pc[r] < len(prog):
+                a = prog[pc[r]]
+                if a.op in COMPUTE:
+                    clock[r] += (cs[r].pair_share() if pc[r] in pairs else 1.0) * cs[r].of(a, s.split_backward)
+                elif a.op.startswith("SEND"):
+                    arrival[message_key(r, a, s)] = clock[r] + cs[r].latency
+                elif message_key(r, a, s) in arrival:
+                    clock[r] = max(clock[r], arrival.pop(message_key(r, a, s)))
+                else:
+                    break
+                pc[r], moved = pc[r] + 1, True
+    return max(clock)
+
+
 @pytest.mark.parametrize("name", SCHEDULES)
 def test_one_prepared_program_replays_every_cost_as_a_fresh_run(name):
     """The planner prepares a program once and simulates it under many costs: each replay gives, to
-    the last bit, what a simulation from scratch gives (makespan, every event), and ``makespan`` alone
-    the same number; a cost shared by F&B pairs (FB) and per-rank costs included."""
+    the last bit, what the plain clocked run gives, a simulation from scratch the same (makespan, every
+    event), and ``makespan`` alone the same number; a cost shared by F&B pairs (FB) and per-rank costs
+    included."""
     v = 2 if KINDS[name].chunked else 1
     for p, m in [(2, 4), (4, 8), (5, 12)]:
         s = build(name, p, m, v)
@@ -115,6 +141,7 @@ def test_one_prepared_program_replays_every_cost_as_a_fresh_run(name):
         for costs in (Costs(F=1, B=2, W=0.5, latency=0.25), Costs(F=0.3, B=1 / 3, W=0.1, latency=0.01, FB=0.6),
                       [Costs(F=1 + r / 7, B=2, W=0.4, latency=0.1 * r) for r in range(p)]):
             fresh, replayed = simulate(s, costs), simulate(s, costs, program=ready)
+            assert replayed.makespan == plain_makespan(s, costs)
             assert replayed.rows() == fresh.rows() and replayed.makespan == fresh.makespan
             if not isinstance(costs, list):
                 assert makespan(s, costs, program=ready) == fresh.makespan

@@ -23,8 +23,10 @@ def row_blocks(*arrays, block_bytes=BLOCK_BYTES):
     """Yield, block after block, a tuple holding each array's rows of that block.
 
     Leading dimensions are flattened into rows, (..., n) -> (rows, n); every array has the leading
-    dimensions of the first (its last may differ: a per-row statistic of shape (..., 1)).  Arrays
-    written into must be C-contiguous, so that their rows are views; an input may be any layout.
+    dimensions of the first (its last may differ: a per-row statistic of shape (..., 1)).  An array
+    written into must flatten to rows without a copy, or the writes would land in the copy: any
+    two-dimensional array does (the strided half of a wider one included), and any C-contiguous one;
+    an input may be any layout.
     """
     flat = [a.reshape(-1, a.shape[-1]) for a in arrays]
     rows = flat[0].shape[0]

@@ -28,7 +28,8 @@ by one rank are a contiguous run of them, so the rows for each rank are one slic
 The sums over a token's k rows gather rather than scatter: ``slot`` (N, k), the inverse of ``order``,
 holds the row of each assignment (-1 where it was dropped), so y = sum_j w[:, j] ye[slot[:, j]] is k
 gathers of N rows each, added in j order on every route.  No scatter-add (np.add.at is slow) and no
-(N k, C) buffer to zero, write and sum (measured: the combine and its backward 1.4x faster).
+(N k, C) buffer to zero, write and sum (measured at N 2048, k 2, C 256, float32: the combine and the
+dispatch's backward together 4.0 -> 2.9 ms).
 """
 from hpcpar.backend import array_module, to_numpy
 from hpcpar.precision import accumulator, gemm
@@ -63,24 +64,27 @@ def slots(order, n_token, k):
     return slot.reshape(n_token, k)
 
 
-def _gather_sum(rows, slot, scale):
-    """sum_j scale[:, j] rows[slot[:, j]] (N, C), j in order.  A dropped assignment (slot -1) reads
-    the last row, a real one, with scale 0: the term is an exact zero for finite rows."""
+def _gather_sum(rows, slot, scale=None):
+    """sum_j scale[:, j] rows[slot[:, j]] (N, C), j in order (``scale`` None: 1).  A dropped assignment
+    (slot -1) reads the last row with scale 0, an exact zero for a finite row: there is a last row
+    whenever something was dropped, as an expert's capacity is at least one row (nn/moe.py)."""
     xp = array_module(rows)
-    scale = scale.astype(rows.dtype, copy=False)
     y = xp.take(rows, slot[:, 0], axis=0)
-    y *= scale[:, :1]
+    if scale is not None:
+        scale = scale.astype(rows.dtype, copy=False)
+        y *= scale[:, :1]
     term = xp.empty_like(y)
     for j in range(1, slot.shape[1]):
         xp.take(rows, slot[:, j], axis=0, out=term)
-        term *= scale[:, j:j + 1]
+        if scale is not None:
+            term *= scale[:, j:j + 1]
         y += term
     return y
 
 
 def dispatch_backward(dxs, slot):
-    """dxs (M, C) -> dx (N, C): each token's kept rows summed."""
-    return _gather_sum(dxs, slot, slot >= 0)
+    """dxs (M, C) -> dx (N, C): each token's kept rows summed (dropless, M = N k: every slot is a row)."""
+    return _gather_sum(dxs, slot, None if dxs.shape[0] == slot.size else slot >= 0)
 
 
 def grouped_forward(xs, w, offsets, b=None):
@@ -127,7 +131,9 @@ def combine_forward(ye, w, slot):
 
 
 def combine_backward(dy, ye, w, order):
-    """dy (N, C) -> dye (M, C), dw (N, k)"""
+    """dy (N, C) -> dye (M, C), dw (N, k).  dw's row dots run in w's dtype: in bf16 or fp16 each
+    product is formed and summed in fp32 (einsum with a dtype casts its operands first), one rounding
+    at the end; ye may not be wider than w (einsum casts safely), which the router's fp32 ensures."""
     xp = array_module(dy)
     N, k = w.shape
     dye = dy[order // k]                                    # (M, C) each row's dy, then scaled below

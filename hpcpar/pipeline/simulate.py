@@ -126,11 +126,12 @@ class Prepared:
     costs): per rank its instructions, and the order in which the simulator takes them.  Which
     instruction can run next never depends on the costs (a receive waits for its message to be *sent*,
     whatever the time it arrives), so the order is found once, without clocks, and every simulation
-    replays it: a rank's clock depends only on its own list and its messages' arrival times, so any
-    order that can run gives the same numbers.  ``order``: (kind, rank, index, what) with
-    what a cost code (``cost_code``) for RUN, a message number for POST and TAKE; ``stopped``: where
-    each rank stands when nothing can run (its list's length if done); ``unreceived``: the keys of
-    messages sent and never received; ``blocking_sends``: the sends the order was found for."""
+    replays it (any order that can run gives the same numbers: the module docstring says why).
+    ``order``: (kind, rank, index, what) with what a cost code (``cost_code``) for RUN, a message
+    number for POST and TAKE, and for MEET (a blocking send's rendezvous, one step for both sides)
+    (the other side's rank, its index, the sending rank); ``stopped``: where each rank stands when
+    nothing can run (its list's length if done); ``unreceived``: the keys of messages sent and never
+    received; ``blocking_sends``: the sends the order was found for."""
     program: list
     order: tuple
     stopped: tuple
@@ -256,12 +257,11 @@ def simulate(schedule, costs=Costs(), blocking_sends=False, program=None):
                 if not schedule.forward_only and a.op in ("F", "B"):    # a forward holds activations, its B frees them
                     held += 1 if a.op == "F" else -1
                     peak[r] = max(peak[r], held)
-    makespan = max(clock)
+    span = max(clock)
     busy = [sum(e.end - e.start for e in evs) for evs in events]
     idle = [evs[-1].end - evs[0].start - b if evs else 0.0 for evs, b in zip(events, busy)]
-    return SimResult(schedule, costs, events, makespan, busy,
-                     [b / makespan if makespan else 0.0 for b in busy],
-                     1 - sum(busy) / (p * makespan) if makespan else 0.0, peak, idle)
+    return SimResult(schedule, costs, events, span, busy, [b / span if span else 0.0 for b in busy],
+                     1 - sum(busy) / (p * span) if span else 0.0, peak, idle)
 
 
 def _pairs(program):

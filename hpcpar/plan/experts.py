@@ -62,7 +62,7 @@ def activation_bytes(model, layout, tokens, elem, numpy_caches):
     mlp = 3 if model.gated else 2
     kept = rows * (2 * model.hidden + mlp * model.ffn) + T * mlp * model.shared_experts * model.ffn \
         + T * (model.experts + model.top_k)
-    if numpy_caches:                  # hpcpar also keeps GELU's tanh per row (ops/activation)
+    if numpy_caches:                  # hpcpar also keeps GELU's tanh or SwiGLU's sigmoid per row (ops/)
         kept += (rows + T * model.shared_experts) * model.ffn
     return kept * elem
 

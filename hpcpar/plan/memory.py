@@ -118,7 +118,7 @@ def layer_activation_terms(job, layout):
     kv, a = kv_heads_per_rank(m, t) * d, m.attention_width / t      # a: heads * head_dim / t
     mlp = 0 if m.experts else (3 if m.gated else 2) * f / t     # a mixture of experts: its own term
     parallel = sb * e * (a + 2 * kv + a + mlp)
-    if job.engine.numpy_caches:      # hpcpar also keeps the scaled Q and GELU's tanh (ops/attention, activation)
+    if job.engine.numpy_caches:      # hpcpar also keeps the scaled Q and GELU's tanh or SwiGLU's sigmoid (ops/)
         parallel += sb * e * (a + (0 if m.experts else f / t))
     heads = m.heads // t
     if job.engine.flash_attention:

@@ -93,10 +93,10 @@ def search(job, space=Space(), refine=40, require_fit=True, window=GRID_WINDOW):
     """Rank the job's feasible layouts; the first ``refine`` by the analytic model get simulated, and
     the best of every grid within ``window`` of the best.  ``require_fit=False`` keeps layouts the
     memory model rejects (to predict a run known to have run)."""
-    considered, quick, shared = 0, [], {}
+    considered, quick, per_search = 0, [], {}
     for lay in candidates(job, space):
         considered += 1
-        est = estimate(job, lay, simulate=False, shared=shared)
+        est = estimate(job, lay, simulate=False, per_search=per_search)
         if est.fits or not require_fit:
             quick.append(est)
     quick.sort(key=lambda e: e.step)
@@ -107,7 +107,7 @@ def search(job, space=Space(), refine=40, require_fit=True, window=GRID_WINDOW):
         if e.layout.grid() not in grids:
             grids.add(e.layout.grid())
             chosen.append(e)
-    best = [estimate(job, e.layout, shared=shared) for e in chosen]
+    best = [estimate(job, e.layout, per_search=per_search) for e in chosen]
     best = sorted((e for e in best if e.fits or not require_fit), key=lambda e: e.step)
     return Ranking(best, considered, len(quick))
 

@@ -164,12 +164,12 @@ def stage_times_all(job, layout, shared):
     return out
 
 
-def estimate(job, layout, simulate=True, shared=None):
-    """The model of one step of ``layout`` on ``job`` (see the module docstring); ``shared``: a dict
-    kept across the layouts of one job (the search's), in which the times of a layer and of a stage
-    are worked out once."""
+def estimate(job, layout, simulate=True, per_search=None):
+    """The model of one step of ``layout`` on ``job`` (see the module docstring); ``per_search``: a
+    dict kept across the layouts of one job (the search's), in which the times of a layer and of a
+    stage are worked out once."""
     lay, m = layout, job.micro_batches(layout)
-    stages = stage_times_all(job, lay, {} if shared is None else shared)
+    stages = stage_times_all(job, lay, {} if per_search is None else per_search)
     F = max(s.forward for s in stages) / lay.v
     B = max(s.backward for s in stages) / lay.v
     W = max(s.weight for s in stages) / lay.v
@@ -200,7 +200,7 @@ def estimate(job, layout, simulate=True, shared=None):
     memory = [dict(alike[key]) for key in zip(classes, pipe.peak_inflight)]
     grad_total, grad_exposed = dp_exposure(job, lay, stages)
     optimizer = job.hardware.memory_seconds(2 * max(sum(t[k] for k in STATE_TERMS) for t in alike.values()))
-    tp_comm = max(map(tp_comm_seconds, {id(s): s for s in stages}.values())) * m   # stage_times_all shares alike stages
+    tp_comm = max(map(tp_comm_seconds, stages)) * m
     step = pipe.makespan + grad_exposed + optimizer       # the FSDP part is inside the pipeline's F and B
     return Estimate(job, lay, stages, (F, B, W), p2p, pipe, memory, grad_total, grad_exposed, optimizer,
                     comm_off_pipeline=tp_comm + grad_exposed + fsdp_shown * m, step=step,
