@@ -33,6 +33,16 @@ def test_linear(rng):
     assert_grad(loss, b, db, "linear db")
 
 
+def test_linear_bias_gradient_is_the_row_sum(rng):
+    """db = ones^T dy (a matrix-vector product) against the plain sum over the rows; none without a bias."""
+    x, dy = rng.standard_normal((3, 700, 16)), rng.standard_normal((3, 700, 24))
+    dw, db = linear_backward_weight(dy, x)
+    np.testing.assert_allclose(db, dy.sum(axis=(0, 1)), rtol=1e-12, atol=1e-12)
+    dw_alone, none = linear_backward_weight(dy, x, bias=False)
+    assert none is None
+    np.testing.assert_array_equal(dw_alone, dw)
+
+
 def test_gelu(rng):
     x = rng.standard_normal((4, 9)) * 3
     R = rng.standard_normal((4, 9))
