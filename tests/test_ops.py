@@ -12,7 +12,7 @@ from hpcpar.ops.attention import attention_backward, attention_forward, merge_he
 from hpcpar.ops.cross_entropy import cross_entropy_backward, cross_entropy_forward
 from hpcpar.ops.dropout import dropout_backward, dropout_forward, dropout_mask
 from hpcpar.ops.embedding import embedding_backward_weight, embedding_forward
-from hpcpar.ops.layernorm import layernorm_backward_input, layernorm_backward_weight, layernorm_forward
+from hpcpar.ops.layernorm import layernorm_backward, layernorm_forward
 from hpcpar.ops.linear import linear_backward_input, linear_backward_weight, linear_forward
 from hpcpar.ops.residual import residual_backward, residual_forward
 from hpcpar.ops.softmax import softmax_backward, softmax_forward
@@ -33,6 +33,16 @@ def test_linear(rng):
     assert_grad(loss, b, db, "linear db")
 
 
+def test_linear_bias_gradient_is_the_row_sum(rng):
+    """db = ones^T dy (a matrix-vector product) against the plain sum over the rows; none without a bias."""
+    x, dy = rng.standard_normal((3, 700, 16)), rng.standard_normal((3, 700, 24))
+    dw, db = linear_backward_weight(dy, x)
+    np.testing.assert_allclose(db, dy.sum(axis=(0, 1)), rtol=1e-12, atol=1e-12)
+    dw_alone, none = linear_backward_weight(dy, x, bias=False)
+    assert none is None
+    np.testing.assert_array_equal(dw_alone, dw)
+
+
 def test_gelu(rng):
     x = rng.standard_normal((4, 9)) * 3
     R = rng.standard_normal((4, 9))
@@ -47,10 +57,24 @@ def test_layernorm(rng):
     R = rng.standard_normal((3, 4, 10))
     loss = lambda: np.sum(R * layernorm_forward(x, g, b)[0])  # noqa: E731
     _, cache = layernorm_forward(x, g, b)
-    dg, db = layernorm_backward_weight(R, cache)
-    assert_grad(loss, x, layernorm_backward_input(R, g, cache), "layernorm dx")
+    dx, dg, db = layernorm_backward(R, g, cache)
+    assert_grad(loss, x, dx, "layernorm dx")
     assert_grad(loss, g, dg, "layernorm dg")
     assert_grad(loss, b, db, "layernorm db")
+
+
+def test_layernorm_backward_in_blocks_is_the_plain_formula(rng):
+    """Many blocks of rows (ops/blocks.py): dg and db summed block by block, dx block by block, against
+    the textbook lines on the whole array."""
+    x, g, b, dy = rng.standard_normal((2, 300, 256)), rng.standard_normal(256), rng.standard_normal(256), \
+        rng.standard_normal((2, 300, 256))
+    _, (xhat, rstd) = layernorm_forward(x, g, b)
+    dx, dg, db = layernorm_backward(dy, g, (xhat, rstd))
+    dxhat = dy * g
+    plain = rstd * (dxhat - dxhat.mean(-1, keepdims=True) - xhat * (dxhat * xhat).mean(-1, keepdims=True))
+    np.testing.assert_allclose(dx, plain, rtol=1e-12, atol=1e-12 * np.abs(plain).max())
+    np.testing.assert_allclose(dg, (dy * xhat).sum((0, 1)), rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(db, dy.sum((0, 1)), rtol=1e-12, atol=1e-12)
 
 
 def test_softmax(rng):

@@ -21,10 +21,10 @@ def pairs(shapes):
     rng = np.random.default_rng(0)
     x = rng.standard_normal((shapes["tokens"], shapes["ffn"])).astype(np.float32)
     dy = rng.standard_normal(x.shape).astype(np.float32)
-    t, c = gelu_forward(x)[1], gelu_forward_fast(x)[1]
+    t, g = gelu_forward(x)[1], gelu_forward_fast(x)[1]
     s = rng.standard_normal(shapes["scores"]).astype(np.float32) + causal_mask(shapes["scores"][-1], np.float32, np)
     return {"GELU forward": (lambda: gelu_forward(x), lambda: gelu_forward_fast(x)),
-            "GELU backward": (lambda: gelu_backward(dy, x, t), lambda: gelu_backward_fast(dy, x, c)),
+            "GELU backward": (lambda: gelu_backward(dy, x, t), lambda: gelu_backward_fast(dy, g)),
             "softmax forward (attention's scores)": (lambda: softmax_forward(s), lambda: softmax_forward_fast(s))}
 
 

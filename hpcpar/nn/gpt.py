@@ -154,7 +154,7 @@ class LMHead(Module):
         return self.ln_f.backward(self.reduce_hidden_grad(dh.reshape(shape)), c_ln, defer)
 
     def _weight_grad(self, dlogits, h2):
-        self.weight.grad += linear_backward_weight(dlogits, h2)[0].T   # (V, C)
+        self.weight.grad += linear_backward_weight(dlogits, h2, bias=False)[0].T   # (V, C)
 
     # --- one rank holds the whole vocabulary: nothing to gather or sum ---------------------------
 

@@ -2,7 +2,7 @@
 fp32 (statistics of a row need more than 8 or 11 bits) and rounds its output once."""
 from hpcpar.nn.module import Module, run_or_defer
 from hpcpar.nn.parameter import Parameter, init_full
-from hpcpar.ops.layernorm import layernorm_backward_input, layernorm_backward_weight, layernorm_forward
+from hpcpar.ops.layernorm import layernorm_backward, layernorm_forward
 from hpcpar.precision import to_fp32
 
 
@@ -17,11 +17,10 @@ class LayerNorm(Module):
         return y.astype(x.dtype, copy=False), cache
 
     def backward(self, dy, cache, defer=None):
-        dy32 = to_fp32(dy)
+        dx, dg, db = layernorm_backward(to_fp32(dy), to_fp32(self.weight.data), cache)
 
-        def weight_grad():
-            dg, db = layernorm_backward_weight(dy32, cache)
+        def weight_grad():              # computed with dx (one pass), added now or in a later W pass
             self.weight.grad += dg
             self.bias.grad += db
         run_or_defer(weight_grad, defer)
-        return layernorm_backward_input(dy32, to_fp32(self.weight.data), cache).astype(dy.dtype, copy=False)
+        return dx.astype(dy.dtype, copy=False)

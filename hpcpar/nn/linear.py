@@ -30,7 +30,7 @@ class Linear(Module):
         return dx
 
     def accumulate_weight_grad(self, dy, x):
-        dw, db = linear_backward_weight(dy, x)
+        dw, db = linear_backward_weight(dy, x, bias=self.bias is not None)
         self.weight.grad += dw
         if self.bias is not None:
             self.bias.grad += db

@@ -25,16 +25,17 @@ class MLP(Module):
         self.drop = Dropout(f"{prefix}.dropout", dropout)
 
     def forward(self, x, ctx=None):
-        u, c_fc = self.c_fc.forward(x, ctx)                 # (B, T, F)
-        h, c = gelu_forward_fast(to_fp32(u))                # (B, T, F), cache c = 1 + tanh
-        y, c_proj = self.c_proj.forward(h.astype(u.dtype, copy=False), ctx)     # (B, T, C)
+        u, c_fc = self.c_fc.forward(x, ctx)                 # (B, T, F), this MLP's own array
+        u = to_fp32(u)
+        h, g = gelu_forward_fast(u, out=u)                  # (B, T, F) over u; cache g = gelu'(u)
+        y, c_proj = self.c_proj.forward(h.astype(x.dtype, copy=False), ctx)     # (B, T, C)
         y, mask = self.drop.forward_tokens(y, ctx)
-        return y, (u, c, c_fc, c_proj, mask)
+        return y, (g, c_fc, c_proj, mask)
 
     def backward(self, dy, cache, defer=None):
-        u, c, c_fc, c_proj, mask = cache
+        g, c_fc, c_proj, mask = cache
         dy = self.drop.backward(dy, mask)
-        dh = self.c_proj.backward(dy, c_proj, defer)        # (B, T, F)
-        du = gelu_backward_fast(to_fp32(dh), to_fp32(u), c).astype(dh.dtype, copy=False)
+        dh = to_fp32(self.c_proj.backward(dy, c_proj, defer))              # (B, T, F), a temporary
+        du = gelu_backward_fast(dh, g, out=dh).astype(dy.dtype, copy=False)
         return self.c_fc.backward(du, c_fc, defer)
 

@@ -8,14 +8,17 @@ elementwise op here).  Both are chains of in-place operations, run one cache-siz
 a time (ops/blocks.py): on a (B*T, 4C) activation each extra pass over memory costs as much as a
 flop-light op, and blocking turns ten passes over memory into about one (about 2x faster, measured).
 
-``gelu_forward_fast`` / ``gelu_backward_fast`` are the same function with two passes fewer in the
-backward (nine instead of eleven, measured in docs/performance.md).  Their cache is c = 1 + t, which
-the forward computes on the way to y anyway, instead of t; with 1 - t^2 = (1 - t)(1 + t) = (2 - c) c:
+``gelu_forward_fast`` / ``gelu_backward_fast`` are the same function, cheaper where it counts: the
+forward caches the derivative itself instead of t, so the backward is one product and the input x
+need not be kept.  With c = 1 + t and 1 - t^2 = (1 - t)(1 + t) = (2 - c) c:
 
-    dy/dx = 0.5 c (1 + x (2 - c) S (1 + 3K x^2)) = c (0.5 + x (2 - c) (0.5 S + 1.5 SK x^2))
+    g = dy/dx = 0.5 c (1 + x (2 - c) S (1 + 3K x^2)) = c (0.5 + x (2 - c) (0.5 S + 1.5 SK x^2))
+    backward  dx = dy g
 
-one product of factors, so no pass adds 1 to t, subtracts from it or halves the result.  They agree
-with the plain pair to rounding (tests/test_fast_ops.py, float64 to 1e-12).
+The forward's chain is longer (15 passes over each block, in cache, against 8), the backward one pass
+over memory instead of nine that also read x and t back: fewer trips to memory in all, and with
+``out=x`` y is written over x, which the MLP no longer needs (measured in docs/performance.md).  They
+agree with the plain pair to rounding (tests/test_fast_ops.py, float64 to 1e-12).
 """
 import math
 
@@ -60,33 +63,33 @@ def gelu_backward(dy, x, t):
     return dx
 
 
-def gelu_forward_fast(x):
-    """x -> (y, c), c = 1 + t"""
+def gelu_forward_fast(x, out=None):
+    """x -> (y, g), g = dy/dx.  ``out=x`` writes y over x (its rows are read before they are written)."""
     xp = array_module(x)
-    y, c = xp.empty(x.shape, x.dtype), xp.empty(x.shape, x.dtype)
-    for xb, yb, cb in row_blocks(x, y, c):
-        xp.multiply(xb, xb, out=cb)         # u = x (S + S K x^2)
-        cb *= _S * _K
-        cb += _S
-        cb *= xb
-        xp.tanh(cb, out=cb)                 # t
-        cb += 1.0                           # c = 1 + t
-        xp.multiply(xb, cb, out=yb)         # y = 0.5 x c
-        yb *= 0.5
-    return y, c
-
-
-def gelu_backward_fast(dy, x, c):
-    xp = array_module(x)
-    dx = xp.empty(x.shape, x.dtype)
-    for dyb, xb, cb, s in row_blocks(dy, x, c, dx):
-        d = xb * xb                         # x (0.5 S + 1.5 SK x^2), one block's temporary
-        d *= 1.5 * _S * _K
+    y, g = xp.empty(x.shape, x.dtype) if out is None else out, xp.empty(x.shape, x.dtype)
+    scratch = None
+    for xb, yb, gb in row_blocks(x, y, g):
+        if scratch is None:                 # two blocks of temporaries, reused block after block
+            scratch = xp.empty((2,) + xb.shape, x.dtype)
+        c, d = scratch[0, :len(xb)], scratch[1, :len(xb)]
+        xp.multiply(xb, xb, out=c)
+        xp.multiply(c, 1.5 * _S * _K, out=d)    # d = x (0.5 S + 1.5 SK x^2)
         d += 0.5 * _S
         d *= xb
-        xp.subtract(2.0, cb, out=s)         # c (0.5 + (2 - c) x (0.5 S + 1.5 SK x^2)) dy
-        s *= d
-        s += 0.5
-        s *= cb
-        s *= dyb
-    return dx
+        c *= _S * _K                            # u = x (S + SK x^2)
+        c += _S
+        c *= xb
+        xp.tanh(c, out=c)
+        c += 1.0                                # c = 1 + t
+        xp.subtract(2.0, c, out=gb)             # g = c (0.5 + (2 - c) d)
+        gb *= d
+        gb += 0.5
+        gb *= c
+        xp.multiply(xb, c, out=yb)              # y = 0.5 x c
+        yb *= 0.5
+    return y, g
+
+
+def gelu_backward_fast(dy, g, out=None):
+    """dx = dy g; ``out=dy`` in place (the MLP passes its own temporary)."""
+    return array_module(dy).multiply(dy, g, out=out)

@@ -8,9 +8,12 @@ Backward, with dxhat = dy g (each row independently; C the normalised size):
     dg = sum over rows of dy xhat,    db = sum over rows of dy
 
 The cache keeps xhat and rstd, not x: that is all the backward needs.  Rows are independent, so the
-forward and the input gradient run one cache-sized block of rows at a time (ops/blocks.py).  Row
-means are matrix-vector products with a vector of 1/C (BLAS gemv: several times faster than numpy's
-reduction over rows this short), row sums of products are einsums (no temporary array).
+forward and the backward run one cache-sized block of rows at a time (ops/blocks.py).  Row means are
+matrix-vector products with a vector of 1/C (BLAS gemv: several times faster than numpy's reduction
+over rows this short).  The backward gives dx, dg and db in one pass (as llm.c's layernorm_backward):
+w = dy xhat, one block at a time in a scratch block, serves three sums as matrix-vector products - dg
+(its column sums), db (dy's) and mean(dxhat xhat) = w g / C (its rows against g) - while the block is
+in cache, instead of a second pass that read dy and xhat from memory again and einsums per row.
 """
 from hpcpar.backend import array_module
 from hpcpar.ops.blocks import row_blocks
@@ -24,7 +27,7 @@ def layernorm_forward(x, g, b, eps=1e-5):
     avg = xp.full((C, 1), 1.0 / C, dtype=x.dtype)                           # row @ avg = row mean
     for xb, hb, rb, yb in row_blocks(x, xhat, rstd, y):
         xp.subtract(xb, xb @ avg, out=hb)                                  # centred
-        var = xp.einsum("ij,ij->i", hb, hb)[:, None]
+        var = xp.einsum("ij,ij->i", hb, hb)[:, None]                     # no (rows, C) temporary
         var *= 1.0 / C
         var += eps
         xp.sqrt(var, out=rb)
@@ -35,25 +38,27 @@ def layernorm_forward(x, g, b, eps=1e-5):
     return y, (xhat, rstd)
 
 
-def layernorm_backward_input(dy, g, cache):
+def layernorm_backward(dy, g, cache):
+    """-> dx (..., C), dg (C,), db (C,)"""
     xp = array_module(dy)
     xhat, rstd = cache
     C = dy.shape[-1]
     dx = xp.empty(dy.shape, dy.dtype)
+    dg, db = xp.zeros(C, dy.dtype), xp.zeros(C, dy.dtype)
     avg = xp.full((C, 1), 1.0 / C, dtype=dy.dtype)
+    g_avg = g[:, None] / C                                                 # w @ g_avg = mean(dxhat xhat)
+    scratch = None
     for dyb, hb, rb, dxb in row_blocks(dy, xhat, rstd, dx):
+        if scratch is None:
+            scratch = xp.empty(dyb.shape, dy.dtype)
+            ones = xp.ones(len(dyb), dtype=dy.dtype)                       # ones @ block = column sums
+        w = xp.multiply(dyb, hb, out=scratch[:len(dyb)])                   # dy xhat
+        dg += ones[:len(dyb)] @ w
+        db += ones[:len(dyb)] @ dyb
+        proj = w @ g_avg                                                   # mean(dxhat xhat), dxhat = dy g
         xp.multiply(dyb, g, out=dxb)                                       # dxhat
-        proj = xp.einsum("ij,ij->i", dxb, hb)[:, None] / C                 # mean(dxhat xhat)
         dxb -= dxb @ avg
-        dxb -= hb * proj
+        xp.multiply(hb, proj, out=w)
+        dxb -= w
         dxb *= rb
-    return dx
-
-
-def layernorm_backward_weight(dy, cache):
-    xp = array_module(dy)
-    xhat, _ = cache
-    C = dy.shape[-1]
-    dy2 = dy.reshape(-1, C)                                                # (N, C)
-    ones = xp.ones(dy2.shape[0], dtype=dy.dtype)                           # ones @ dy2 = column sums
-    return xp.einsum("ni,ni->i", dy2, xhat.reshape(-1, C)), ones @ dy2     # (C,), (C,)
+    return dx, dg, db

@@ -5,9 +5,13 @@
     backward_weight dW = x^T dy  (rows summed)    db = sum over rows of dy
 
 Leading dimensions are flattened into rows first: one (N, in) x (in, out) GEMM is faster than a
-stack of B smaller ones (numpy's matmul would loop over the batch).  In a low precision the GEMMs
-round their output once and the bias gradient is summed in fp32 (hpcpar/precision.py).
+stack of B smaller ones (numpy's matmul would loop over the batch).  The bias gradient is a
+matrix-vector product, ones^T dy (BLAS gemv: 0.8x the time of numpy's sum over the rows at the
+8-layer step's shapes, measured in docs/performance.md), and is not computed at all for a caller
+without a bias.  In a low precision the GEMMs round their output once and the bias gradient is
+summed in fp32 (hpcpar/precision.py).
 """
+from hpcpar.backend import array_module
 from hpcpar.precision import accumulator, gemm
 
 
@@ -26,7 +30,11 @@ def linear_backward_input(dy, w):
     return gemm(_rows(dy), w.T).reshape(dy.shape[:-1] + (w.shape[0],))    # (..., in)
 
 
-def linear_backward_weight(dy, x):
-    """(dW, db) for y = x W + b; every leading dimension of x and dy is a row."""
+def linear_backward_weight(dy, x, bias=True):
+    """(dW, db) for y = x W + b, db None without ``bias``; every leading dimension of x and dy is a row."""
     dy2 = _rows(dy)                             # (N, out)
-    return gemm(_rows(x).T, dy2), dy2.sum(axis=0, dtype=accumulator(dy2.dtype))    # (in, out), (out,)
+    dw = gemm(_rows(x).T, dy2)                  # (in, out)
+    if not bias:
+        return dw, None
+    acc = accumulator(dy2.dtype)
+    return dw, array_module(dy2).ones(dy2.shape[0], acc) @ dy2.astype(acc, copy=False)     # (out,)

@@ -55,7 +55,7 @@ class ColumnParallelLinear(Module):
     def local_backward(self, dy, full, defer):
         """This rank's term of dL/dx (B, T, in), before the group sums it; the weight gradient."""
         def weight_grad():
-            dw, db = linear_backward_weight(dy, full)
+            dw, db = linear_backward_weight(dy, full, bias=self.bias is not None)
             self.weight.grad += dw
             if self.bias is not None:
                 self.bias.grad += db
@@ -101,7 +101,7 @@ class RowParallelLinear(Module):
         dy_local = self.region.backward(self.comm, dy)            # identity, or the sequence all-gather
 
         def weight_grad():
-            self.weight.grad += linear_backward_weight(dy_local, x)[0]
+            self.weight.grad += linear_backward_weight(dy_local, x, bias=False)[0]    # its bias: below
             if self.bias is not None:
                 self.bias.grad += dy.reshape(-1, dy.shape[-1]).sum(axis=0)
         run_or_defer(weight_grad, defer)
