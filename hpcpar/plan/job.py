@@ -45,7 +45,7 @@ class Engine:
     mixed_state_bytes: tuple = None
     adam_buffers: int = 3             # Adam m and v, and hpcpar's scratch array (optim.py)
     shard_grad_buffer: bool = True    # ZeRO-1/2 reduce-scatter into a separate gradient shard (data_parallel/replicas.py)
-    numpy_caches: bool = True         # hpcpar keeps the scaled Q and GELU's tanh as well (memory.py)
+    numpy_caches: bool = True         # hpcpar keeps the scaled Q and SwiGLU's sigmoid as well (memory.py)
     overlap_tp: bool = False          # TP collectives run under the GEMMs (Megatron's tp-comm-overlap,
                                       # PyTorch's async TP): only the part longer than the GEMMs shows
     fp8: bool = False                 # linear-layer GEMMs in fp8 (the attention core stays 16-bit)

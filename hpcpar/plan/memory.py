@@ -28,7 +28,7 @@ Activations kept per layer and micro-batch, 16-bit (Korthikanti et al. 2022, sec
                           set while that layer's backward runs
 
 counted here from the stored tensors themselves, so other shapes follow (GQA, gated MLPs, fp32/fp64
-engines, no dropout, hpcpar's extra scaled-Q and GELU caches); context parallelism divides s by cp.
+engines, no dropout, hpcpar's extra scaled-Q and SwiGLU caches); context parallelism divides s by cp.
 A stage keeps as many micro-batches in flight as its schedule dictates (``inflight``), and the ends
 where its schedule places them: the embedding on the rank holding virtual stage 0, the head, the
 logits and the loss on the one holding the last - both on rank 0 under a V (``Job.ends``).
@@ -118,8 +118,10 @@ def layer_activation_terms(job, layout):
     kv, a = kv_heads_per_rank(m, t) * d, m.attention_width / t      # a: heads * head_dim / t
     mlp = 0 if m.experts else (3 if m.gated else 2) * f / t     # a mixture of experts: its own term
     parallel = sb * e * (a + 2 * kv + a + mlp)
-    if job.engine.numpy_caches:      # hpcpar also keeps the scaled Q and GELU's tanh or SwiGLU's sigmoid (ops/)
-        parallel += sb * e * (a + (0 if m.experts else f / t))
+    if job.engine.numpy_caches:
+        # hpcpar also keeps the scaled Q, and a gated MLP SwiGLU's sigmoid (ops/swiglu.py); a GELU MLP
+        # keeps its derivative in place of its pre-activation, so no more than the two counted above
+        parallel += sb * e * (a + (f / t if m.gated and not m.experts else 0))
     heads = m.heads // t
     if job.engine.flash_attention:
         scores = sb * heads * 4                 # fp32 log-sum-exp per row, the s*s matrix is never stored
