@@ -20,7 +20,7 @@ import pytest
 
 from docs_session import docs_session
 from hpcpar.quotes.blocks import blocks
-from hpcpar.quotes.compare import align, line_difference
+from hpcpar.quotes.compare import DRIFT, MACHINE_ONLY, align, line_difference
 from hpcpar.quotes.pages import check_page
 from mpitools import hpcpar, run, run_mpi
 
@@ -58,6 +58,14 @@ def test_quote_tolerance():
     assert line_difference("step 100/1000  loss 2.97223901749  51.5 ms",
                            "step 100/1000  loss 2.97223937511  101.0 ms") is None
     assert line_difference("step 100/1000  loss 2.97223901749", "step 100/1000  loss 2.9731") is not None
+    # a drift block (a long float32 run): 1e-2 relative, as between two CPUs after 1000 steps
+    long_run = "step  1000/1000  loss 0.988394141197  grad_norm 0.5469"
+    assert line_difference(long_run, "step  1000/1000  loss 0.988747477531  grad_norm 0.5487") is not None
+    assert line_difference(long_run, "step  1000/1000  loss 0.988747477531  grad_norm 0.5487", DRIFT) is None
+    assert line_difference(long_run, "step  1000/1000  loss 1.0012  grad_norm 0.5469", DRIFT) is not None
+    # a machine block: any decimal, integers still exactly
+    assert line_difference("fit 0.71 over 12 runs", "fit 0.93 over 12 runs", MACHINE_ONLY) is None
+    assert line_difference("fit 0.71 over 12 runs", "fit 0.71 over 13 runs", MACHINE_ONLY) is not None
     # integers exactly; a decimal to one unit of its last digit
     assert line_difference("pp 4.0 MB in 16 messages", "pp 4.0 MB in 17 messages") is not None
     assert line_difference("(entropy floor 0.911941: +8.4%)", "(entropy floor 0.911941: +8.5%)") is None

@@ -13,7 +13,8 @@ Lines that start with ``$ `` are commands (a trailing ``\\`` continues one); the
 are its output, stdout and stderr together.  A line ``...`` leaves lines out; without one, the quote is
 complete and contiguous there.  ``console slow`` marks a block whose commands take minutes: ``make docs``
 runs it, the test suite does not; ``console machine``, a block whose every decimal is a measurement of
-the machine (a fitted model's output).
+the machine (a fitted model's output); ``console drift``, a long float32 run whose later digits
+depend on the CPU (compare.py).
 
 * blocks.py   finds the blocks in a Markdown file and writes them back;
 * compare.py  matches a quote against an output, line by line, with a tolerance for figures that

@@ -2,6 +2,8 @@
 import re
 from dataclasses import dataclass, field
 
+from hpcpar.quotes.compare import DRIFT, MACHINE_ONLY, RELATIVE
+
 FENCE = re.compile(r"^```console(?P<flags>[^\n]*)\n(?P<body>.*?)^```[ \t]*$", re.S | re.M)
 CAPTION = re.compile(r"\n<sub>Figures from a run on .*?</sub>\n", re.S)
 
@@ -20,7 +22,13 @@ class Block:
     end: int
     slow: bool
     machine: bool         # every decimal depends on the machine (compare.py)
+    drift: bool           # a long float32 run: decimals to compare.DRIFT
     quotes: list = field(default_factory=list)
+
+    @property
+    def relative(self):
+        """How far this block's decimals may be from a fresh run's (compare.py)."""
+        return MACHINE_ONLY if self.machine else DRIFT if self.drift else RELATIVE
 
     def where(self):
         return f"{self.path}:{self.line}"
@@ -56,8 +64,9 @@ def blocks(path, text=None):
     text = open(path).read() if text is None else text
     found = []
     for m in FENCE.finditer(text):
+        flags = m.group("flags").split()
         block = Block(str(path), text.count("\n", 0, m.start()) + 1, m.start("body"), m.end("body"),
-                      "slow" in m.group("flags").split(), "machine" in m.group("flags").split())
+                      "slow" in flags, "machine" in flags, "drift" in flags)
         try:
             block.quotes = parse_body(m.group("body"))
         except ValueError as err:

@@ -25,7 +25,7 @@ def check_block(session, block):
         _, lines = session.output(q.command)   # a failing command: its quote holds the error
         where = f"{block.where()}: $ {q.command}"
         try:
-            output, differences = align(q.output, lines, block.machine)
+            output, differences = align(q.output, lines, block.relative)
         except Mismatch as err:
             problems.append(f"{where}\n  {err}; the output was:\n    " + "\n    ".join(lines[:40]))
             new.append(q)
