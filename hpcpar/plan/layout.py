@@ -146,3 +146,15 @@ def stage_classes(layers, pp, method="ends-light", schedule="1f1b", v=1):
     first, last = pipeline_ends(schedule, pp, v)
     return tuple((n, i == first, i == last)
                  for i, n in enumerate(stage_layers(layers, pp, method, schedule, v)))
+
+
+def by_class(keys, work, done=None):
+    """[work(i) for each pipeline rank i], worked out once per distinct ``keys[i]`` (a stage class:
+    ranks alike share one result); ``done``: a dict kept across calls (a search's), else a new one."""
+    done = {} if done is None else done
+    out = []
+    for i, key in enumerate(keys):
+        if key not in done:
+            done[key] = work(i)
+        out.append(done[key])
+    return out

@@ -29,6 +29,7 @@ from hpcpar.plan import experts
 from hpcpar.plan.bubble import PipelineResult, analytic_makespan, simulate_pipeline
 from hpcpar.plan.compute import layer_key, layer_times, stage_times, tp_comm_seconds
 from hpcpar.plan.flops import step_flops
+from hpcpar.plan.layout import by_class
 from hpcpar.plan.memory import (ALLOCATOR_CACHE, STATE_TERMS, analytic_inflight, keeps_stage_gathered,
                                 layout_memory, stage_memory, stage_params, state_bytes_per_param)
 from hpcpar.plan.network import dp_gradient_seconds, p2p_seconds, shard_seconds
@@ -101,11 +102,8 @@ def dp_exposure(job, layout, stages):
     if layout.shard == 1 or (layout.zero >= 3 and not once):
         return worst
     grad_bytes = state_bytes_per_param(job)[1]
-    traffic = {}      # per stage class: its (reduce-scatter, all-gather, gradient bytes), the same on alike stages
-    for i, (st, key) in enumerate(zip(stages, job.stage_classes(layout))):
-        if key not in traffic:
-            traffic[key] = gradient_traffic(job, layout, i, grad_bytes, once)
-        rs, ag, nbytes = traffic[key]
+    traffic = by_class(job.stage_classes(layout), lambda i: gradient_traffic(job, layout, i, grad_bytes, once))
+    for i, (st, (rs, ag, nbytes)) in enumerate(zip(stages, traffic)):
         total = rs + ag
         hideable = rs if layout.zero else total
         if job.engine.overlap_dp:
@@ -156,12 +154,8 @@ def stage_times_all(job, layout, shared):
     layer = layer_key(layout)
     if layer not in shared:
         shared[layer] = layer_times(job, layout)
-    out = []
-    for i, key in enumerate(job.stage_classes(layout)):
-        if (layer, key) not in shared:
-            shared[layer, key] = stage_times(job, layout, i, shared[layer])
-        out.append(shared[layer, key])
-    return out
+    return by_class([(layer, key) for key in job.stage_classes(layout)],
+                    lambda i: stage_times(job, layout, i, shared[layer]), shared)
 
 
 def estimate(job, layout, simulate=True, per_search=None):
@@ -174,12 +168,9 @@ def estimate(job, layout, simulate=True, per_search=None):
     B = max(s.backward for s in stages) / lay.v
     W = max(s.weight for s in stages) / lay.v
     classes = job.stage_classes(lay)
-    held = {}        # parameters per stage class: alike stages hold alike
-    for i, key in enumerate(classes):
-        if key not in held:
-            held[key] = stage_params(job, lay, i)
-    fullest = max(range(lay.pp), key=lambda i: held[classes[i]])
-    params = held[classes[fullest]]
+    held = by_class(classes, lambda i: stage_params(job, lay, i))
+    fullest = max(range(lay.pp), key=held.__getitem__)
+    params = held[fullest]
     fsdp_total, fsdp_shown = fsdp_exposure(job, lay, params, job.stage_layers(lay)[fullest], (F + B + W) * lay.v)
     F, B = F + fsdp_shown / (2 * lay.v), B + fsdp_shown / (2 * lay.v)
     split = lay.tp if (lay.sp or job.engine.scatter_gather_p2p) else 1
@@ -193,13 +184,12 @@ def estimate(job, layout, simulate=True, per_search=None):
         peak = [analytic_inflight(lay.schedule, lay.pp, m, lay.v, i) for i in range(lay.pp)]
         pipe = PipelineResult(t, 1 - m * lay.v * (F + B + W) / t, tuple(peak), ())
     shared = layout_memory(job, lay)
-    alike = {}       # stages of one class holding as many in flight have the same terms
-    for i, key in enumerate(zip(classes, pipe.peak_inflight)):
-        if key not in alike:
-            alike[key] = stage_memory(job, lay, i, pipe.peak_inflight[i], shared)
-    memory = [dict(alike[key]) for key in zip(classes, pipe.peak_inflight)]
+    # stages of one class holding as many in flight have the same terms; each stage gets its own dict
+    alike = by_class(list(zip(classes, pipe.peak_inflight)),
+                     lambda i: stage_memory(job, lay, i, pipe.peak_inflight[i], shared))
+    memory = [dict(terms) for terms in alike]
     grad_total, grad_exposed = dp_exposure(job, lay, stages)
-    optimizer = job.hardware.memory_seconds(2 * max(sum(t[k] for k in STATE_TERMS) for t in alike.values()))
+    optimizer = job.hardware.memory_seconds(2 * max(sum(t[k] for k in STATE_TERMS) for t in memory))
     tp_comm = max(map(tp_comm_seconds, stages)) * m
     step = pipe.makespan + grad_exposed + optimizer       # the FSDP part is inside the pipeline's F and B
     return Estimate(job, lay, stages, (F, B, W), p2p, pipe, memory, grad_total, grad_exposed, optimizer,
