@@ -33,8 +33,11 @@ def linear_backward_input(dy, w):
 def linear_backward_weight(dy, x, bias=True):
     """(dW, db) for y = x W + b, db None without ``bias``; every leading dimension of x and dy is a row."""
     dy2 = _rows(dy)                             # (N, out)
-    dw = gemm(_rows(x).T, dy2)                  # (in, out)
-    if not bias:
-        return dw, None
+    return gemm(_rows(x).T, dy2), bias_backward(dy2) if bias else None    # (in, out), (out,)
+
+
+def bias_backward(dy):
+    """db = ones^T dy (out,): the rows of dy summed, in fp32 for a low precision."""
+    dy2 = _rows(dy)
     acc = accumulator(dy2.dtype)
-    return dw, array_module(dy2).ones(dy2.shape[0], acc) @ dy2.astype(acc, copy=False)     # (out,)
+    return array_module(dy2).ones(dy2.shape[0], acc) @ dy2.astype(acc, copy=False)

@@ -19,7 +19,7 @@ from hpcpar.nn.embedding import Embedding
 from hpcpar.nn.gpt import LMHead
 from hpcpar.nn.module import Module, run_or_defer
 from hpcpar.nn.parameter import Shard
-from hpcpar.ops.linear import linear_backward_input, linear_backward_weight, linear_forward
+from hpcpar.ops.linear import bias_backward, linear_backward_input, linear_backward_weight, linear_forward
 from hpcpar.tensor_parallel.cross_entropy import (vocab_parallel_cross_entropy_backward,
                                                   vocab_parallel_cross_entropy_forward)
 from hpcpar.tensor_parallel.regions import input_region, output_region
@@ -103,7 +103,7 @@ class RowParallelLinear(Module):
         def weight_grad():
             self.weight.grad += linear_backward_weight(dy_local, x, bias=False)[0]    # its bias: below
             if self.bias is not None:
-                self.bias.grad += dy.reshape(-1, dy.shape[-1]).sum(axis=0)
+                self.bias.grad += bias_backward(dy)
         run_or_defer(weight_grad, defer)
         return linear_backward_input(dy_local, self.weight.data)   # (B, T, in/tp): stays parallel
 
