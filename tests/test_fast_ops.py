@@ -10,7 +10,9 @@ import pytest
 
 from hpcpar.data_parallel.buckets import FlatSlice
 from hpcpar.ops.activation import gelu_backward, gelu_backward_fast, gelu_forward, gelu_forward_fast
-from hpcpar.ops.attention import causal_mask
+from hpcpar.ops.attention import (QUERY_BLOCK, attention_backward, attention_forward, causal_mask, causal_work,
+                                  engine_block, query_blocks)
+from hpcpar.ops.dropout import dropout_mask
 from hpcpar.ops.softmax import row_max, softmax_forward, softmax_forward_fast
 from hpcpar.optim import BLOCK, SGD
 
@@ -79,3 +81,48 @@ def test_blocked_sgd_is_the_textbook_update(rng, momentum):
             buf = grad.copy() if buf is None else buf * np.float32(momentum) + grad
         ref -= 0.05 * (buf if momentum else grad)
         np.testing.assert_array_equal(data, ref)
+
+
+@pytest.mark.parametrize("T, block", [(7, 1), (7, 3), (128, 64), (130, 64), (5, 64)])
+@pytest.mark.parametrize("dropout", [False, True])
+def test_causal_blocks_match_the_full_attention(rng, T, block, dropout):
+    """Attention in query blocks (the upper triangle skipped) against the one-block plain form: the same
+    products summed in another order (dK and dV over the blocks), so to rounding.  The backward writes
+    into strided views of one fused array, as the attention module passes them."""
+    B, NH, HS = 2, 3, 4
+    q, k, v, do = (rng.standard_normal((B, NH, T, HS)) for _ in range(4))
+    drop = dropout_mask((3, 1), (B, NH, T, T), 0.25, np.float64) if dropout else None
+    o, cache = attention_forward(q, k, v, drop, block=T)
+    plain = attention_backward(do, cache)
+    o_blocks, cache = attention_forward(q, k, v, drop, block=block)
+    fused = np.empty((B, NH, T, 3 * HS))
+    views = tuple(fused[..., i * HS:(i + 1) * HS] for i in range(3))
+    blocked = attention_backward(do, cache, out=views)
+    np.testing.assert_allclose(o_blocks, o, rtol=1e-12, atol=1e-12 * np.abs(o).max())
+    for got, want, view in zip(blocked, plain, views):
+        assert got is view
+        np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-12 * np.abs(want).max())
+
+
+def test_causal_blocks_in_bf16_round_dk_dv_once():
+    """In a low precision dK and dV are summed over the blocks in fp32 and rounded once: as close to the
+    one-block attention as the one rounding allows."""
+    ml_dtypes = pytest.importorskip("ml_dtypes")
+    rng = np.random.default_rng(3)
+    q, k, v, do = (rng.standard_normal((2, 2, 9, 8)).astype(ml_dtypes.bfloat16) for _ in range(4))
+    plain = attention_backward(do, attention_forward(q, k, v, block=9)[1])
+    blocked = attention_backward(do, attention_forward(q, k, v, block=2)[1])
+    for got, want in zip(blocked, plain):
+        assert got.dtype == want.dtype
+        np.testing.assert_allclose(got.astype(np.float32), want.astype(np.float32), rtol=2 ** -7, atol=1e-2)
+
+
+def test_query_blocks_and_their_share_of_the_scores():
+    assert query_blocks(7, 3) == [(0, 3), (3, 6), (6, 7)]
+    assert query_blocks(4, 64) == [(0, 4)]
+    assert causal_work(128, 64) == 0.75                       # (64 * 64 + 64 * 128) / 128^2
+    assert causal_work(128, 128) == 1.0
+    assert causal_work(1024) == pytest.approx(17 / 32)        # n blocks: (n + 1) / (2 n), n = 16
+    assert engine_block(np.zeros((1, 1, 256, 8))) == QUERY_BLOCK
+    on_gpu = type("OnDevice", (), {"shape": (1, 1, 256, 8), "__cuda_array_interface__": {}})()
+    assert engine_block(on_gpu) == 256                        # one block: a launch per op is what costs there

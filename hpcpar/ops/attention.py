@@ -8,16 +8,29 @@ Backward, with Pd = P * D:
     dV = Pd^T dO,   dPd = dO V^T,   dP = dPd * D,   dS = softmax_backward(dP, P) / sqrt(HS)
     dQ = dS K,      dK = dS^T Q
 
+Causal blocks.  Above the diagonal P is exactly zero, so the products there are wasted work: half of
+every T x T GEMM, softmax and mask.  The queries are cut into blocks of rows [a, z) (``query_blocks``);
+a block's queries see keys [0, z) only, so its S, P and dS are (B, NH, z - a, z) and only the block's
+own diagonal square needs the mask.  The four T x T GEMMs and the softmax then do (n + 1) / (2 n) of
+the work for n blocks (0.75 at T = 128 in blocks of 64).  dV and dK sum over query blocks: the last
+block (every key) writes them, the earlier ones add into their first z rows.  Each block's numbers
+are the plain ones, summed in a different order: equal to rounding (tests/test_ops.py, float64 to
+1e-12); ``block=T`` is the plain full-matrix attention, one block.  Blocks of 64 rows: smaller ones
+lose more to small GEMMs than they save (measured in docs/performance.md).  On a GPU one block: there
+a launch per op is what costs, not the flops of the upper triangle.
+
 Heads are independent: splitting them across tensor-parallel ranks needs no communication here.
 In a low precision the four GEMMs take and give low-precision arrays; S is masked and softmaxed in
-fp32, P rounded to the low precision for P V (as fused attention kernels do), and dS computed in fp32.
+fp32, P rounded to the low precision for P V (as fused attention kernels do), and dS computed in fp32;
+dK and dV are summed over the blocks in fp32 and rounded once.
 """
 import math
 
-from hpcpar.backend import array_module
-from hpcpar.precision import gemm, to_fp32
+from hpcpar.backend import array_module, is_device_array
+from hpcpar.precision import accumulator, gemm, to_fp32
 from hpcpar.ops.softmax import softmax_backward, softmax_forward, softmax_forward_fast
 
+QUERY_BLOCK = 64
 _masks = {}
 
 
@@ -27,6 +40,21 @@ def causal_mask(T, dtype, xp):
     if key not in _masks:
         _masks[key] = xp.triu(xp.full((T, T), -xp.inf, dtype=dtype), k=1)
     return _masks[key]
+
+
+def query_blocks(T, block=QUERY_BLOCK):
+    """[(a, z), ...]: query rows [a, z), which see keys [0, z); the last block may be shorter."""
+    return [(a, min(a + block, T)) for a in range(0, T, block)]
+
+
+def causal_work(T, block=QUERY_BLOCK):
+    """The share of the T x T score matrix that the blocks compute and keep (1.0 for one block)."""
+    return sum((z - a) * z for a, z in query_blocks(T, block)) / (T * T)
+
+
+def engine_block(x):
+    """The query block the engine uses for arrays like x: QUERY_BLOCK on the host, all rows on a GPU."""
+    return x.shape[-2] if is_device_array(x) else QUERY_BLOCK
 
 
 def split_heads(x, n_head):
@@ -41,8 +69,14 @@ def merge_heads(x):
     return array_module(x).ascontiguousarray(x.transpose(0, 2, 1, 3)).reshape(B, T, NH * HS)
 
 
-def attention_forward(q, k, v, drop=None):
+def _dropped(p, drop, a, z, dtype):
+    """Pd of one block: its probabilities times its part of the dropout mask, in the GEMM's dtype."""
+    return (p if drop is None else p * drop[:, :, a:z, :z]).astype(dtype, copy=False)
+
+
+def attention_forward(q, k, v, drop=None, block=None):
     """q, k, v (B, NH, T, HS) -> o (B, NH, T, HS), cache. ``drop``: dropout mask like P, or None.
+    ``block``: query rows per block (default: engine_block; T: the plain one-block attention).
 
     The 1/sqrt(HS) scale is applied to Q (T x HS) rather than to S (T x T): fewer multiplications.
     The softmax overwrites S (not needed again).  o is written as a (B, NH, T, HS) view of a
@@ -50,13 +84,15 @@ def attention_forward(q, k, v, drop=None):
     xp = array_module(q)
     B, NH, T, HS = q.shape
     q = q * (1.0 / math.sqrt(HS))                            # scaled Q, kept for the backward
-    s = to_fp32(gemm(q, k.transpose(0, 1, 3, 2)))           # (B, NH, T, T)
-    s += causal_mask(T, s.dtype, xp)
-    p = softmax_forward_fast(s, out=s)                       # (B, NH, T, T)
-    pd = (p if drop is None else p * drop).astype(v.dtype, copy=False)
     o = xp.empty((B, T, NH, HS), dtype=q.dtype).transpose(0, 2, 1, 3)
-    gemm(pd, v, out=o)                                       # (B, NH, T, HS)
-    return o, (q, k, v, p, drop)
+    blocks = query_blocks(T, block or engine_block(q))
+    ps = []
+    for a, z in blocks:
+        s = to_fp32(gemm(q[:, :, a:z], k[:, :, :z].transpose(0, 1, 3, 2)))    # (B, NH, z - a, z)
+        s[..., a:] += causal_mask(z - a, s.dtype, xp)        # the block's diagonal square
+        ps.append(softmax_forward_fast(s, out=s))
+        gemm(_dropped(s, drop, a, z, v.dtype), v[:, :, :z], out=o[:, :, a:z])
+    return o, (q, k, v, ps, drop, blocks)
 
 
 def attention_backward(do, cache, out=None):
@@ -64,18 +100,33 @@ def attention_backward(do, cache, out=None):
 
     ``out``: three (B, NH, T, HS) arrays, possibly strided views, to write dq, dk, dv into (the
     attention module passes views of one fused [dQ | dK | dV] array, saving three copies)."""
-    q, k, v, p, drop = cache
+    q, k, v, ps, drop, blocks = cache
     xp = array_module(do)
+    T = q.shape[2]
     dq, dk, dv = out if out is not None else (xp.empty(q.shape, dtype=q.dtype) for _ in range(3))
-    pd = (p if drop is None else p * drop).astype(v.dtype, copy=False)
-    gemm(pd.transpose(0, 1, 3, 2), do, out=dv)                # dV = Pd^T dO
-    dp = to_fp32(gemm(do, v.transpose(0, 1, 3, 2)))           # (B, NH, T, T)
-    if drop is not None:
-        dp *= drop
-    ds = softmax_backward(dp, p).astype(q.dtype, copy=False)  # dL/dS, in place of dP
-    gemm(ds, k, out=dq)
+    acc = accumulator(q.dtype)
+    low = acc != q.dtype and len(blocks) > 1                  # sum the blocks' shares in fp32
+    sk, sv = (xp.empty(q.shape, acc) for _ in range(2)) if low else (dk, dv)
+    part = xp.empty(q.shape, acc) if len(blocks) > 1 else None
+    for (a, z), p in zip(reversed(blocks), reversed(ps)):    # the last block sees every key: it writes
+        doi, rows = do[:, :, a:z], (slice(None), slice(None), slice(0, z))
+        pd = _dropped(p, drop, a, z, v.dtype)
+        into = sv if z == T else part[rows]
+        gemm(pd.transpose(0, 1, 3, 2), doi, out=into)        # dV = Pd^T dO, this block's share
+        if z < T:
+            sv[rows] += into
+        dp = to_fp32(gemm(doi, v[:, :, :z].transpose(0, 1, 3, 2)))     # (B, NH, z - a, z)
+        if drop is not None:
+            dp *= drop[:, :, a:z, :z]
+        ds = softmax_backward(dp, p).astype(q.dtype, copy=False)        # dL/dS, in place of dP
+        gemm(ds, k[:, :, :z], out=dq[:, :, a:z])
+        into = sk if z == T else part[rows]
+        gemm(ds.transpose(0, 1, 3, 2), q[:, :, a:z], out=into)          # dK = dS^T Q, its share
+        if z < T:
+            sk[rows] += into
     dq *= 1.0 / math.sqrt(q.shape[-1])                        # S = (scale Q) K^T
-    gemm(ds.transpose(0, 1, 3, 2), q, out=dk)
+    if low:
+        dk[...], dv[...] = sk, sv
     return dq, dk, dv
 
 

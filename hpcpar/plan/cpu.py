@@ -10,12 +10,14 @@ a stage of n blocks (width h, a heads, MLP width f, vocabulary V) on one of t te
 
     time = GEMM FLOPs / R                          flops.py: layer_gemms (+ logits_gemm on the last
                                                    stage), twice in backward; R the best numpy matmul
-                                                   rate on one thread
+                                                   rate on one thread; the attention core's share c
+                                                   of them, c = ops/attention.causal_work(s)
          + rep   * n N h                           the residual stream (LayerNorms, residual adds,
                                                    row-parallel biases): the same on every TP rank
          + split * n N (4h + f) / t                the activations TP splits: QKV 3h, attention output
                                                    h, MLP hidden f (bias adds, head copies, GELU)
-         + soft  * (n N a s / t  +  [last] N V / t)  elements through a softmax: attention scores,
+         + soft  * (n N a s c / t  +  [last] N V / t)  elements through a softmax: the attention
+                                                   scores its causal blocks compute (c, as above),
                                                    and the logits on the last stage
          + block * n  +  end * ([first] + [last])  Python and numpy calls: per block, and for the
                                                    embedding and the head
@@ -41,6 +43,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from hpcpar.ops.attention import causal_work
 from hpcpar.plan.flops import layer_gemms, logits_gemm
 
 TERMS = ("rep", "split", "soft", "block", "end")
@@ -63,7 +66,9 @@ class Pass:
 
     def gemm_flops(self):
         """Forward GEMM FLOPs (backward: twice)."""
-        fl = self.blocks * sum(g.flops for g in layer_gemms(self.model, self.mb, self.seq_len, self.tp))
+        core = causal_work(self.seq_len)         # the engine's causal blocks: ops/attention.py
+        fl = self.blocks * sum(g.flops * (1 if g.weight else core)
+                               for g in layer_gemms(self.model, self.mb, self.seq_len, self.tp))
         return fl + (logits_gemm(self.model, self.mb, self.seq_len, self.tp).flops if self.last else 0)
 
     def units(self):
@@ -72,7 +77,8 @@ class Pass:
         tokens = self.mb * self.seq_len
         return {"rep": n * tokens * m.hidden,
                 "split": n * tokens * (4 * m.hidden + m.ffn) / t,
-                "soft": n * tokens * m.heads * self.seq_len / t + (tokens * m.vocab / t if self.last else 0),
+                "soft": n * tokens * m.heads * self.seq_len * causal_work(self.seq_len) / t
+                        + (tokens * m.vocab / t if self.last else 0),
                 "block": n, "end": self.first + self.last}
 
 

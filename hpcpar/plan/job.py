@@ -32,6 +32,8 @@ def expert_check(model, layout):
 class Engine:
     """The engine features that change time or memory.  Defaults: hpcpar's own engine."""
     flash_attention: bool = False     # fused attention: no s*s score matrices in memory or HBM traffic
+    causal_blocks: bool = False       # hpcpar on a host: the attention core computes and keeps only the
+                                      # causal query blocks of the scores (ops/attention.causal_work)
     overlap_dp: bool = True           # DP all-reduce in buckets during the last backward (data_parallel/replicas.py)
     overlap_p2p: bool = True          # non-blocking sends, receives posted ahead; False: a stage waits
                                       # for each transfer (blocking send/recv pairs)

@@ -149,7 +149,7 @@ def predict_local(profile, model="tiny", tp=1, pp=1, dp=1, schedule="1f1b", micr
     m, v = microbatches or pp, chunks or KINDS[schedule].default_chunks
     ranks = tp * cp * pp * dp
     job = Job(engine_shape(preset, model), hw, ranks, ranks, batch_size, seq_len, dtype=DTYPES[dtype],
-              engine=Engine(bucket_bytes=bucket_mb * 2**20, partition=train_partition()))
+              engine=Engine(bucket_bytes=bucket_mb * 2**20, causal_blocks=True, partition=train_partition()))
     if batch_size % (dp * m):
         raise UsageError(f"batch {batch_size} does not divide into dp x micro-batches = {dp} x {m}")
     layout = Layout(tp, pp, dp, batch_size // (dp * m), v, schedule, recompute, zero, cp=cp)

@@ -44,7 +44,7 @@ def planner_view(trainer_cfg, model_cfg):
     c = trainer_cfg
     ranks = c.tp * c.cp * c.pp * c.dp
     job = Job(engine_shape(model_cfg, c.model), None, ranks, ranks, c.batch_size, model_cfg.seq_len,
-              dtype=DTYPES[c.dtype], engine=Engine(partition=train_partition()))
+              dtype=DTYPES[c.dtype], engine=Engine(causal_blocks=True, partition=train_partition()))
     layout = Layout(c.tp, c.pp, c.dp, mb=c.batch_size // (c.dp * c.microbatches), v=c.chunks,
                     schedule=c.schedule, recompute=recompute_policy(c), zero=zero_stage(c),
                     sp=c.sequence_parallel, cp=c.cp, ep=c.ep)

@@ -55,6 +55,7 @@ Three terms no formula of the papers has, each explicit:
 from dataclasses import dataclass, field
 
 from hpcpar.data_parallel.zero_memory import per_rank
+from hpcpar.ops.attention import causal_work
 from hpcpar.pipeline.schedules import KINDS
 from hpcpar.plan import experts
 from hpcpar.plan.flops import kv_heads_per_rank
@@ -126,7 +127,8 @@ def layer_activation_terms(job, layout):
     if job.engine.flash_attention:
         scores = sb * heads * 4                 # fp32 log-sum-exp per row, the s*s matrix is never stored
     else:                                       # softmax output, dropout mask and dropout output
-        scores = heads * sb * job.seq_len * (e + (mask + e if m.dropout else 0))
+        kept = causal_work(job.seq_len) if job.engine.causal_blocks else 1.0    # P's share of s*s
+        scores = heads * sb * job.seq_len * (e * kept + (mask + e if m.dropout else 0))
     terms = {"replicated (norm inputs, masks)": replicated, "tensor-parallel (QKV, attn, MLP)": parallel,
              "attention scores": scores}
     if m.experts:
