@@ -14,8 +14,8 @@ a block's queries see keys [0, z) only, so its S, P and dS are (B, NH, z - a, z)
 own diagonal square needs the mask.  The four T x T GEMMs and the softmax then do (n + 1) / (2 n) of
 the work for n blocks (0.75 at T = 128 in blocks of 64).  dV and dK sum over query blocks: the last
 block (every key) writes them, the earlier ones add into their first z rows.  Each block's numbers
-are the plain ones, summed in a different order: equal to rounding (tests/test_ops.py, float64 to
-1e-12); ``block=T`` is the plain full-matrix attention, one block.  Blocks of 64 rows: smaller ones
+are the plain ones, summed in a different order: equal to rounding (tests/test_fast_ops.py, float64
+to 1e-12); ``block=T`` is the plain full-matrix attention, one block.  Blocks of 64 rows: smaller ones
 lose more to small GEMMs than they save (measured in docs/performance.md).  On a GPU one block: there
 a launch per op is what costs, not the flops of the upper triangle.
 
@@ -90,8 +90,9 @@ def attention_forward(q, k, v, drop=None, block=None):
     for a, z in blocks:
         s = to_fp32(gemm(q[:, :, a:z], k[:, :, :z].transpose(0, 1, 3, 2)))    # (B, NH, z - a, z)
         s[..., a:] += causal_mask(z - a, s.dtype, xp)        # the block's diagonal square
-        ps.append(softmax_forward_fast(s, out=s))
-        gemm(_dropped(s, drop, a, z, v.dtype), v[:, :, :z], out=o[:, :, a:z])
+        p = softmax_forward_fast(s, out=s)                   # P of the block, over S
+        ps.append(p)
+        gemm(_dropped(p, drop, a, z, v.dtype), v[:, :, :z], out=o[:, :, a:z])
     return o, (q, k, v, ps, drop, blocks)
 
 

@@ -74,7 +74,7 @@ class Engine:
     partition: str = "ends-light"     # how the engine cuts layers into stages (pipeline/partition.py):
                                       # the published engines' "ends-light" (the same as hpcpar's
                                       # "uniform" where the layers divide); an hpcpar train run's
-                                      # "uniform" (local.train_partition)
+                                      # "uniform" (local.train_engine)
 
 
 @dataclass(frozen=True)

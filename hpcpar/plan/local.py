@@ -76,11 +76,12 @@ class LocalEstimate:
         return per_mb * self.microbatches
 
 
-def train_partition():
-    """How an hpcpar train run cuts layers into stages by default (its --partition; Engine's default
-    is the published engines' cut)."""
+def train_engine(**features):
+    """The Engine of an hpcpar train run on a host: its default cut of layers into stages (its
+    --partition; Engine's default is the published engines' cut) and the attention core's causal
+    blocks (ops/attention.py; a GPU runs one block); ``features``: any others the caller sets."""
     from hpcpar.training.config import TrainConfig
-    return TrainConfig().partition
+    return Engine(causal_blocks=True, partition=TrainConfig().partition, **features)
 
 
 def engine_shape(cfg, name):
@@ -149,7 +150,7 @@ def predict_local(profile, model="tiny", tp=1, pp=1, dp=1, schedule="1f1b", micr
     m, v = microbatches or pp, chunks or KINDS[schedule].default_chunks
     ranks = tp * cp * pp * dp
     job = Job(engine_shape(preset, model), hw, ranks, ranks, batch_size, seq_len, dtype=DTYPES[dtype],
-              engine=Engine(bucket_bytes=bucket_mb * 2**20, causal_blocks=True, partition=train_partition()))
+              engine=train_engine(bucket_bytes=bucket_mb * 2**20))
     if batch_size % (dp * m):
         raise UsageError(f"batch {batch_size} does not divide into dp x micro-batches = {dp} x {m}")
     layout = Layout(tp, pp, dp, batch_size // (dp * m), v, schedule, recompute, zero, cp=cp)

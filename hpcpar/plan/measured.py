@@ -12,7 +12,7 @@ holding the micro-batches its schedule keeps in flight.
 import gc
 import tracemalloc
 
-from hpcpar.plan.job import Engine, Job
+from hpcpar.plan.job import Job
 from hpcpar.plan.layout import Layout
 from hpcpar.plan.memory import analytic_inflight, stage_memory
 
@@ -40,11 +40,11 @@ def measure_peak(cfg, comm):
 def planner_view(trainer_cfg, model_cfg):
     """(Job, Layout) of an hpcpar train run for memory.py (the hardware plays no part in memory): every
     option of the run that changes its memory - cp, the recomputation, the ZeRO stage - in the layout."""
-    from hpcpar.plan.local import engine_shape, recompute_policy, train_partition, zero_stage
+    from hpcpar.plan.local import engine_shape, recompute_policy, train_engine, zero_stage
     c = trainer_cfg
     ranks = c.tp * c.cp * c.pp * c.dp
     job = Job(engine_shape(model_cfg, c.model), None, ranks, ranks, c.batch_size, model_cfg.seq_len,
-              dtype=DTYPES[c.dtype], engine=Engine(causal_blocks=True, partition=train_partition()))
+              dtype=DTYPES[c.dtype], engine=train_engine())
     layout = Layout(c.tp, c.pp, c.dp, mb=c.batch_size // (c.dp * c.microbatches), v=c.chunks,
                     schedule=c.schedule, recompute=recompute_policy(c), zero=zero_stage(c),
                     sp=c.sequence_parallel, cp=c.cp, ep=c.ep)
