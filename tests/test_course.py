@@ -88,6 +88,22 @@ QK_NORM = ("import numpy as np\ndef qk_norm_dx(dy, x, g, eps=1e-6):\n"
 QK_NORM_DX = "rstd * (dy * g - xhat * np.mean(dy * g * xhat, axis=-1, keepdims=True))"
 
 
+# exercise 29: causal attention block by block as the template's docstring defines it, each block's queries
+# against the first n keys, masked where key j is after query a + i; the wrong answers change n, the mask
+# or the scale
+BLOCKS = ("import numpy as np\ndef causal_blocks_forward(q, k, v, block):\n"
+          "    T, HS = q.shape[-2:]\n    o, ps = np.empty_like(q), []\n    for a in range(0, T, block):\n"
+          "        z = min(a + block, T)\n        n = {keys}\n"
+          "        s = q[:, :, a:z] @ k[:, :, :n].swapaxes(-1, -2) * {scale}\n        s += {mask}\n"
+          "        p = np.exp(s - s.max(axis=-1, keepdims=True))\n        p /= p.sum(axis=-1, keepdims=True)\n"
+          "        o[:, :, a:z] = p @ v[:, :, :n]\n        ps.append(p)\n    return o, ps\n")
+BLOCKS_RIGHT = dict(keys="z", scale="(1 / np.sqrt(HS))", mask="np.triu(np.full((z - a, n), -np.inf), a + 1)")
+
+
+def _blocks(**change):
+    return BLOCKS.format(**{**BLOCKS_RIGHT, **change})
+
+
 WRONG = {   # exercise: wrong-but-plausible answers, each a whole exercise file
     1: [  # the right pattern of messages, zeros in them, and the sum taken from the inputs
         RING_START + "    for s in range(2 * (p - 1)):\n        for r in range(p):\n"
@@ -261,6 +277,11 @@ WRONG = {   # exercise: wrong-but-plausible answers, each a whole exercise file
          "ANSWER = (4194304, 4194304)\n",            # the whole batch's tokens on every rank
          "ANSWER = (2097152, 1048576)\n",            # halved again at ep 4
          "ANSWER = 2097152\n"],
+    29: [_blocks(keys="T"),                                          # every key: the whole square, in strips
+         _blocks(keys="z - 1"),                                      # the last query's own key left out
+         _blocks(mask="0"),                                          # no mask on the diagonal square
+         _blocks(mask="np.triu(np.full((z - a, n), -np.inf), 1)"),   # the mask not moved to the block's diagonal
+         _blocks(scale="(1 / HS)")],                                 # 1 / HS, not 1 / sqrt(HS)
 }
 
 
@@ -336,6 +357,17 @@ def test_qk_norm_check_catches_what_only_the_finite_differences_see(tmp_path):
     code = QK_NORM.format(dx=QK_NORM_DX + " if x.shape != (2, 3, 4, 6) else 1.01 * (" + QK_NORM_DX + ")")
     ok, message = _verdict(tmp_path, 27, code)
     assert not ok and "central differences" in message, message
+
+
+def test_causal_blocks_written_as_the_template_says_pass_and_the_whole_square_is_named(tmp_path):
+    ok, message = _verdict(tmp_path, 29, _blocks())
+    assert ok, message
+    ok, message = _verdict(tmp_path, 29, WRONG[29][0])
+    assert "block [0, 4)'s P has shape (2, 3, 4, 12), expected (2, 3, 4, 4) - it has keys after its last query" \
+        in message, message
+    ok, message = _verdict(tmp_path, 29, WRONG[29][2])       # the first wrong P: a key after its query
+    assert re.search(r"block \[0, 4\)'s P\[0, 0, query 0, key 1\] \(a key after the query: P is 0 there\) is "
+                     r"\S+, expected 0 ", message), message
 
 
 def test_ep_bytes_with_the_counts_pass_and_are_the_rows_of_the_run():

@@ -21,6 +21,7 @@ code, and tests/test_course.py feeds every check the wrong answers students are 
 * check_precision.py mixed precision: the loss-scale rule
 * check_hangs.py     hangs: culprits and waits from flight records
 * check_memory.py    recomputation: what a block keeps and runs again, measured
+* check_attention.py attention in causal query blocks: only the keys each block of queries sees
 * collectives.py     alpha-beta costs of the collectives and the ring all-reduce (docs/collectives.md)
 * templates/         the blank exercise files
 """

@@ -1,7 +1,7 @@
 """The exercises (docs/course/): what each asks, its check, its reference, its hints.  Numbered in the
 order they joined the course; each lesson names its own."""
-from hpcpar.course import (check_3d, check_a2a, check_cp, check_dp, check_hangs, check_llama, check_memory,
-                           check_pp, check_precision, check_state, check_tp, check_v, check_zero)
+from hpcpar.course import (check_3d, check_a2a, check_attention, check_cp, check_dp, check_hangs, check_llama,
+                           check_memory, check_pp, check_precision, check_state, check_tp, check_v, check_zero)
 from hpcpar.course.collectives import ring_allreduce
 from hpcpar.course.exercise import Exercise
 from hpcpar.ops.ring_attention import merge
@@ -181,5 +181,14 @@ EXERCISES = [
                    "--dtype float64 --steps 3 --batch-size 16 --no-progress --summary-json ep2.json, then --ep 4; "
                    "bytes_per_step's 'ep' (the summary's 'ep ... MB') counts the four ranks together, with the "
                    "experts' counts (8 E bytes a layer and rank)"),
+    Exercise(29, "01-one-rank.md", "attention", "attention in causal query blocks",
+             "causal_blocks_forward", check_attention.check_causal_blocks_forward,
+             check_attention.causal_blocks_forward, hints=(
+                 "query i sees keys 0 .. i, so the rows [a, z) of a block together see keys [0, z): slice k and "
+                 "v to their first z positions (z = min(a + block, T))",
+                 "a block's S is (B, NH, z - a, z) = Q[a:z] K[:z]^T / sqrt(HS); only its last z - a columns, the "
+                 "block's diagonal square, need the mask: -inf where key j is after query a + i",
+                 "softmax over the last axis (subtract each row's maximum first), then o[:, :, a:z] = P V[:z]; "
+                 "append each block's P to the list")),
 ]
 BY_NUMBER = {e.number: e for e in EXERCISES}
