@@ -17,10 +17,13 @@ code, and tests/test_course.py feeds every check the wrong answers students are 
 * check_3d.py        the grid: a rank's coordinates, which pipeline hops cross nodes
 * check_state.py     checkpoints and traces: resharding, the bubble and the hidden communication of a trace
 * check_cp.py        context parallelism: merging online-softmax partials, the ring's key/value blocks
-* check_llama.py     Llama: the RoPE backward, grouped-query heads under tensor parallelism
+* check_llama.py     Llama: the RoPE backward, grouped-query heads under tensor parallelism, QK-norm's input gradient
 * check_precision.py mixed precision: the loss-scale rule
 * check_hangs.py     hangs: culprits and waits from flight records
 * check_memory.py    recomputation: what a block keeps and runs again, measured
+* check_zero.py      ZeRO-3: gather a unit before its forward, free it after
+* check_v.py         V pipelines: ZB-V's order, graded by the hang checker and the simulator
+* check_a2a.py       all-to-alls: the MoE's dispatch and combine, the Ulysses transpose, expert-parallel bytes
 * check_attention.py attention in causal query blocks: only the keys each block of queries sees
 * collectives.py     alpha-beta costs of the collectives and the ring all-reduce (docs/collectives.md)
 * templates/         the blank exercise files
