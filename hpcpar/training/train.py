@@ -223,10 +223,16 @@ class Trainer:
     def _contexts_and_batches(self, step, data=None, training=True):
         cfg, g, data = self.cfg, self.grid, data or self.data
         base = g.dp_rank * (cfg.batch_size // cfg.dp)
+        # every sample is drawn from its own key (seed, step, s), so this rank's share of the batch is
+        # drawn in one call and cut into micro-batches: the same tokens as a call per micro-batch, but
+        # the synthetic language's loop over positions runs once a step, not once a micro-batch
+        share = range(base, base + cfg.microbatches * self.micro)
+        xs, ys = data.batch(step, share) if (self.reads_inputs or self.computes_loss) else (None, None)
         inputs, targets, contexts = [], [], []
         for j in range(cfg.microbatches):
-            ids = range(base + j * self.micro, base + (j + 1) * self.micro)
-            x, y = data.batch(step, ids) if (self.reads_inputs or self.computes_loss) else (None, None)
+            ids = share[j * self.micro:(j + 1) * self.micro]
+            x, y = (None, None) if xs is None else (xs[j * self.micro:(j + 1) * self.micro],
+                                                    ys[j * self.micro:(j + 1) * self.micro])
             ctx = Context(step=step, sample_ids=list(ids), seed=cfg.seed, training=training,
                           loss_scale=self.scaler.scale / self.loss_terms)     # the dloss of gradients()
             if cfg.cp > 1:                                    # this CP rank's tokens: (B, T) -> (B, T/cp)
