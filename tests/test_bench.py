@@ -35,6 +35,25 @@ def test_peer_summary_quotes_the_median_of_the_rounds_with_its_range():
     assert spread(fig) == "1.50x (0.50-5.00, 5 rounds)"
 
 
+def test_step_split_takes_the_peers_gemms_from_its_profiler_and_the_bound_from_our_floor():
+    """(s)'s last table: PyTorch's GEMM seconds are its GEMM ops' self time, the rest each side's step minus
+    its GEMMs in the step, and the bound our GEMM floor over the peer's step."""
+    torch = pytest.importorskip("torch")
+    from hpcpar.bench.common import Result
+    from hpcpar.bench.step import bench_split, peer_gemm_seconds
+    a = torch.randn(128, 128)
+    assert peer_gemm_seconds(torch, lambda: a @ a, 2) > 0 and peer_gemm_seconds(torch, lambda: a + a, 2) == 0
+    res = Result()
+    res.figures = {"step, 1 thread, PyTorch eager": {"ours_median_s": 2.0, "theirs_median_s": 2.5},
+                   "profile": {"gemm_floor": 1.5}, "gemm_in_step": 1.6}
+    bench_split(res, torch, {"torch": lambda: a @ a}, quick=True)
+    split = res.figures["split"]
+    assert (split["ours_gemm_s"], split["ours_rest_s"], split["bound"]) == (1.6, 2.0 - 1.6, 1.5 / 2.5)
+    assert 0 < split["peer_gemm_s"] < 0.1 and split["peer_gemm_s"] + split["peer_rest_s"] == pytest.approx(2.5)
+    (table,) = res.tables
+    assert table["rows"][-1][0].endswith("the lowest ratio reachable") and table["rows"][-1][-1] == "0.60x"
+
+
 def test_fast_ops_bench_has_a_ratio_per_op():
     from hpcpar.bench import fast_ops
     res = fast_ops.run(quick=True)

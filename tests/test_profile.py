@@ -43,6 +43,8 @@ def test_categories_add_up_to_the_step():
     # beyond the clock's resolution
     assert parts["other"] > -1e-6
     assert 0 < figures["gemm_floor"]
+    # the GEMMs as they ran: inside the GEMM category and attention's (a wrapper's microseconds more)
+    assert 0 < prof.gemm_seconds / prof.steps < parts["GEMM"] + parts["attention"] + 1e-3
     text = report([figures])
     assert "GEMM floor" in text and "its floor" in text and "elementwise" in text
 

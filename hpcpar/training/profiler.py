@@ -22,7 +22,8 @@ in the ops knows about it, and an op added later is timed as elementwise without
 The GEMM floor: in one extra step (``step(floor=True)``, not counted) every GEMM is repeated twice
 right after it ran, on the same arrays, and the faster repeat is kept: the step's own GEMMs timed
 alone, warm, with nothing between them.  ``step time / floor`` is how far the engine is from a step
-that would be nothing but its GEMMs.
+that would be nothing but its GEMMs.  ``gemm_seconds`` sums the counted steps' GEMMs as they ran (both
+categories, cold caches and all): the figure to set beside another engine's GEMM time in its step.
 """
 import functools
 import inspect
@@ -66,6 +67,7 @@ class Profiler:
         self.step_seconds = 0.0         # wall time of the counted steps
         self.steps = 0
         self.floor_seconds = None       # the GEMMs of the floor step, timed alone
+        self.gemm_seconds = 0.0         # the GEMMs inside the counted steps, both categories (GEMM, attention's)
         self._stack = []                # per open call: seconds spent in its timed callees
         self._counting = False
         self._floor = False
@@ -94,14 +96,21 @@ class Profiler:
         return call
 
     def _gemm(self, fn):
-        """precision.gemm: GEMM, or attention's inside the attention core; in the floor step it also
-        times two repeats of itself (same arrays, same result written again)."""
+        """precision.gemm: GEMM, or attention's inside the attention core, its time also summed over both
+        in ``gemm_seconds``; in the floor step it also times two repeats of itself (same arrays, same
+        result written again)."""
         counted = self._timed(fn, lambda args: "attention" if self._in_attention else "GEMM")
 
         @functools.wraps(fn)
         def call(*args, **kwargs):
             if not self._floor:
-                return counted(*args, **kwargs)
+                if not self._counting:
+                    return fn(*args, **kwargs)
+                start = self.clock()
+                try:
+                    return counted(*args, **kwargs)
+                finally:
+                    self.gemm_seconds += self.clock() - start
             out = fn(*args, **kwargs)
             repeats = []
             for _ in range(2):
