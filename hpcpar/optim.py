@@ -77,9 +77,9 @@ class AdamW(_BlockScratch):
         self._scratch = {}                  # dtype -> one block of work (not state: never saved)
 
     def step(self, slices, lr):
-        """Block by block, as SGD: the ten passes of an update (m, v, the denominator, the step) run on
-        one cache-sized block of p, g, m and v before the next, so memory sees each number about once
-        instead of ten times.  The same operations in the same order as the whole-array lines."""
+        """Block by block, as SGD: adamw_update's ten passes run on one cache-sized block of p, g, m and
+        v before the next, so memory sees each number about once instead of ten times.  Element-wise,
+        so the same bits as adamw_update on the whole arrays."""
         self.t += 1
         c1, c2 = 1 - self.b1 ** self.t, 1 - self.b2 ** self.t   # bias corrections
         for s in slices:
@@ -91,26 +91,40 @@ class AdamW(_BlockScratch):
             ranges = blocks(s.data)
             tmp = self._block(s.data, max((b - a for a, b in ranges), default=0))
             for a, b in ranges:
-                mb, vb, g, t = m[a:b], v[a:b], s.grad[a:b], tmp[:b - a]
-                mb *= self.b1
-                xp.multiply(g, 1 - self.b1, out=t)
-                mb += t                                         # m = b1 m + (1 - b1) g
-                vb *= self.b2
-                xp.multiply(g, g, out=t)
-                t *= 1 - self.b2
-                vb += t                                         # v = b2 v + (1 - b2) g^2
-                xp.sqrt(vb, out=t)
-                t *= 1 / math.sqrt(c2)
-                t += self.eps                                   # sqrt(v / c2) + eps, as PyTorch
-                xp.divide(mb, t, out=t)
-                t *= lr / c1
-                s.data[a:b] -= t
+                adamw_update(s.data[a:b], s.grad[a:b], m[a:b], v[a:b], tmp[:b - a],
+                             lr, self.b1, self.b2, self.eps, c1, c2)
+
+
+def adamw_update(p, g, m, v, tmp, lr, b1, b2, eps, c1, c2):
+    """One AdamW update of p, m and v in place (weight decay aside), tmp a scratch array of their size:
+    every operation in place, so ten passes and no temporary.  AdamW.step calls it block by block; on
+    whole arrays it is the plain update the blocks are measured against (bench fast-ops)."""
+    xp = array_module(p)
+    m *= b1
+    xp.multiply(g, 1 - b1, out=tmp)
+    m += tmp                                                    # m = b1 m + (1 - b1) g
+    v *= b2
+    xp.multiply(g, g, out=tmp)
+    tmp *= 1 - b2
+    v += tmp                                                    # v = b2 v + (1 - b2) g^2
+    xp.sqrt(v, out=tmp)
+    tmp *= 1 / math.sqrt(c2)
+    tmp += eps                                                  # sqrt(v / c2) + eps, as PyTorch
+    xp.divide(m, tmp, out=tmp)
+    tmp *= lr / c1
+    p -= tmp                                                    # p = p - lr (m / c1) / (...)
 
 
 def _decay(flat, factor):
     if factor:
         for a, b in flat.decay_ranges:
             flat.data[a:b] *= 1.0 - factor
+
+
+def state_arrays(name, momentum=0.0):
+    """How many arrays the size of its parameters an optimizer keeps (the memory formulas count these;
+    the scratch block is not one)."""
+    return len(AdamW.state_names) if name == "adamw" else (len(SGD.state_names) if momentum else 0)
 
 
 def make_optimizer(name, lr, momentum=0.0, beta1=0.9, beta2=0.95, eps=1e-8, weight_decay=0.0):

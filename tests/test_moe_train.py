@@ -74,7 +74,7 @@ def test_zero3_with_experts_is_accepted():
 
 def test_the_memory_formula_keeps_the_routing_bias_whole_under_zero3():
     """ZeRO-3 slices a block's router over dp x cp but keeps its routing bias (E numbers) whole on every
-    rank: the formula counts the bias at ZeRO-0's rate, weights + gradient + AdamW's 3 (float64, 8 bytes)."""
+    rank: the formula counts the bias at ZeRO-0's rate, weights + gradient + AdamW's 2 moments (float64, 8 bytes)."""
     from dataclasses import replace
     from hpcpar.data_parallel.zero_memory import formula
     from hpcpar.training.config import check
@@ -84,7 +84,7 @@ def test_the_memory_formula_keeps_the_routing_bias_whole_under_zero3():
         cfg = check(config(bias_rate=rate, **kw), 4)
         terms.append(formula(cfg, replace(model_config(cfg), vocab_size=29)))
     layers, experts = 2, 4
-    assert sum(terms[1].values()) - sum(terms[0].values()) == layers * experts * (8 + 8 + 3 * 8)
+    assert sum(terms[1].values()) - sum(terms[0].values()) == layers * experts * (8 + 8 + 2 * 8)
     assert terms[1]["ZeRO working set"] == terms[0]["ZeRO working set"]          # never gathered
 
 

@@ -23,8 +23,8 @@ TWO_RANKS = [dict(model="small", batch_size=4, tp=2), dict(model="small", batch_
              dict(model="small", batch_size=8, pp=2, microbatches=4, schedule="zb-v")]
 # The planner gives every expert its share of the rows; a freshly initialised router does not (moe-tiny's
 # first steps: 100 to 393 choices per expert against an even 256), so the rank whose experts get more
-# holds more than the even share: measured 7.67 and 8.02 MB on ranks 0 and 1 of moe-tiny at ep 2, 7.58 and
-# 8.09 MB of mixtral-tiny, against 7.16 and 6.92 MB predicted (mixtral-tiny's family is 8 % under on
+# holds more than the even share: measured 7.49 and 7.86 MB on ranks 0 and 1 of moe-tiny at ep 2, 7.13 and
+# 7.57 MB of mixtral-tiny, against 6.74 and 6.59 MB predicted (mixtral-tiny's family is 7 % under on
 # one rank without experts too).  Within 15 %, the imbalance named rather than fitted.
 EXPERT_RANKS = [dict(model="moe-tiny", batch_size=8, dp=2, ep=2),
                 dict(model="mixtral-tiny", batch_size=8, dp=2, ep=2, zero=1)]

@@ -47,7 +47,7 @@ def test_model_state_bytes_and_zero_stages():
     j = job()
     # precision.py keeps a bf16 compute copy, fp32 gradients, fp32 master weights, Adam m and v
     assert sum(state_bytes_per_param(j)) == 18                       # 2 + 4 + (4 + 8)
-    assert sum(state_bytes_per_param(job(engine=Engine()))) == 22    # + hpcpar's fp32 Adam scratch
+    assert sum(state_bytes_per_param(job(engine=Engine()))) == 18    # hpcpar's Adam: no scratch array
     # hpcpar keeps its fp32 masters whole until ZeRO-3 (replicas.py), and ZeRO-1 reduce-scatters into
     # a gradient slice of its own
     assert state_bytes_per_param(j, zero=1, shard=4) == (2 + 4, 4 + 1, 8 / 4)
@@ -58,7 +58,7 @@ def test_model_state_bytes_and_zero_stages():
     assert state_bytes_per_param(megatron, zero=1, shard=4) == (2, 4, 3)
     assert state_bytes_per_param(megatron, zero=3, shard=4) == (0.5, 1, 3)
     assert sum(state_bytes_per_param(job(dtype="fp64"))) == 32       # 8 + 8 + 16 (Adam m, v)
-    assert sum(state_bytes_per_param(job(dtype="fp32", engine=Engine()))) == 20   # + hpcpar's scratch
+    assert sum(state_bytes_per_param(job(dtype="fp32", engine=Engine()))) == 16   # 4 + 4 + 8 (Adam m, v)
     lay, z = Layout(1, 1, 8), Layout(1, 1, 8, zero=1)
     assert stage_memory(j, z, 0, 1)["optimizer state"] == stage_memory(j, lay, 0, 1)["optimizer state"] / 8
 

@@ -31,7 +31,8 @@ BENCHMARKS = {
     "collectives": Spec("c", "collectives", "Collectives: hpcpar.comm against raw mpi4py",
                         ranks=(2, 4), quick_ranks=(2,)),
     "engine": Spec("d", "engine", "The engine against PyTorch eager on one core"),
-    "fast-ops": Spec("fo", "fast_ops", "Each fast op against the plain one beside it, at the 8-layer step's shapes"),
+    "fast-ops": Spec("fo", "fast_ops",
+                     "Each fast op against the plain one beside it, at the 8-layer step's shapes; the blocked AdamW"),
     "step": Spec("s", "step", "A training step of the 8-layer GPT on one rank against PyTorch eager, at 1 and 2 "
                  "threads, and where its time goes", timeout=1500),
     "torch-parallel": Spec("e", "torch_parallel", "Pipeline, tensor and data parallelism against "

@@ -63,7 +63,7 @@ def memory(world, quick, res):
               "predicted", ["dp", "ZeRO", "weights", "gradients", "optimizer", "working set", "counted",
                              "formula / counted", "planner / counted"], rows,
               ["weights, gradients, optimizer: held between steps (optimizer: AdamW's two moments of this "
-               "rank's slices and its scratch array); working set: the most a step adds at once (ZeRO-2: the "
+               "rank's slices); working set: the most a step adds at once (ZeRO-2: the "
                "full gradient buffers in the backward; ZeRO-3: gathered units and their full gradients). formula: "
                "hpcpar/data_parallel/zero_memory.py's (what --memory-budget checks); planner: plan/memory.py's model-state "
                "terms, from the same table (zero_memory.per_rank)."])

@@ -19,8 +19,9 @@ ZeRO 0-2), which every rank keeps whole and moves by a rule (data_parallel/fsdp.
     optimizer state   P o       P o / n         P o / n    P o / n
     ZeRO working set  0         0               P g        2 U c + 2 U g
 
-hpcpar: m = g = b (the dtype's bytes), r = 2 under --precision bf16/fp16, o = 3 b for AdamW (two
-moments and a scratch array; SGD b with momentum, else 0).  ZeRO-1's second gradient term is the
+hpcpar: m = g = b (the dtype's bytes), r = 2 under --precision bf16/fp16, o = 2 b for AdamW (its two
+moments; SGD b with momentum, else 0).  The update's one scratch block (optim.py: 256 KB on a host, a
+slice on a GPU) is work space, not state, and not counted.  ZeRO-1's second gradient term is the
 slice its reduce-scatter fills (an engine that reduce-scatters into the full buffer has none).  The
 working set is what a step adds at once: ZeRO-2's full gradient buffers during the backward;
 ZeRO-3's unit in use and the prefetched one (gathered, compute dtype), the gradient being computed
@@ -30,6 +31,7 @@ and the one being reduce-scattered (fsdp.py keeps at most one in flight).  Witho
 reduce-scatters once, after the last) the whole stage's: P g instead of 2 U g.
 ``hpcpar bench --only zero`` sets ``held``, ``formula`` and the planner side by side.
 """
+from hpcpar.optim import state_arrays
 from hpcpar.runtime import UsageError
 
 GB = 1e9
@@ -39,8 +41,7 @@ TERMS = ("weights", "gradients", "optimizer state", "ZeRO working set")
 def held(trainer):
     """{term: bytes} this rank holds now (between steps), and the working set of the last step."""
     dp, opt = trainer.dp, trainer.optimizer
-    optimizer = sum(a.nbytes for st in opt.state.values() for a in st.values()) + \
-        sum(a.nbytes for a in opt._scratch.values())
+    optimizer = sum(a.nbytes for st in opt.state.values() for a in st.values())
     if dp.zero == 3:
         weights = sum(u.weight_bytes() for u in dp.units)
         grads = sum(u.shard_grad.nbytes for u in dp.units)
@@ -111,7 +112,7 @@ def formula(cfg, mcfg, pp_rank=0):
     P, X, U, R = rank_params(cfg, mcfg, pp_rank)
     b = np.dtype(cfg.dtype).itemsize
     c = {"fp16": 2, "bf16": 2}.get(cfg.precision, b)
-    k = 3 if cfg.optimizer == "adamw" else (1 if cfg.momentum else 0)
+    k = state_arrays(cfg.optimizer, cfg.momentum)
     n = cfg.dp * cfg.cp
     return with_experts(cfg.zero, n, cfg.ep, P, X, U, R, master=b, copy=c if c != b else 0, grad=b,
                         optimizer=k * b, compute=c, reshard=cfg.reshard_after_forward,

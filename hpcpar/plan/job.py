@@ -5,6 +5,7 @@ returns None.  Whether it *fits* in memory is memory.py's question; how fast it 
 """
 from dataclasses import dataclass, field
 
+from hpcpar.optim import state_arrays
 from hpcpar.pipeline.schedules import KINDS, refusal
 from hpcpar.plan.flops import kv_heads_per_rank
 from hpcpar.plan.hardware import DTYPE_BYTES
@@ -41,11 +42,11 @@ class Engine:
     bucket_bytes: float = 25e6        # DP bucket size (PyTorch DDP's default, 25 MB)
     # mixed precision: bytes per parameter of (weights, gradients, optimizer state that ZeRO-1 shards).
     # None: hpcpar's (precision.py): a 16-bit compute copy, fp32 gradients, fp32 master weights and
-    # adam_buffers fp32 arrays: 2 + 4 + 4 + 4 * 2 = 18 with Adam's m and v, + 4 for hpcpar's scratch.
+    # adam_buffers fp32 arrays: 2 + 4 + 4 + 4 * 2 = 18 with Adam's m and v.
     # Megatron's own table (docs: distributed optimizer): fp16 params and grads 2 + 2 + 16 (fp32 main
     # params and grads, Adam m, v); bf16 params, fp32 grads 2 + 4 + 12.
     mixed_state_bytes: tuple = None
-    adam_buffers: int = 3             # Adam m and v, and hpcpar's scratch array (optim.py)
+    adam_buffers: int = state_arrays("adamw")   # Adam m and v (hpcpar's update works in one scratch block)
     shard_grad_buffer: bool = True    # ZeRO-1/2 reduce-scatter into a separate gradient shard (data_parallel/replicas.py)
     numpy_caches: bool = True         # hpcpar keeps the scaled Q and SwiGLU's sigmoid as well (memory.py)
     overlap_tp: bool = False          # TP collectives run under the GEMMs (Megatron's tp-comm-overlap,

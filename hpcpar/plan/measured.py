@@ -5,8 +5,8 @@ The measurement: a first Trainer is built and dropped untraced (imports, module 
 creates the optimizer state, the second runs with it).  numpy reports every array it allocates to
 tracemalloc, so the traced peak is the rank's peak of arrays (plus a few KB of Python objects).
 
-The prediction: the same run as a planner Job and Layout on hpcpar's engine (numpy caches, Adam with
-its scratch array, no allocator cache: tracemalloc counts what is requested), the rank's pipeline stage
+The prediction: the same run as a planner Job and Layout on hpcpar's engine (numpy caches, Adam's two
+moments, no allocator cache: tracemalloc counts what is requested), the rank's pipeline stage
 holding the micro-batches its schedule keeps in flight.
 """
 import gc

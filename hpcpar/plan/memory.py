@@ -3,9 +3,9 @@
 Model state, bytes per parameter (docs/design.md, Memory; Rajbhandari et al. 2020, ZeRO), before sharding:
 
     mixed precision (bf16)  hpcpar (precision.py): 2 compute copy + 4 fp32 gradients + 4 fp32 master
-                            + 8 Adam m, v = 18, and 4 more for its Adam scratch array; other engines
+                            + 8 Adam m, v = 18 (its update works in one small scratch block); other engines
                             give theirs as ``mixed_state_bytes`` (Megatron with bf16: 2 + 4 + 12)
-    fp32 / fp64             e + e + e * adam_buffers (Adam m and v; hpcpar adds one scratch array)
+    fp32 / fp64             e + e + e * adam_buffers (Adam m and v)
 
 ZeRO shards over the ``shard`` = dp * cp ranks that hold the same weights: stage 1 the optimizer
 state, stage 2 the gradients as well, stage 3 (FSDP) the weights too - which then are all-gathered

@@ -28,7 +28,7 @@ from hpcpar.runtime import UsageError
 # send/recv pairs, DP all-reduce after the backward.
 # PyTorch's caching allocator reserves beyond what it allocates: fit.fit_allocator_cache on the
 # "framework-fitting" row of torchtitan-h100.toml (Llama 3.1 8B, FSDP + CP 1, 32K).
-PYTORCH = dict(numpy_caches=False, adam_buffers=2, shard_grad_buffer=False, fsdp_reduce_once=False,
+PYTORCH = dict(numpy_caches=False, shard_grad_buffer=False, fsdp_reduce_once=False,
                allocator_cache=0.121)
 # Eager PyTorch (no torch.compile): fit.fit_gemm_efficiency on the "framework-fitting" row of
 # llm-foundry-h100.toml (MPT-30B on 16 GPUs, activation checkpointing); a run sets eager = true where
