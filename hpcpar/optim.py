@@ -29,12 +29,14 @@ def blocks(flat):
 class _BlockScratch:
     """An optimizer's one scratch block per dtype, kept between steps (not state: never saved)."""
 
-    def _block(self, like, n):
-        """A scratch array of at least n numbers of like's dtype and device."""
-        tmp = self._scratch.get(like.dtype)
-        if tmp is None or tmp.size < n or array_module(tmp) is not array_module(like):
-            tmp = self._scratch[like.dtype] = array_module(like).empty(n, like.dtype)
-        return tmp
+    def _blocks(self, flat):
+        """(blocks(flat), a scratch array of flat's dtype and device for the largest of them)."""
+        ranges = blocks(flat)
+        n = max((b - a for a, b in ranges), default=0)
+        tmp = self._scratch.get(flat.dtype)
+        if tmp is None or tmp.size < n or array_module(tmp) is not array_module(flat):
+            tmp = self._scratch[flat.dtype] = array_module(flat).empty(n, flat.dtype)
+        return ranges, tmp
 
 
 class SGD(_BlockScratch):
@@ -57,8 +59,7 @@ class SGD(_BlockScratch):
             if first:
                 st = self.state[s.key] = {"momentum_buffer": s.grad.copy()}   # PyTorch: first buffer = g
             u = st["momentum_buffer"] if self.momentum else s.grad
-            ranges = blocks(s.data)
-            tmp = self._block(s.data, max((b - a for a, b in ranges), default=0))
+            ranges, tmp = self._blocks(s.data)
             for a, b in ranges:
                 if self.momentum and not first:
                     u[a:b] *= self.momentum
@@ -88,8 +89,7 @@ class AdamW(_BlockScratch):
                 self.state[s.key] = {"exp_avg": xp.zeros_like(s.data), "exp_avg_sq": xp.zeros_like(s.data)}
             m, v = self.state[s.key]["exp_avg"], self.state[s.key]["exp_avg_sq"]
             _decay(s, lr * self.weight_decay)
-            ranges = blocks(s.data)
-            tmp = self._block(s.data, max((b - a for a, b in ranges), default=0))
+            ranges, tmp = self._blocks(s.data)
             for a, b in ranges:
                 adamw_update(s.data[a:b], s.grad[a:b], m[a:b], v[a:b], tmp[:b - a],
                              lr, self.b1, self.b2, self.eps, c1, c2)
