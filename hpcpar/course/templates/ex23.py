@@ -1,4 +1,4 @@
-"""Exercise 23 (docs/course/15-zero.md): ZeRO-3's gather before a unit's forward, and the free after it.
+"""Exercise 23 (docs/course/14-zero.md): ZeRO-3's gather before a unit's forward, and the free after it.
 
 Under ZeRO-3 each of the p ranks of a data-parallel group keeps only a slice of every unit's
 parameters.  A unit's parameters, laid end to end, make one flat buffer, padded with zeros to a
