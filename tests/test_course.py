@@ -376,10 +376,11 @@ def test_no_lesson_or_hint_hands_over_its_answer(exercise):
     before = " ".join(_before_the_check(text).split())
     for module in exercise.hidden:                       # the code that answers it, not before the check
         assert module.replace(".", "/") not in before and module not in before, f"{exercise.lesson}: {module}"
-    if callable(exercise.solution) and exercise.name != "ANSWER":
+    if callable(exercise.solution) and exercise.solution.__name__ not in (exercise.name, "<lambda>") and \
+            not exercise.solution.__module__.startswith("hpcpar.course"):     # the engine's function, by name
         assert exercise.solution.__name__ not in before, f"{exercise.lesson}: {exercise.solution.__name__}"
     for hint in exercise.hints:                          # ideas and methods, in words: no code
-        assert not re.search(r"np\.|comm\.|wait_all|import |def |return |\w\(\w*[,)]|//|\[\w+\]", hint), hint
+        assert not re.search(r"np\.|comm\.|wait_all|import |def |return |//|\[\w+\]|\w\(\)", hint), hint
     if exercise.name == "ANSWER" and exercise.number != 33:
         measure = exercise.after.split(": ", 1)[1].split(";")[0].split(" compares")[0]
         assert measure.split(" --")[0] not in text or measure not in text, f"{exercise.lesson} runs {measure}"
