@@ -177,7 +177,8 @@ EXERCISES = [
           "a weight gradient W can wait, but until it runs its micro-batch's activations stay: postpone only "
           "as much as the drain needs",
           "method: warm up with 2(p - r) - 1 chunk-0 forwards, interleave chunk-1 forwards, run the steady "
-          "state as forward-backward-W of each chunk, and in the drain run backwards first, the Ws in the gaps")),
+          "state as forward-backward-W of each chunk, and in the drain run backwards first, the Ws in the gaps"),
+      after="Compare with .venv/bin/hpcpar schedule --stages 4 --microbatches 8 --schedule zb-v --table"),
     E(25, "16-all-to-all.md", "MoE", "the MoE dispatch and combine: permutation, send counts, combine",
       "dispatch_combine", check_a2a.check_dispatch_combine, check_a2a.dispatch_combine,
       hidden=("hpcpar.ops.moe", "hpcpar.expert_parallel", "hpcpar.nn.moe"), hints=(
