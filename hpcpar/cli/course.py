@@ -90,7 +90,7 @@ def _list():
         print(f"lesson {lesson.number}: {lesson.title} (about {lesson.minutes} min), docs/course/{lesson.page}")
         for e in (e for e in EXERCISES if e.lesson == lesson.page):
             where = "trainer" if e.plug else f"mpiexec -n {e.ranks}" if e.ranks else ""
-            print(f"  {e.number:>3}  {e.topic:<11} {e.title:<{width}}  {where}")
+            print(f"  {e.number:>3}  {e.topic:<11} {e.title:<{width}}  {where}".rstrip())
     return 0
 
 
