@@ -99,6 +99,7 @@ demo: install
 
 docs: install
 	$(PY) -m hpcpar.quotes $(DOCS_FLAGS) docs/*.md docs/course/*.md
+	$(PY) -m hpcpar.course.pictures docs/course/img
 
 bench: install
 	$(VENV)/bin/hpcpar bench --out bench/results.json --markdown BENCHMARKS.md

@@ -82,10 +82,16 @@ class RingAttention:
     def forward(self, q, k, v, mask, selective, ctx, rep=1):
         """q (B, NH, T/cp, HS), k, v (B, NH/rep, T/cp, HS) of this rank's tokens -> O (B, NH, T/cp, HS), cache.
         Grouped K/V are repeated to NH heads before the ring: its blocks are full heads."""
-        n, r = self.comm.size, self.comm.rank
         pos = self._positions(q.shape[2])
         qs = scale(q)                                                        # Qs = Q / sqrt(HS)
         k, v = repeat_kv_forward(k, rep), repeat_kv_forward(v, rep)
+        o, lse = self.ring_forward(qs, k, v, pos)
+        return o, (qs, k, v, o, lse, pos, rep)
+
+    def ring_forward(self, qs, k, v, pos):
+        """O (B, NH, T/cp, HS) and lse (B, NH, T/cp) of this rank's queries over every rank's block, the
+        blocks passed round the ring (what `hpcpar train --plug` lets a student write: training/plug.py)."""
+        n, r = self.comm.size, self.comm.rank
         kv = pair(k, v)                                                      # (2, B, NH, T/cp, HS)
         o = lse = None
         for step in range(n):
@@ -95,7 +101,7 @@ class RingAttention:
             o, lse = part if o is None else merge(o, lse, *part)             # (B, NH, T/cp, HS), (B, NH, T/cp)
             if hop is not None:
                 kv = hop.wait()
-        return o, (qs, k, v, o, lse, pos, rep)
+        return o, lse
 
     def backward(self, do, cache, out=None):
         """do (B, NH, T/cp, HS) -> dq, dk, dv (B, NH/rep, T/cp, HS) (written into ``out``, three arrays,

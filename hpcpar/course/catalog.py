@@ -1,194 +1,249 @@
-"""The exercises (docs/course/): what each asks, its check, its reference, its hints.  Numbered in the
-order they joined the course; each lesson names its own."""
+"""The exercises (docs/course/): what each asks, its check, its reference, the modules that hold its
+answer (hidden from the student's file) and its hints.  Numbered in the order they joined the course;
+lessons.py says which lesson holds which.  How to add one: the package docstring (__init__.py)."""
 from hpcpar.course import (check_3d, check_a2a, check_attention, check_cp, check_dp, check_hangs, check_llama,
-                           check_memory, check_pp, check_precision, check_state, check_tp, check_v, check_zero)
+                           check_measure, check_memory, check_pp, check_precision, check_state, check_tp, check_v,
+                           check_zero)
 from hpcpar.course.collectives import ring_allreduce
-from hpcpar.course.exercise import Exercise
+from hpcpar.course.exercise import Exercise as E
 from hpcpar.ops.ring_attention import merge
 from hpcpar.ops.rope import rope_backward
 
+TP, PP, CP = ("hpcpar.tensor_parallel",), ("hpcpar.pipeline",), ("hpcpar.context_parallel", "hpcpar.ops.ring_attention")
+
 EXERCISES = [
-    Exercise(1, "02-collectives.md", "DP", "a ring all-reduce: reduce-scatter, then all-gather",
-             "ring_allreduce", check_dp.check_ring_allreduce, ring_allreduce, hints=(
-                 "cut every rank's array into p chunks of n/p numbers (x.reshape(p, -1) gives views)",
-                 "reduce-scatter, step s = 0 .. p-2: rank r sends its chunk (r - s) mod p to rank r+1, which "
-                 "adds it to its own copy of that chunk",
-                 "after p - 1 steps rank r holds the whole sum of chunk (r + 1) mod p; all-gather, step s: rank r "
-                 "sends chunk (r + 1 - s) mod p, and the receiver overwrites its copy",
-                 "send a chunk before any rank adds into it in the same step (all sends of a step, then all "
-                 "receives), and send the chunk's numbers: the check reads them")),
-    Exercise(2, "03-tensor-parallel.md", "TP", "the column-parallel layer's backward",
-             "column_parallel_backward", check_tp.check_column_backward, check_tp.column_parallel_backward, hints=(
-                 "y_i = x W_i + b_i only involves this rank's columns: dW_i and db_i need only x and dy_i",
-                 "dW_i = x^T dy_i over all leading dimensions (flatten x to (N, in), dy_i to (N, out_i))",
-                 "dL/dx = dy W^T = sum_i dy_i W_i^T: this rank's share is dy_i W_i^T, the all-reduce adds the rest")),
-    Exercise(3, "03-tensor-parallel.md", "TP", "the row-parallel layer's forward",
-             "row_parallel_forward", check_tp.check_row_forward, check_tp.row_parallel_forward, hints=(
-                 "x W = sum_i x_i W_i: each rank computes a partial product of the whole output's shape",
-                 "the all-reduce is the sum of the partial products over ranks",
-                 "b is replicated: add it after the sum, once")),
-    Exercise(4, "03-tensor-parallel.md", "TP", "predict: MiB of activation all-reduces per rank and step, tp 2",
-             "ANSWER", check_tp.check_allreduce_mib, check_tp.activation_allreduce_mib, hints=(
-                 "one activation, b x s x h = 32 x 64 x 64 float64 numbers, is exactly 1 MiB",
-                 "each block has two column-then-row pairs (attention, MLP): one all-reduce forward (g) and one "
-                 "backward (f) each",
-                 "the vocabulary-parallel embedding adds one forward all-reduce and the LM head one backward"),
-             after="Measure it: .venv/bin/mpiexec -n 2 .venv/bin/hpcpar train --tp 2 --dtype float64 --steps 5 "
-                   "--no-progress; its 'tp ... MB' counts the bytes of both ranks together"),
-    Exercise(5, "04-pipeline.md", "PP", "predict: busy and total device time units of a 4-stage pipeline",
-             "ANSWER", check_pp.check_busy_of_total, check_pp.busy_of_total, hints=(
-                 "busy: every device runs one forward per micro-batch, one unit each",
-                 "the last micro-batch enters stage 0 at time m - 1 and needs p more units to leave stage p - 1",
-                 "total device time counts every device for the whole makespan, idle or not"),
-             after="Measure it: .venv/bin/hpcpar schedule --stages 4 --microbatches 4 --forward-only"),
-    Exercise(6, "04-pipeline.md", "PP", "the 1F1B order of one stage",
-             "one_f_one_b", check_pp.check_one_f_one_b, check_pp.one_f_one_b, hints=(
-                 "stage s's first backward needs micro-batch 0 to go through the p - 1 - s later stages and back",
-                 "so stage s runs min(p - s - 1, m) forwards first (the warm-up)",
-                 "then one forward, one backward, while forwards remain; then the remaining backwards, in order"),
-             after="Compare with .venv/bin/hpcpar schedule --stages 4 --microbatches 8 --table"),
-    Exercise(7, "05-data-parallel.md", "DP", "the slice of a padded bucket ZeRO-1 gives each rank",
-             "zero1_shard", check_dp.check_zero1_shard, check_dp.zero1_shard, hints=(
-                 "the bucket is padded with zeros to the next multiple of dp: ceil(numel / dp) dp numbers",
-                 "every rank gets the same length k = ceil(numel / dp), so that the all-gather is one call",
-                 "rank r takes [r k, (r + 1) k): the last slices may hold padding only")),
-    Exercise(8, "06-3d.md", "3D", "a rank's (tp, pp, dp) coordinates",
-             "coords", check_3d.check_coords, check_3d.coords, hints=(
-                 "tp is the fastest axis: tp_i = rank mod tp",
-                 "then dp: the next tp x dp ranks hold one pipeline stage of every replica",
-                 "rank = tp_i + tp (dp_i + dp pp_i)")),
-    Exercise(9, "06-3d.md", "3D", "predict: pipeline hops that cross nodes, tp 2 x pp 4 x dp 2 on 2 nodes",
-             "ANSWER", check_3d.check_crossing_hops, check_3d.crossing_hops, hints=(
-                 "in the order tp-dp-pp, stage s of every replica is the tp x dp = 4 ranks 4s .. 4s + 3",
-                 "node 0 holds ranks 0-7: which stages is that?",
-                 "each of the tp x dp = 4 pipelines crosses once, between two of its stages"),
-             after="Measure it: .venv/bin/hpcpar grid --tp 2 --pp 4 --dp 2 --world 16 --ranks-per-node 8"),
-    Exercise(10, "07-checkpoints.md", "checkpoints", "resharding a tensor to another tp, fused Q|K|V included",
-             "reshard", check_state.check_reshard, check_state.reshard, hints=(
-                 "assemble the full tensor first (np.concatenate along dim), then cut it again (np.split)",
-                 "with groups > 1 each piece holds its part of every group side by side: [q_i | k_i | v_i]",
-                 "so split every piece into groups blocks, put each group back together on its own, and cut each "
-                 "group into new_parts before concatenating a new piece's blocks")),
-    Exercise(11, "08-tracing.md", "tracing", "the bubble of a traced step",
-             "bubble", check_state.check_bubble, check_state.bubble, hints=(
-                 "busy: the sum of every interval's length, over all ranks",
-                 "the makespan runs from the earliest start of any rank to the latest end of any rank",
-                 "bubble = 1 - busy / (p x makespan)")),
-    Exercise(12, "08-tracing.md", "tracing", "the share of communication hidden behind compute",
-             "hidden_share", check_state.check_hidden_share, check_state.hidden_share, hints=(
-                 "merge the communication intervals first: two overlapping transfers are one busy link",
-                 "for each merged interval, the length covered by the union of the compute intervals",
-                 "divide by the length of the merged communication")),
-    Exercise(13, "02-collectives.md", "DP", "a ring all-reduce on 4 MPI ranks, with non-blocking sends",
-             "ring_allreduce", check_dp.check_ring_allreduce_mpi, check_dp.ring_allreduce_mpi, ranks=4, hints=(
-                 "the ring of exercise 1, one rank's part of it: rank r sends to (r + 1) % p, receives from (r - 1) % p",
-                 "at each step post the receive and the send, then wait for both: "
-                 "wait_all([comm.irecv_(buf, left), comm.isend(chunk, right)])",
-                 "a blocking comm.send on every rank at once waits for a receive nobody has posted yet")),
-    Exercise(14, "04-pipeline.md", "PP", "a 2-stage pipeline whose blocking sends deadlock: reorder them",
-             "PROGRAM", check_pp.check_program_mpi, check_pp.unblocked_program(), ranks=2,
-             precheck=check_pp.precheck_program, hints=(
-                 "a blocking send of 8 MB returns only once the other rank has reached the matching receive",
-                 "in the steady state rank 0 sends an activation while rank 1 sends a gradient: both wait",
-                 "let one of the two receive first: on rank 1, swap each send with the receive right after it")),
-    Exercise(15, "03-tensor-parallel.md", "TP", "a tensor-parallel MLP on 2 MPI ranks: place its all-reduces",
-             "tp_mlp", check_tp.check_tp_mlp, check_tp.tp_mlp, ranks=2, hints=(
-                 "after the row-parallel product each rank holds a partial sum of y",
-                 "comm.all_reduce(partial) adds them; add b2 after it, once",
-                 "in backward the column-parallel layer gives each rank a share of dx: all-reduce it too")),
-    Exercise(16, "09-context-parallel.md", "CP", "merge two online-softmax partial results",
-             "merge", check_cp.check_merge, merge, hints=(
-                 "O_b is a softmax-weighted mean over block b's keys and exp(lse_b) its normaliser",
-                 "lse = log(exp(lse1) + exp(lse2)), computed without overflow: np.logaddexp",
-                 "O = exp(lse1 - lse) O1 + exp(lse2 - lse) O2; where lse is -inf (no key seen) use 0 instead "
-                 "of lse in the exponents")),
-    Exercise(17, "09-context-parallel.md", "CP", "the key/value positions rank r holds at ring step s",
-             "kv_positions", check_cp.check_kv_positions, check_cp.kv_positions, hints=(
-                 "at step s the block that arrives came from s ranks to the left: rank (r - s) mod cp",
-                 "rank j's own tokens: the sequence cut into 2 cp chunks, chunks j and 2 cp - 1 - j",
-                 "list the positions in increasing order")),
-    Exercise(18, "10-llama.md", "Llama", "the backward of the rotary embedding",
-             "rope_backward", check_llama.check_rope_backward, rope_backward, hints=(
-                 "y = x cos + R(x) sin, with R = rotate_half a fixed linear map",
-                 "dx = dy cos + R^T (dy sin)",
-                 "R turns each feature pair by +90 degrees, so R^T = -R")),
-    Exercise(19, "10-llama.md", "Llama", "the key/value head of each query head on a tensor-parallel rank",
-             "kv_heads", check_llama.check_kv_heads, check_llama.kv_heads, hints=(
-                 "tp cuts the query heads and the K/V heads into tp consecutive runs each",
-                 "globally, query head g uses K/V head g // (n_head / n_kv_head)",
-                 "rank r holds query heads r n_head/tp .. (r + 1) n_head/tp - 1")),
-    Exercise(20, "11-mixed-precision.md", "precision", "dynamic loss scaling: skip and halve, grow after N clean steps",
-             "next_scale", check_precision.check_next_scale, check_precision.next_scale, hints=(
-                 "an overflow (inf or nan in the scaled gradients): the update is skipped",
-                 "after an overflow the scale halves and the count of clean steps starts again from 0",
-                 "after growth_interval clean steps in a row the scale doubles and the count restarts")),
-    Exercise(21, "12-hangs.md", "hangs", "from flight records: the culprit, and what each rank waits for",
-             "hang_diagnosis", check_hangs.check_hang_diagnosis, check_hangs.hang_diagnosis, hints=(
-                 "a rank blocks in an operation that has not ended and that it waits on (wait is not None)",
-                 "of several, the oldest (smallest id): it is the one the rank cannot get past",
-                 "culprits: ranks with no record or a dead one; if every rank answered, the live ones not blocked")),
-    Exercise(22, "13-recomputation.md", "memory", "predict: what recomputation keeps and what it runs again",
-             "ANSWER", check_memory.check_recompute, check_memory.recompute_answer, hints=(
-                 "full recomputation keeps only the block's input, (B, T, C)",
-                 "selective drops the attention probabilities, (B, NH, T, T), and the scaled queries beside them",
-                 "a block that recomputes runs its forward again in backward: attention with it"),
-             after="Measure it: .venv/bin/hpcpar bench --only recompute --quick compares the modes on a whole model"),
-    Exercise(23, "15-zero.md", "DP", "ZeRO-3: gather a unit before its forward, free it after",
-             "zero3_forward", check_zero.check_zero3_forward, check_zero.zero3_forward, hints=(
-                 "the flat buffer holds p k numbers, k = len(shard); this rank's slice goes to [r k, (r + 1) k) "
-                 "before the gather is posted: the all-gather fills the other slices in place",
-                 "post unit 0's gather first; in the loop wait for unit i's, post unit i + 1's, then set "
-                 "param.data = full[a:b].reshape(param.data.shape) and run the layer",
-                 "after the layer: param.data = None for each of its parameters, and drop your own reference "
-                 "to the buffer (keep the requests and buffers in flight in a dict you pop from)")),
-    Exercise(24, "16-v-pipelines.md", "PP", "ZB-V's order for one rank",
-             "zb_v", check_v.check_zb_v, check_v.zb_v, hints=(
-                 "micro-batch 0 comes back to rank r's chunk 1 after 2(p - r) - 1 chunk forwards: run that many "
-                 "chunk-0 forwards first",
-                 "then r pairs F.1, F as the first chunk-1 forwards arrive, then p - r times F.1 B.1 W.1",
-                 "steady: F, B, W of chunk 0 then F.1, B.1, W.1; in the drain keep the Ws back until the Bs are "
-                 "done (rank r: r pairs B, B.1, then p - r times B W)"),
-             after="Compare with .venv/bin/hpcpar schedule --stages 4 --microbatches 8 --schedule zb-v --table"),
-    Exercise(25, "17-all-to-all.md", "MoE", "the MoE dispatch and combine: permutation, send counts, combine",
-             "dispatch_combine", check_a2a.check_dispatch_combine, check_a2a.dispatch_combine, hints=(
-                 "assignment a = t k + j is token t's j-th choice; a stable sort of idx.reshape(-1) groups them "
-                 "by expert, in token order within each (np.argsort(..., kind='stable'))",
-                 "rank q holds experts q E/ep .. (q+1) E/ep - 1: its rows are the sum of those experts' counts",
-                 "row i of ye is assignment order[i]: token order[i] // k, weight w.reshape(-1)[order[i]]")),
-    Exercise(26, "17-all-to-all.md", "CP", "the Ulysses transpose: sequence cut to head cut",
-             "seq_to_heads", check_a2a.check_seq_to_heads, check_a2a.seq_to_heads, hints=(
-                 "rank j's heads are one contiguous run: j H/p .. (j+1) H/p - 1, from every rank's part",
-                 "rank i's token t goes to position positions[i][t] of the whole sequence, not to i T/p + t",
-                 "with np.empty((B, H/p, T, HS)), out[:, :, positions[i]] = parts[i][:, heads of j] for every i")),
-    Exercise(27, "10-llama.md", "Llama", "the input gradient of QK-norm",
-             "qk_norm_dx", check_llama.check_qk_norm_dx, check_llama.qk_norm_dx, hints=(
-                 "each (b, head, t) row of HS features is normalised on its own: rstd = 1 / sqrt(mean(x^2) + eps), "
-                 "the mean over the last axis (keepdims=True), xhat = x rstd; g (HS,) broadcasts over the heads",
-                 "rstd depends on x: d rstd / d x_j = -rstd^3 x_j / HS, so dx is not just rstd g dy - the "
-                 "Jacobian of a row is rstd I less a rank-one term along xhat",
-                 "with dxhat = dy g: dx = rstd (dxhat - xhat mean(dxhat xhat)), the mean per row, over the last "
-                 "axis")),
-    Exercise(28, "17-all-to-all.md", "MoE", "predict: bytes a rank hands the expert-parallel all-to-alls, ep 2 and 4",
-             "ANSWER", check_a2a.check_ep_rows_bytes, check_a2a.ep_rows_bytes, hints=(
-                 "batch 16 over dp 4: a rank routes 4 sequences of 64 tokens, each token to top_k = 2 experts - "
-                 "one row of d_model float64 numbers per choice",
-                 "a rank hands MPI every one of its rows, the ones for its own experts included: the rows to "
-                 "the other ranks are (ep - 1) / ep of them, but the bytes handed do not depend on ep, nor on "
-                 "how evenly the router spreads them",
-                 "each MoE layer runs four all-to-alls of those rows a step: dispatch and combine forward, the "
-                 "gradients the same two ways backward"),
-             after="Measure it: .venv/bin/mpiexec -n 4 .venv/bin/hpcpar train --model mixtral-tiny --dp 4 --ep 2 "
-                   "--dtype float64 --steps 3 --batch-size 16 --no-progress --summary-json ep2.json, then --ep 4; "
-                   "bytes_per_step's 'ep' (the summary's 'ep ... MB') counts the four ranks together, with the "
-                   "experts' counts (8 E bytes a layer and rank)"),
-    Exercise(29, "01-one-rank.md", "attention", "attention in causal query blocks",
-             "causal_blocks_forward", check_attention.check_causal_blocks_forward,
-             check_attention.causal_blocks_forward, hints=(
-                 "query i sees keys 0 .. i, so the rows [a, z) of a block together see keys [0, z): slice k and "
-                 "v to their first z positions (z = min(a + block, T))",
-                 "a block's S is (B, NH, z - a, z) = Q[a:z] K[:z]^T / sqrt(HS); only its last z - a columns, the "
-                 "block's diagonal square, need the mask: -inf where key j is after query a + i",
-                 "softmax over the last axis (subtract each row's maximum first), then o[:, :, a:z] = P V[:z]; "
-                 "append each block's P to the list")),
+    E(1, "02-collectives.md", "DP", "a ring all-reduce: reduce-scatter, then all-gather", "ring_allreduce",
+      check_dp.check_ring_allreduce, ring_allreduce, hints=(
+          "a rank never sends more than one chunk of n/p numbers at a time, and only to its right neighbour; "
+          "after p - 1 steps every chunk's sum must sit complete on some rank",
+          "first half: at step s each rank passes on the chunk it has been adding into, and the receiver adds "
+          "its own copy of that chunk to it; which chunk is that for rank r at step s?",
+          "second half: the completed chunks travel the same ring and overwrite, so that after p - 1 more "
+          "steps every rank holds every sum",
+          "method: chunk (r - s) mod p leaves rank r at reduce-scatter step s, chunk (r + 1 - s) mod p at "
+          "all-gather step s; take all of a step's messages before any rank changes its chunks")),
+    E(2, "03-tensor-parallel.md", "TP", "the column-parallel layer's backward", "column_parallel_backward",
+      check_tp.check_column_backward, check_tp.column_parallel_backward, hidden=TP, hints=(
+          "which of the three gradients involves only this rank's columns of W and of dL/dy?",
+          "dL/dx sums over every output column: this rank can add only its own columns' terms",
+          "method: dW_i is x transposed times dy_i (the leading axes flattened into one), db_i the column "
+          "sums of dy_i, and the rank's share of dL/dx is dy_i times W_i transposed")),
+    E(3, "03-tensor-parallel.md", "TP", "the row-parallel layer's forward", "row_parallel_forward",
+      check_tp.check_row_forward, check_tp.row_parallel_forward, hidden=TP, hints=(
+          "a product of a row block of W with the matching columns of x is a partial sum of the whole y",
+          "the all-reduce adds the partial sums; the bias is not part of any of them",
+          "method: sum the ranks' x_i W_i, add b once, and give every rank that same y")),
+    E(4, "03-tensor-parallel.md", "TP", "predict: MiB of activation all-reduces per rank and step, tp 2", "ANSWER",
+      check_tp.check_allreduce_mib, check_tp.activation_allreduce_mib, hints=(
+          "count the activations that cross a rank boundary, not the layers: one b x s x h activation is "
+          "32 x 64 x 64 float64 numbers",
+          "each column-then-row pair costs one all-reduce forward (g) and one backward (f); how many pairs "
+          "does a GPT-2 block have?",
+          "method: 2 pairs a block x 2 directions x layers, plus the vocabulary-parallel embedding's forward "
+          "and the head's backward, times the MiB of one activation"),
+      after="Measure it: .venv/bin/mpiexec -n 2 .venv/bin/hpcpar train --tp 2 --dtype float64 --steps 5 "
+            "--no-progress; its 'tp ... MB' counts the bytes of both ranks together"),
+    E(5, "04-pipeline.md", "PP", "predict: busy and total device time units of a 4-stage pipeline", "ANSWER",
+      check_pp.check_busy_of_total, check_pp.busy_of_total, hints=(
+          "busy time does not depend on the order: every device runs each micro-batch's forward once",
+          "the total is the number of devices times the time from the first forward to the last",
+          "method: the last micro-batch starts on stage 0 at time m - 1 and needs p units to leave the last "
+          "stage"),
+      after="Measure it: .venv/bin/hpcpar schedule --stages 4 --microbatches 4 --forward-only"),
+    E(6, "04-pipeline.md", "PP", "the 1F1B order of one stage, run by the trainer on 2 and 4 ranks",
+      "one_f_one_b", check_pp.check_one_f_one_b, check_pp.one_f_one_b, ranks=4, plug=True,
+      mpi_check=check_pp.check_one_f_one_b_in_trainer, hidden=PP, hints=(
+          "the last stage can run a backward as soon as a forward is done; an earlier stage must wait for "
+          "the micro-batch's round trip through the stages after it",
+          "fill that wait with forwards, then alternate; at the end only backwards are left",
+          "method: stage s runs min(p - 1 - s, m) warm-up forwards, then (forward, backward) pairs while "
+          "forwards remain, then the remaining backwards in micro-batch order"),
+      after="Compare with .venv/bin/hpcpar schedule --stages 4 --microbatches 8 --table"),
+    E(7, "05-data-parallel.md", "DP", "ZeRO-1's slice of a padded bucket, run by the trainer at dp 2, 3, 4",
+      "zero1_shard", check_dp.check_zero1_shard, check_dp.zero1_shard, ranks=4, plug=True,
+      mpi_check=check_dp.check_zero1_in_trainer, hidden=("hpcpar.data_parallel",), hints=(
+          "one all-gather call puts the slices back together: so every slice has the same length",
+          "the padding at the end makes the bucket a multiple of dp; a slice may hold padding only",
+          "method: the length is numel divided by dp, rounded up; rank r's slice starts r lengths in")),
+    E(8, "06-3d.md", "3D", "a rank's (tp, pp, dp) coordinates", "coords", check_3d.check_coords, check_3d.coords,
+      hidden=("hpcpar.comm.grid", "hpcpar.comm.placement"), hints=(
+          "the fastest axis changes from one rank to the next; the slowest only every tp x dp ranks",
+          "write the rank as a number with mixed digits: tp first, then dp, then pp",
+          "method: rank = tp_i + tp (dp_i + dp pp_i); read the digits off with remainders and integer division")),
+    E(9, "06-3d.md", "3D", "predict: pipeline hops that cross nodes, tp 2 x pp 4 x dp 2 on 2 nodes", "ANSWER",
+      check_3d.check_crossing_hops, check_3d.crossing_hops, hints=(
+          "in the order tp-dp-pp a stage of every replica is one run of consecutive ranks",
+          "which stages does node 0 hold? then a pipeline leaves node 0 at one hop only",
+          "method: count the pipelines (tp x dp of them), each crossing once"),
+      after="Measure it: .venv/bin/hpcpar grid --tp 2 --pp 4 --dp 2 --world 16 --ranks-per-node 8"),
+    E(10, "07-checkpoints.md", "checkpoints", "resharding a tensor to another tp, fused Q|K|V included",
+      "reshard", check_state.check_reshard, check_state.reshard,
+      hidden=("hpcpar.nn.parameter", "hpcpar.checkpoint"), hints=(
+          "whatever the old cut, the full tensor is the same: put it back together first",
+          "with groups, each piece holds its own part of every group side by side along dim",
+          "method: cut every piece into its groups along dim, join each group's parts, cut each group into "
+          "the new number of parts, and make new piece i from part i of every group - along dim, which need "
+          "not be the last axis")),
+    E(11, "08-tracing.md", "tracing", "the bubble of a traced step", "bubble", check_state.check_bubble,
+      check_state.bubble, hidden=("hpcpar.pipeline.bubble", "hpcpar.trace"), hints=(
+          "idle time is the device time nobody computed, over the whole pipeline",
+          "the step does not start at 0, and every rank is counted from the pipeline's first start to its "
+          "last end",
+          "method: 1 minus the sum of all intervals' lengths over p times (latest end minus earliest start)")),
+    E(12, "08-tracing.md", "tracing", "the share of communication hidden behind compute", "hidden_share",
+      check_state.check_hidden_share, check_state.hidden_share, hidden=("hpcpar.trace",), hints=(
+          "a moment counts once, however many transfers or computations cover it",
+          "turn each kind into a union of disjoint intervals first",
+          "method: merge the sorted intervals of each kind, add up the overlaps of every merged communication "
+          "interval with the merged compute ones, and divide by the merged communication's length")),
+    E(13, "02-collectives.md", "DP", "a ring all-reduce on 4, 3 and 2 MPI ranks, with non-blocking sends",
+      "ring_allreduce", None, check_dp.ring_allreduce_mpi, ranks=4, mpi_check=check_dp.check_ring_allreduce_mpi,
+      hints=(
+          "this is exercise 1 seen from one rank: which chunk leaves, which arrives, at each step?",
+          "a blocking send to a neighbour who is itself sending waits forever once messages are large",
+          "method: each step posts the receive from rank - 1 and the send to rank + 1, then waits for both "
+          "before touching the chunks; p is the communicator's size, never a number")),
+    E(14, "04-pipeline.md", "PP", "a 2-stage pipeline whose blocking sends deadlock: reorder them", "PROGRAM",
+      check_pp.precheck_program, check_pp.unblocked_program(), ranks=2, mpi_check=check_pp.check_program_mpi,
+      hints=(
+          "a large blocking send returns only when the partner has reached the matching receive",
+          "in the steady state both ranks send at once, one an activation, the other a gradient",
+          "method: let one rank receive first wherever the two exchange: on rank 1, swap each send with the "
+          "receive right after it")),
+    E(15, "03-tensor-parallel.md", "TP", "a tensor-parallel MLP on 2, 3 and 4 MPI ranks: place its all-reduces",
+      "tp_mlp", None, check_tp.tp_mlp, ranks=4, mpi_check=check_tp.check_tp_mlp, hidden=TP, hints=(
+          "after a row-parallel product every rank holds a partial sum; after a column-parallel one, a slice",
+          "a replicated bias must enter the sum once, whatever the number of ranks",
+          "method: all-reduce the row product before adding b2, and the column layer's input gradient in the "
+          "backward; nowhere else")),
+    E(16, "09-context-parallel.md", "CP", "merge two online-softmax partial results", "merge",
+      check_cp.check_merge, merge, hidden=CP, hints=(
+          "each partial O is a weighted mean over its block, and exp(lse) is that block's total weight",
+          "the merged lse is the log of the two totals added; compute it without forming exp(800)",
+          "method: logaddexp for lse, then weight each O by exp(its lse minus the merged lse); a row that "
+          "saw no key in either block has lse -inf: use 0 in place of the merged lse in the exponents")),
+    E(17, "09-context-parallel.md", "CP", "the key/value positions rank r holds at ring step s", "kv_positions",
+      check_cp.check_kv_positions, check_cp.kv_positions, hidden=CP, hints=(
+          "blocks move one rank to the right per step: whose block has come s ranks?",
+          "a rank's own tokens are two chunks of the 2 cp chunks, one early and one late",
+          "method: the block of rank (r - s) mod cp, i.e. chunks j and 2 cp - 1 - j of seq_len / (2 cp) "
+          "positions each, in increasing order")),
+    E(18, "10-llama.md", "Llama", "the backward of the rotary embedding", "rope_backward",
+      check_llama.check_rope_backward, rope_backward, hidden=("hpcpar.ops.rope",), hints=(
+          "the rotation is linear in x with constant tables: its backward is its transpose applied to dy",
+          "the cos term is a diagonal scaling (its own transpose); rotate_half is a fixed 90-degree turn",
+          "method: dx = dy cos + R^T (dy sin), and the transpose of a +90-degree turn is a -90-degree turn")),
+    E(19, "10-llama.md", "Llama", "the key/value head of each query head on a tensor-parallel rank", "kv_heads",
+      check_llama.check_kv_heads, check_llama.kv_heads,
+      hidden=("hpcpar.ops.gqa", "hpcpar.nn.parameter") + TP, hints=(
+          "a query head attends with the K/V head of its group, globally; tp only changes which heads a rank "
+          "holds",
+          "tp cuts the query heads and the K/V heads each into tp consecutive runs",
+          "method: rank r holds query heads r n_head/tp onward; the group of global head g is g divided by "
+          "n_head / n_kv_head, rounded down")),
+    E(20, "11-mixed-precision.md", "precision", "dynamic loss scaling: skip and halve, grow after N clean steps",
+      "next_scale", check_precision.check_next_scale, check_precision.next_scale,
+      hidden=("hpcpar.precision",), hints=(
+          "an overflowed step's gradients are garbage: it must not change the weights",
+          "the scale is a float that may fall below 1: halving must keep it a positive power of two",
+          "method: on an overflow skip the update, halve the scale (a true division), restart the count; on a "
+          "clean step count it, and double the scale and restart the count when it reaches the interval")),
+    E(21, "12-hangs.md", "hangs", "from flight records: the culprit, and what each rank waits for",
+      "hang_diagnosis", check_hangs.check_hang_diagnosis, check_hangs.hang_diagnosis, hidden=("hpcpar.watch",),
+      hints=(
+          "a rank that is missing or dead holds the others up; a posted send nobody waited for blocks nobody",
+          "a rank is stuck in the oldest operation it waits on that has not ended",
+          "method: culprits are the silent or dead ranks, or else the live ranks blocked in nothing; each "
+          "other live rank waits in its oldest unfinished, waited-for operation")),
+    E(22, "13-recomputation.md", "memory", "predict: what recomputation keeps and what it runs again", "ANSWER",
+      check_memory.check_recompute, check_memory.recompute_answer, hints=(
+          "to run a forward again you need its input and nothing else",
+          "the attention probabilities grow with T squared per head; selective drops them (and what sits "
+          "beside them) and keeps q, k, v",
+          "method: count the numbers of each array a mode keeps (B T C for a block input, B NH T T for the "
+          "probabilities ...), and count one attention forward per recomputation"),
+      after="Measure it: .venv/bin/hpcpar bench --only recompute --quick compares the modes on a whole model"),
+    E(23, "14-zero.md", "DP", "ZeRO-3: gather a unit before its forward, free it after", "zero3_forward",
+      check_zero.check_zero3_forward, check_zero.zero3_forward,
+      hidden=("hpcpar.data_parallel", "hpcpar.nn.stage"), hints=(
+          "the gather must travel while the previous unit computes, and arrive before its own unit does",
+          "a view of a buffer keeps the buffer alive; so does a variable; the buffer's dtype is the shard's",
+          "method: post unit 0's gather; for each unit wait for its gather, post the next one, point the "
+          "parameters at their ranges, run the layer, then drop the views and the buffer")),
+    E(24, "15-v-pipelines.md", "PP", "ZB-V's order for one rank", "zb_v", check_v.check_zb_v, check_v.zb_v,
+      hidden=PP, hints=(
+          "micro-batch 0 comes back to a rank's second chunk only after the chunk-0 forwards of the ranks "
+          "below it and the turn of the V: fill that wait with forwards",
+          "a weight gradient W can wait, but until it runs its micro-batch's activations stay: postpone only "
+          "as much as the drain needs",
+          "method: warm up with 2(p - r) - 1 chunk-0 forwards, interleave chunk-1 forwards, run the steady "
+          "state as forward-backward-W of each chunk, and in the drain run backwards first, the Ws in the gaps"),
+      after="Compare with .venv/bin/hpcpar schedule --stages 4 --microbatches 8 --schedule zb-v --table"),
+    E(25, "16-all-to-all.md", "MoE", "the MoE dispatch and combine: permutation, send counts, combine",
+      "dispatch_combine", check_a2a.check_dispatch_combine, check_a2a.dispatch_combine,
+      hidden=("hpcpar.ops.moe", "hpcpar.expert_parallel", "hpcpar.nn.moe"), hints=(
+          "a rank's rows for one expert must be contiguous, and within an expert in token order",
+          "a rank holds consecutive experts: its rows are the sum of its experts' counts",
+          "method: a stable sort of the flattened choices gives the order; assignment a belongs to token a / k "
+          "(rounded down), with the a-th of the flattened weights; the combine adds weight times row into its token")),
+    E(26, "16-all-to-all.md", "CP", "the Ulysses transpose: sequence cut to head cut", "seq_to_heads",
+      check_a2a.check_seq_to_heads, check_a2a.seq_to_heads, hidden=("hpcpar.context_parallel",), hints=(
+          "after the transpose rank j holds a run of heads, for every token of the sequence",
+          "a rank's tokens are not a contiguous run of positions under the causal balance",
+          "method: for every destination j and source i, put source i's heads of j at source i's positions "
+          "of the sequence axis")),
+    E(27, "10-llama.md", "Llama", "the input gradient of QK-norm", "qk_norm_dx", check_llama.check_qk_norm_dx,
+      check_llama.qk_norm_dx, hidden=("hpcpar.ops.qk_norm", "hpcpar.nn.qk_norm", "hpcpar.ops.rmsnorm"), hints=(
+          "rstd depends on the whole row: moving one feature changes every output of its row",
+          "the gain multiplies dy before anything else; then the row's Jacobian is rstd times (I minus a "
+          "rank-one projection along xhat)",
+          "method: with dxhat = dy g, dx = rstd (dxhat - xhat mean(dxhat xhat)), the mean per row over the "
+          "features")),
+    E(28, "16-all-to-all.md", "MoE", "predict: bytes a rank hands the expert-parallel all-to-alls, ep 2 and 4",
+      "ANSWER", check_a2a.check_ep_rows_bytes, check_a2a.ep_rows_bytes, hints=(
+          "a rank hands MPI every one of its rows, the ones for its own experts included",
+          "one row per (token, choice), d_model float64 numbers, whatever the router's balance or ep",
+          "method: tokens per rank x top_k rows x bytes a row, times four all-to-alls a MoE layer "
+          "(dispatch, combine, both ways) and the layers"),
+      after="Measure it: .venv/bin/mpiexec -n 4 .venv/bin/hpcpar train --model mixtral-tiny --dp 4 --ep 2 "
+            "--dtype float64 --steps 3 --batch-size 16 --no-progress --summary-json ep2.json, then --ep 4; "
+            "bytes_per_step's 'ep' (the summary's 'ep ... MB') counts the four ranks together, with the "
+            "experts' counts (8 E bytes a layer and rank)"),
+    E(29, "01-one-rank.md", "attention", "attention in causal query blocks", "causal_blocks_forward",
+      check_attention.check_causal_blocks_forward, check_attention.causal_blocks_forward,
+      hidden=("hpcpar.ops.attention", "hpcpar.nn.attention_core"), hints=(
+          "a block of queries sees no key after its last query",
+          "only the block's own diagonal square needs a mask, and it sits at the block's offset",
+          "method: for block [a, z) take the first z keys and values, scale the scores by 1 / sqrt(HS), put "
+          "-inf where the key index exceeds a plus the row index, softmax each row, multiply by the values")),
+    E(30, "03-tensor-parallel.md", "TP", "your column/row-parallel pair in the trainer, tp 2 and 4",
+      "column_forward", None, None, ranks=4, plug=True,
+      mpi_check=check_tp.check_tp_pair, hidden=TP, hints=(
+          "f and g are the only places where ranks talk; the GEMMs in between are one rank's",
+          "f is free forward and sums backward; g sums forward and is free backward",
+          "method: column forward x W_i + b_i; column backward all-reduces dy_i W_i^T; row forward all-reduces "
+          "x_i W_i and adds b once; weight gradients are each rank's own")),
+    E(31, "09-context-parallel.md", "CP", "ring attention's forward in the trainer, cp 2 and 4",
+      "ring_attention_forward", None, None, ranks=4, plug=True, mpi_check=check_cp.check_ring_forward,
+      hidden=CP, hints=(
+          "exercise 17 said which block a rank holds at each step; exercise 16 how to merge its result",
+          "the next block can travel while this one computes: post the exchange before attending",
+          "method: p steps; at each post the receive from rank - 1 and the send to rank + 1 (but not at the "
+          "last step), attend to the block at hand with its owner's positions, merge, then wait")),
+    E(32, "16-all-to-all.md", "MoE", "the experts' all-to-alls in the trainer, ep 2 and 4", "expert_dispatch",
+      None, None, ranks=4, plug=True, mpi_check=check_a2a.check_expert_dispatch,
+      hidden=("hpcpar.expert_parallel",), hints=(
+          "a rank does not know how many rows it will receive until the others tell it",
+          "rows arrive grouped by source rank; the experts want them grouped by expert",
+          "method: exchange the counts, send the rows with the counts per rank, reorder expert by expert, and "
+          "in the combine undo the reorder and send each row back the way it came")),
+    E(33, "08-tracing.md", "measuring", "measure pp 2 against dp 2, predict and explain the faster", "ANSWER",
+      check_measure.check_measurement, check_measure.measured_answer, hints=(
+          "run each layout with --summary-json and --profile, a few steps, and read the median step",
+          "what does the pipeline do that data parallelism does not? the simulator puts a number on it",
+          "method: ms per step from each summary, pp 2's measured and simulated bubble from its summary, the "
+          "faster layout, and the cause among the choices the template lists"),
+      after="Read where pp 2's time went: its profile's 'comm pp' line is mostly the bubble - time a stage "
+            "waits in a receive for its neighbour"),
 ]
 BY_NUMBER = {e.number: e for e in EXERCISES}

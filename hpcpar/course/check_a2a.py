@@ -106,3 +106,55 @@ def check_ep_rows_bytes(answer):
         if abs(got - right) > 0.01 * right:
             raise Wrong(f"the bytes at ep {ep}, {got!r}, are too {'many' if got > right else 'few'} "
                         "(within 1 % passes)")
+
+
+# --- exercise 32: the experts' all-to-alls, in the trainer ----------------------------------------------
+
+N_EXPERT = 12                   # divides by 2, 3 and 4 ranks
+
+
+class _Experts:
+    """Stands in for a rank's experts: writes down the rows and offsets it is given, and returns each
+    row times (1 + its local expert), so that rows handed back in the wrong order show."""
+
+    def forward(self, xe, local, ctx=None):
+        self.xe, self.local = np.array(xe), [int(o) for o in local]
+        scale = np.repeat(np.arange(1, len(local)), np.diff(self.local))[:, None]
+        return xe * scale, None
+
+
+def _expert_case(m, comm):
+    from hpcpar.expert_parallel.dispatch import ExpertParallel
+    ep, r = comm.size, comm.rank
+    rng = np.random.default_rng(32 + r)
+    counts = rng.integers(0, 4, N_EXPERT)                                   # this rank's rows per expert
+    counts[r] = 0                                                           # some expert gets none from it
+    xs = rng.standard_normal((int(counts.sum()), 3))
+    offsets = np.concatenate([[0], np.cumsum(counts)])
+    engine = _Experts()
+    want_ys, _ = ExpertParallel(comm, N_EXPERT).forward(engine, xs, offsets)
+    what = f"ep {ep}, rank {r}"
+    xe, local, plan = m.expert_dispatch(xs.copy(), counts.copy(), comm)
+    if [int(o) for o in local] != engine.local:
+        raise Wrong(f"{what}: the local experts' offsets are {[int(o) for o in local]}, expected {engine.local} "
+                    "(rows of each of this rank's experts, from every rank)")
+    xe = np.asarray(xe)
+    if xe.shape != engine.xe.shape or not np.array_equal(xe, engine.xe):
+        bad = next((i for i in range(min(len(xe), len(engine.xe))) if not np.array_equal(xe[i], engine.xe[i])), None)
+        raise Wrong(f"{what}: the experts receive {xe.shape[0]} rows, expected {engine.xe.shape[0]}" if bad is None
+                    else f"{what}: row {bad} of the experts' input is not the one the dispatch delivers there "
+                         "(expert by expert, and within an expert source rank by source rank)")
+    ys = np.asarray(m.expert_combine(engine.forward(xe, local)[0], plan, comm))
+    if ys.shape != want_ys.shape or not np.array_equal(ys, want_ys):
+        raise Wrong(f"{what}: the combine hands back {ys.shape[0]} rows, not each in its token's place" if
+                    ys.shape == want_ys.shape else f"{what}: the combine hands back shape {ys.shape}, "
+                                                   f"expected {want_ys.shape}")
+
+
+def check_expert_dispatch(m, world):
+    """The all-to-alls on 2, 3 and 4 ranks, then in the trainer at ep 2 and ep 4 (moe-tiny)."""
+    from hpcpar.course.on_ranks import groups, stage
+    from hpcpar.course.plugged import MOE, check_in_trainer
+    for _, comm in groups(world, (2, 3, world.size)):
+        stage(world, lambda: comm and _expert_case(m, comm))
+    check_in_trainer(m, world, MOE, [dict(dp=2, ep=2), dict(dp=world.size, ep=world.size)])

@@ -52,3 +52,45 @@ def check_kv_positions(f):
                             got == kv_positions(o, 0, cp, seq_len) for o in range(cp)) else \
                         "positions no rank holds as its block"
                     raise Wrong(f"cp {cp}, {seq_len} tokens, rank {rank}, step {step}: got {got} - {hint}")
+
+
+# --- exercise 31: ring attention's forward, in the trainer ----------------------------------------------
+
+
+def _ring_case(m, comm):
+    """The student's ring forward on ``comm`` against the engine's (context_parallel/ring.py), and its
+    messages: only to rank + 1 and from rank - 1, every request completed, no collective."""
+    from hpcpar.context_parallel.ring import RingAttention
+    from hpcpar.course.on_ranks import COLLECTIVES, Watched, check_ring_messages
+    cp, r = comm.size, comm.rank
+    rng = np.random.default_rng(31 + r)
+    T = 4 * cp
+    pos = [balanced_positions(T, cp, j) for j in range(cp)]
+    qs, k, v = (rng.standard_normal((2, 3, 4, 4)) for _ in range(3))
+    want_o, want_lse = RingAttention(comm).ring_forward(qs, k, v, pos)
+    watched, since = Watched(comm), dict(comm.stats.calls)
+    got = m.ring_attention_forward(qs.copy(), k.copy(), v.copy(), [p.copy() for p in pos], watched, block_forward)
+    what = f"cp {cp}"
+    used = [op for op in COLLECTIVES if watched.calls(since).get(op)]
+    if used:
+        watched.unfinished()
+        raise Wrong(f"{what}: the ring called comm.{used[0]}; pass the blocks with comm.isend and comm.irecv_")
+    check_ring_messages(watched, what, (cp - 1, 2 * (cp - 1)), (cp - 1) * (k.nbytes + v.nbytes))
+    for name, g, w in zip(("o", "lse"), got, (want_o, want_lse)):
+        g = np.asarray(g)
+        if g.shape != w.shape:
+            raise Wrong(f"{what}, rank {r}: {name} has shape {g.shape}, expected {w.shape}")
+        bad = ~np.isclose(g, w, rtol=1e-12, atol=1e-12) & ~(g == w)
+        if bad.any():
+            i = tuple(int(j) for j in np.argwhere(bad)[0])
+            raise Wrong(f"{what}, rank {r}: {name}{list(i)} is {g[i]:.6g}, the ring gives {w[i]:.6g} (query at "
+                        f"position {pos[r][i[2]]})")
+
+
+def check_ring_forward(m, world):
+    """The ring on 2, 3 and 4 ranks, then in the trainer at cp 2 and cp 4."""
+    from hpcpar.course.on_ranks import groups, stage
+    from hpcpar.course.plugged import GPT, check_in_trainer
+    for _, comm in groups(world, (2, 3, world.size)):
+        stage(world, lambda: comm and _ring_case(m, comm))
+    check_in_trainer(m, world, GPT, [dict(cp=2), dict(cp=world.size)])

@@ -4,8 +4,9 @@ from types import SimpleNamespace
 
 import numpy as np
 
-from hpcpar.data_parallel.buckets import Bucket
+from hpcpar.course.on_ranks import COLLECTIVES, Watched, check_ring_messages, groups, stage
 from hpcpar.course.wrong import Wrong
+from hpcpar.data_parallel.buckets import Bucket
 
 # --- exercise 1: the ring all-reduce, simulated ------------------------------------------------------
 
@@ -99,30 +100,33 @@ def ring_allreduce_mpi(x, comm):
     return x
 
 
-def check_ring_allreduce_mpi(f, comm):
+def _ring_case(f, comm, n):
+    """One ring of ``comm.size`` ranks on arrays of ``n`` numbers: sums, messages, requests."""
     p = comm.size
-    for n in (4 * p, p << 17):                  # 1 MB chunks: a blocking send waits for its receive
-        x = np.random.default_rng(10 * comm.rank + n).standard_normal(n)
-        want = comm.all_reduce(x.copy())                     # MPI's own Allreduce: the contents to match
-        calls, nbytes = dict(comm.stats.calls), dict(comm.stats.bytes)
-        got = f(x.copy(), comm)
-        used = {op: n - calls.get(op, 0) for op, n in comm.stats.calls.items()}
-        collectives = [op for op in ("all_reduce", "reduce_scatter", "all_gather", "bcast") if used.get(op)]
-        if collectives:
-            raise Wrong(f"n = {n}: the function called comm.{collectives[0]}; write the ring with point-to-point "
-                        "messages only (comm.isend, comm.irecv_)")
-        if used.get("send", 0) != 2 * (p - 1):
-            raise Wrong(f"n = {n}: {used.get('send', 0)} sends on this rank; a ring all-reduce sends 2 (p - 1) = "
-                        f"{2 * (p - 1)} chunks per rank")
-        sent = comm.stats.bytes["send"] - nbytes.get("send", 0)
-        if sent != 2 * (p - 1) * x.nbytes // p:
-            raise Wrong(f"n = {n}: this rank sent {sent} bytes; 2 (p - 1) chunks of n/p float64 are "
-                        f"{2 * (p - 1) * x.nbytes // p}")
-        got = np.ravel(np.asarray(got))
-        if got.shape != x.shape or not np.allclose(got, want, rtol=1e-12, atol=1e-12):
-            i = int(np.flatnonzero(~np.isclose(got, want, rtol=1e-12, atol=1e-12))[0]) if got.shape == x.shape else 0
-            raise Wrong(f"n = {n}: returned shape {got.shape}, expected {x.shape}" if got.shape != x.shape else
-                        f"n = {n}: element {i} (chunk {i // (n // p)}) is {got[i]:.6g}; Allreduce gives {want[i]:.6g}")
+    what = f"{p} ranks, n = {n}"
+    x = np.random.default_rng(10 * comm.rank + n).standard_normal(n)
+    want = comm.all_reduce(x.copy())                     # MPI's own Allreduce: the contents to match
+    watched, since = Watched(comm), dict(comm.stats.calls)
+    got = f(x.copy(), watched)
+    used = [op for op in COLLECTIVES if watched.calls(since).get(op)]
+    if used:
+        watched.unfinished()
+        raise Wrong(f"{what}: the function called comm.{used[0]}; write the ring with point-to-point messages "
+                    "only (comm.isend, comm.irecv_)")
+    check_ring_messages(watched, what, 2 * (p - 1), 2 * (p - 1) * x.nbytes // p)
+    got = np.ravel(np.asarray(got))
+    if got.shape != x.shape or not np.allclose(got, want, rtol=1e-12, atol=1e-12):
+        i = int(np.flatnonzero(~np.isclose(got, want, rtol=1e-12, atol=1e-12))[0]) if got.shape == x.shape else 0
+        raise Wrong(f"{what}: returned shape {got.shape}, expected {x.shape}" if got.shape != x.shape else
+                    f"{what}: element {i} (chunk {i // (n // p)}) is {got[i]:.6g}; Allreduce gives {want[i]:.6g}")
+
+
+def check_ring_allreduce_mpi(f, world):
+    """The ring at 4, 3 and 2 ranks (groups of the job's 4), on small arrays, and at 4 on 1 MB chunks,
+    where a blocking send waits for its receive."""
+    for p, comm in groups(world, (world.size, 3, 2)):
+        for n in ((4 * p, p << 17) if p == world.size else (6 * p,)):
+            stage(world, lambda: comm and _ring_case(f, comm, n))
 
 
 # --- exercise 7: ZeRO-1's shard -----------------------------------------------------------------------
@@ -144,3 +148,9 @@ def check_zero1_shard(f):
                 raise Wrong(f"{numel} numbers, dp {dp}, rank {rank}: got [{got[0]}, {got[1]}); its {lo_hi} is "
                             "off (every rank's slice has the same length, and the slices together cover the "
                             "padded bucket in rank order)")
+
+
+def check_zero1_in_trainer(m, world):
+    """Exercise 7's shard as the trainer's ZeRO-1 ranges (hpcpar train --plug --zero 1): dp 2, 3 and 4."""
+    from hpcpar.course.plugged import GPT, check_in_trainer
+    check_in_trainer(m, world, GPT, [dict(dp=n, zero=1) for n in (2, 3, world.size)])

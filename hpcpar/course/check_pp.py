@@ -128,3 +128,9 @@ def check_program_mpi(program, comm):
     for a, first, uniform in received:
         if not uniform or first != _value(a.op[-1], a.mb):
             raise Wrong(f"{a} received another message's data: tags and order must pair each send with its receive")
+
+
+def check_one_f_one_b_in_trainer(m, world):
+    """Exercise 6's order as the trainer's 1F1B (hpcpar train --plug): pp 2 and pp 4, one rank's losses."""
+    from hpcpar.course.plugged import GPT, check_in_trainer
+    check_in_trainer(m, world, GPT, [dict(pp=2, microbatches=4), dict(pp=world.size, microbatches=6)])

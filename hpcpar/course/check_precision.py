@@ -13,10 +13,14 @@ def next_scale(scale, good_steps, grads_finite, growth_interval):
 
 
 def check_next_scale(f):
-    runs = [(3, "ok ok ok ok ok ok ok"), (3, "ok inf ok ok ok inf inf ok"), (2, "inf inf inf ok ok ok ok ok"),
-            (1, "ok ok inf ok"), (4, "ok ok ok inf ok ok ok ok ok")]
-    for interval, flags in runs:
-        got_state = want_state = (2.0 ** 16, 0)
+    # (growth interval, start scale, steps): from 2^16 as the trainer starts, and from 4, where overflows in
+    # a row take the scale below 1 - a halving that is not a true division stops training there
+    runs = [(3, 2.0 ** 16, "ok ok ok ok ok ok ok"), (3, 2.0 ** 16, "ok inf ok ok ok inf inf ok"),
+            (2, 2.0 ** 16, "inf inf inf ok ok ok ok ok"), (1, 2.0 ** 16, "ok ok inf ok"),
+            (4, 2.0 ** 16, "ok ok ok inf ok ok ok ok ok"), (2, 4.0, "inf inf inf inf ok ok ok ok"),
+            (3, 3.0, "inf ok ok ok")]
+    for interval, start, flags in runs:
+        got_state = want_state = (start, 0)
         for i, flag in enumerate(flags.split()):
             finite = flag == "ok"
             got = tuple(f(*got_state, finite, interval))
@@ -25,6 +29,6 @@ def check_next_scale(f):
                 raise Wrong("return (scale, good_steps, apply_update)")
             for name, g, w in zip(("scale", "good_steps", "apply_update"), got, want):
                 if g != w:
-                    raise Wrong(f"growth interval {interval}, steps {' '.join(flags.split()[:i + 1])}: after step "
+                    raise Wrong(f"growth interval {interval}, scale {start:g}, steps {' '.join(flags.split()[:i + 1])}: after step "
                                 f"{i + 1} ({'finite' if finite else 'overflow'}) {name} is {g}, expected {w}")
             got_state, want_state = got[:2], want[:2]

@@ -20,13 +20,16 @@ def reshard(pieces, dim, new_parts, groups=1):
 
 
 def check_reshard(f):
-    full = np.arange(4 * 12, dtype=float).reshape(4, 12)
-    for dim, old, new, groups in ((1, 2, 4, 1), (1, 4, 2, 1), (0, 2, 4, 1), (1, 3, 1, 1), (0, 1, 2, 1),
-                                  (1, 2, 4, 3), (1, 4, 2, 3), (1, 1, 2, 3)):
+    # 2-D and 3-D tensors, the cut dimension first, last and in the middle, fused groups on each of them
+    for shape, dim, old, new, groups in (((4, 12), 1, 2, 4, 1), ((4, 12), 1, 4, 2, 1), ((4, 12), 0, 2, 4, 1),
+                                         ((4, 12), 1, 3, 1, 1), ((4, 12), 0, 1, 2, 1), ((4, 12), 1, 2, 4, 3),
+                                         ((4, 12), 1, 4, 2, 3), ((4, 12), 1, 1, 2, 3), ((12, 24), 0, 2, 4, 3),
+                                         ((2, 12, 24), 1, 4, 2, 3), ((2, 24, 3), 1, 2, 4, 3), ((2, 8, 3), 1, 2, 4, 1)):
+        full = np.arange(np.prod(shape), dtype=float).reshape(shape)
         pieces = [Shard(dim, old, i, groups).take(full) for i in range(old)]
         got = f([p.copy() for p in pieces], dim, new, groups)
         want = [Shard(dim, new, i, groups).take(full) for i in range(new)]
-        case = f"from {old} to {new} parts along dim {dim}" + (f", groups {groups}" if groups > 1 else "")
+        case = f"a {shape} tensor from {old} to {new} parts along dim {dim}" + (f", groups {groups}" if groups > 1 else "")
         if len(got) != new:
             raise Wrong(f"{case}: got {len(got)} pieces")
         for i, (g, w) in enumerate(zip(got, want)):

@@ -3,6 +3,7 @@ all-reduces (ranks simulated: a list holds one array per rank), and an MLP on MP
 all-reduces the student places."""
 import numpy as np
 
+from hpcpar.course.on_ranks import groups, stage
 from hpcpar.course.wrong import Wrong
 from hpcpar.nn.gpt import preset
 from hpcpar.ops.linear import linear_backward_input, linear_backward_weight, linear_forward
@@ -99,7 +100,7 @@ def tp_mlp(comm, x, w1, b1, w2, b2, dy):
     return y, dx
 
 
-def check_tp_mlp(f, comm):
+def _tp_mlp_case(f, comm):
     tp = comm.size
     rng = np.random.default_rng(7)                                # the same full tensors on every rank
     x, dy = rng.standard_normal((2, 3, 8)), rng.standard_normal((2, 3, 8))
@@ -118,9 +119,66 @@ def check_tp_mlp(f, comm):
         if got.shape != want.shape:
             raise Wrong(f"tp {tp}: {what} has shape {got.shape}, expected the whole {want.shape}")
         if not np.allclose(got, want, rtol=1e-10, atol=1e-12):
-            biased = what == "y" and np.allclose(got, want + (tp - 1) * b2, rtol=1e-10, atol=1e-12)
+            extra = [k for k in range(-tp, tp + 1) if k and np.allclose(got, want + k * b2, rtol=1e-10, atol=1e-12)]
             raise Wrong(f"tp {tp}: {what} differs from the one-rank layer" +
-                        (f": b2 is added {tp} times" if biased else f" by up to {np.abs(got - want).max():.3g}"))
+                        (f": b2 is counted {1 + extra[0]} times" if what == "y" and extra else
+                         f" by up to {np.abs(got - want).max():.3g}"))
     if reduces != 2 or reduced != x.nbytes + dy.nbytes:
         raise Wrong(f"tp {tp}: {reduces} all-reduces of {reduced} bytes in all; the layer needs one of y "
                     f"({x.nbytes} bytes) in forward and one of dx in backward")
+
+
+def check_tp_mlp(f, world):
+    """The MLP at tp 2, 3 and 4 (groups of the job's 4 ranks)."""
+    for _, comm in groups(world, (2, 3, world.size)):
+        stage(world, lambda: comm and _tp_mlp_case(f, comm))
+
+
+# --- exercise 30: your column/row pair, in the trainer -------------------------------------------------
+
+PAIR = ("column_forward", "column_backward", "row_forward", "row_backward")
+
+
+def _calls(comm, since):
+    return {op: n - since.get(op, 0) for op, n in comm.stats.calls.items() if n - since.get(op, 0)}
+
+
+def _tp_pair_case(m, comm):
+    """The four functions on one MLP cut over ``comm``: each output against the one-rank layer's, and
+    the all-reduces each makes (f: none forward, one backward; g: one forward, none backward)."""
+    tp, r = comm.size, comm.rank
+    rng = np.random.default_rng(30)
+    x, dy = rng.standard_normal((2, 3, 6)), rng.standard_normal((2, 3, 6))
+    w1, b1, w2, b2 = (rng.standard_normal(s) for s in ((6, 4 * tp), (4 * tp,), (4 * tp, 6), (6,)))
+    cols = np.split(np.arange(4 * tp), tp)[r]
+    h = linear_forward(x, w1, b1)                                     # (no activation: the pair alone)
+    dh = linear_backward_input(dy, w2)
+    want = {"column_forward": (h[..., cols],),
+            "row_forward": (linear_forward(h, w2, b2),),
+            "row_backward": (dh[..., cols], *linear_backward_weight(dy, h[..., cols])),
+            "column_backward": (linear_backward_input(dh, w1), *linear_backward_weight(dh[..., cols], x))}
+    calls = {"column_forward": {}, "row_forward": {"all_reduce": 1}, "row_backward": {},
+             "column_backward": {"all_reduce": 1}}
+    args = {"column_forward": (x.copy(), w1[:, cols].copy(), b1[cols].copy()),
+            "row_forward": (h[..., cols].copy(), w2[cols].copy(), b2.copy()),
+            "row_backward": (dy.copy(), h[..., cols].copy(), w2[cols].copy()),
+            "column_backward": (dh[..., cols].copy(), x.copy(), w1[:, cols].copy())}
+    for name in ("column_forward", "row_forward", "row_backward", "column_backward"):
+        since = dict(comm.stats.calls)
+        got = getattr(m, name)(*args[name], comm)
+        made = _calls(comm, since)
+        got = (got,) if name.endswith("forward") else tuple(got)
+        for what, g, w in zip(("y",) if name.endswith("forward") else ("dx", "dw", "db"), got, want[name]):
+            _close(g, w, f"tp {tp}, rank {r}: {name}'s {what}")
+        if made != calls[name]:
+            said = ", ".join(f"{n} {op}" for op, n in made.items()) or "no communication"
+            raise Wrong(f"tp {tp}: {name} made {said}; "
+                        + ("it needs one all-reduce" if calls[name] else "it needs none"))
+
+
+def check_tp_pair(m, world):
+    """The pair on 2, 3 and 4 ranks, then in the trainer at tp 2 and tp 4."""
+    from hpcpar.course.plugged import GPT, check_in_trainer
+    for _, comm in groups(world, (2, 3, world.size)):
+        stage(world, lambda: comm and _tp_pair_case(m, comm))
+    check_in_trainer(m, world, GPT, [dict(tp=2), dict(tp=world.size)])

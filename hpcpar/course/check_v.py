@@ -38,6 +38,20 @@ def _turn_of_the_v(s):
                             f"the V stays on one rank: no message, so the ranks' wait cycle is this rank alone)")
 
 
+def held_until_w(s):
+    """Per rank, the most chunks whose activations it holds at once, counted from F to W: a weight
+    gradient needs the layer's input, so a micro-batch's activations stay until its W, not its B (the
+    simulator's peak counts to B)."""
+    peaks = []
+    for acts in s.actions:
+        held = peak = 0
+        for a in acts:
+            held += {"F": 1, "W": -1}.get(a.op, 0)
+            peak = max(peak, held)
+        peaks.append(peak)
+    return peaks
+
+
 def check_zb_v(f):
     for p, m in SIZES:
         s = _schedule(f, p, m)
@@ -52,6 +66,12 @@ def check_zb_v(f):
             worst = max(range(p), key=lambda r: got.idle[r])
             raise Wrong(f"p={p}, m={m}: no hang, but rank {worst} idles {got.idle[worst]:g} units between its first "
                         f"and last action at F = B = W = 1; ZB-V idles {want.bubble_per_rank():g}")
+        mine, zbv = held_until_w(s), held_until_w(build("zb-v", p, m, 2))
+        worst = max(range(p), key=lambda r: mine[r] - zbv[r])
+        if mine[worst] > zbv[worst]:
+            raise Wrong(f"p={p}, m={m}: rank {worst} holds the activations of {mine[worst]} chunks at once, counted "
+                        f"until their W (a W needs its layer's input); ZB-V holds {zbv[worst]} there - a W kept "
+                        "back longer than the drain needs keeps its micro-batch's memory")
         if max(got.peak_inflight) > max(want.peak_inflight):
             raise Wrong(f"p={p}, m={m}: a rank holds {max(got.peak_inflight)} chunks' activations at once; "
                         f"ZB-V needs no more than {max(want.peak_inflight)}")

@@ -1,4 +1,4 @@
-"""ZeRO-3 exercise (docs/course/15-zero.md, docs/zero.md): gather a unit before its forward, free it after.
+"""ZeRO-3 exercise (docs/course/14-zero.md, docs/zero.md): gather a unit before its forward, free it after.
 
 One rank of p is simulated: its units are laid out by the engine (hpcpar/data_parallel/fsdp.py's
 ``Unit``: the parameters end to end, padded with zeros to p k numbers, this rank keeping [rank k,
@@ -65,6 +65,10 @@ class _Gathers:
             raise Wrong(f"{self.what}: an all-gather was posted on {buf.size} numbers (shape {buf.shape}); a "
                         "unit's flat buffer holds p k numbers, k = len(shard): its parameters, then padding")
         j = self.sizes.index(buf.size)
+        if buf.dtype != self.shards[j][self.rank].dtype:
+            raise Wrong(f"{self.what}: unit {j}'s gather buffer is {buf.dtype}, its shard {self.shards[j][self.rank].dtype}: "
+                        "a unit is gathered in the dtype it computes in - a wider buffer moves and holds more bytes "
+                        "than the shards ZeRO-3 exists to save")
         k = buf.size // self.size
         lo = self.rank * k
         if not np.array_equal(buf[lo:lo + k], self.shards[j][self.rank]):
@@ -107,9 +111,9 @@ def _scrub(sizes):
     del blocks
 
 
-def _run(f, p, rank, rng):
-    what = f"p = {p}, rank {rank}"
-    values = [[rng.standard_normal(s) for s in shapes] for shapes in LAYERS]
+def _run(f, p, rank, rng, dtype):
+    what = f"p = {p}, rank {rank}, {np.dtype(dtype).name}"
+    values = [[rng.standard_normal(s).astype(dtype) for s in shapes] for shapes in LAYERS]
 
     def params(j):
         return [SimpleNamespace(name=f"{'wb'[i]}{j}", data=v.copy(), grad=np.zeros_like(v))
@@ -146,7 +150,7 @@ def _run(f, p, rank, rng):
             w, b = (prm.data for prm, _, _ in units[j].segments)
             return np.tanh(x @ w + b)
         return forward
-    x = rng.standard_normal((2, LAYERS[0][0][0]))
+    x = rng.standard_normal((2, LAYERS[0][0][0])).astype(dtype)
     want = x
     for w, b in values:
         want = np.tanh(want @ w + b)
@@ -155,13 +159,16 @@ def _run(f, p, rank, rng):
     for j in range(len(LAYERS)):
         _check_freed(gathers, units, j, "after the forward")
     got = np.asarray(got)
-    if got.shape != want.shape or not np.allclose(got, want, rtol=1e-12, atol=1e-12):
+    tol = 1e-12 if dtype == np.float64 else 1e-5
+    if got.shape != want.shape or not np.allclose(got, want, rtol=tol, atol=tol):
         raise Wrong(f"{what}: the output (shape {got.shape}) is not the last layer's: return what the last "
                     "unit's forward gave")
 
 
 def check_zero3_forward(f):
     rng = np.random.default_rng(23)
-    for p, ranks in ((2, (0, 1)), (3, (0, 1, 2)), (4, (0, 3))):
+    # float64 shards, then float32 ones (the engine gathers in the compute dtype: bf16, fp16 or fp32)
+    for p, ranks, dtype in ((2, (0, 1), np.float64), (3, (0, 1, 2), np.float64), (4, (0, 3), np.float64),
+                            (2, (1,), np.float32), (3, (2,), np.float32)):
         for rank in ranks:
-            _run(f, p, rank, rng)
+            _run(f, p, rank, rng, dtype)

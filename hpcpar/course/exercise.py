@@ -1,29 +1,31 @@
 """An exercise, the student's file, the verdict of its check, and its hints.
 
-Three kinds of exercise:
+Four kinds of exercise:
 
 * a function to write: ``check(f)`` calls it on cases whose answers the package's own code gives;
 * a prediction (``name == "ANSWER"``): ``check(value)`` compares it with the measured answer, and only
   a passed check shows the command that measures it (``after``): the lessons never print it;
-* a function that runs on MPI ranks (``ranks`` > 0): ``hpcpar course check`` starts ``mpiexec -n ranks``
-  (hpcpar/course/mpi_run.py) and every rank runs ``check(f, comm)`` on a real Communicator; a
-  ``precheck(f)`` (the simulator, say) runs first, in the calling process.
+* a function that runs on MPI ranks (``ranks`` > 0): after ``check(f)`` (None, or a check in the calling
+  process: the simulator, the function at many sizes), ``hpcpar course check`` starts ``mpiexec -n
+  ranks`` (mpi_launch.py) and every rank runs ``mpi_check(f, world)`` on a real Communicator;
+* a function plugged into the trainer (``plug``): its ``mpi_check`` runs ``hpcpar train --plug``'s hook
+  on 2 to 4 ranks and compares the losses with one rank's (plugged.py).
 
-A failed check says where the first difference is, never the whole answer; ``--hint`` reveals the
-exercise's ``hints`` one at a time.
+The student's file runs with the exercise's reference out of reach (``hidden``, guard.py).  A failed
+check says where the first difference is, never the whole answer; ``--hint`` reveals the exercise's
+``hints`` one at a time, each remembered in the signed hint log (hints.py).
 """
-import importlib.util
-import json
 import shutil
 import traceback
 from dataclasses import dataclass
 from pathlib import Path
 from types import SimpleNamespace
 
-from hpcpar.course import mpi_launch
+from hpcpar.course import guard, mpi_launch
 from hpcpar.course.wrong import Crashed, Wrong
 
-TEMPLATES = Path(__file__).parent / "templates"
+HERE = Path(__file__).parent
+TEMPLATES, SOLUTIONS = HERE / "templates", HERE / "solutions"
 MPI_TIMEOUT_S = 60          # an MPI exercise that has not finished by then hangs: a deadlock
 
 
@@ -32,19 +34,26 @@ class Exercise:
     number: int
     lesson: str         # docs/course/ page
     topic: str          # TP, PP, DP, 3D, checkpoints, tracing, CP, Llama, precision, hangs, memory, MoE,
-                        # attention
+                        # attention, measuring
     title: str
     name: str           # the function to write, or "ANSWER"
-    check: object       # check(value) raises Wrong; MPI exercises: check(f, comm) on every rank
+    check: object       # check(value) raises Wrong (None: an MPI exercise checked on its ranks only)
     solution: object    # the reference: a function from the package, or () -> the measured answer
-    hints: tuple = ()   # revealed one at a time by --hint
+    hints: tuple = ()   # revealed one at a time by --hint: the first an idea, the last the method, no code
     after: str = ""     # printed once the check passes: how to measure a prediction, what to try next
-    ranks: int = 0      # > 0: the check runs under mpiexec -n ranks
-    precheck: object = None     # MPI exercises: a check in the calling process before the launch
+    ranks: int = 0      # > 0: then the check runs under mpiexec -n ranks ...
+    mpi_check: object = None    # ... as mpi_check(f, world) on every rank
+    hidden: tuple = ()  # the modules that hold the answer: refused to the student's file (guard.py)
+    plug: bool = False  # the function runs inside `hpcpar train --plug` (training/plug.py)
 
     @property
     def template(self):
-        return TEMPLATES / f"ex{self.number:02d}.py"
+        return TEMPLATES / self.filename()
+
+    @property
+    def solution_file(self):
+        """The instructor key's answer, written as a student would (hpcpar course key)."""
+        return SOLUTIONS / self.filename()
 
     def filename(self):
         return f"ex{self.number:02d}.py"
@@ -60,12 +69,10 @@ def start(exercise, directory):
     return target
 
 
-def load(path):
-    """The student's file as a module."""
-    spec = importlib.util.spec_from_file_location(Path(path).stem, path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+def load(exercise, path):
+    """The student's file as a module, the exercise's reference hidden from it (guard.Hidden if it
+    imports it)."""
+    return guard.load(path, exercise.hidden, f"exercise {exercise.number}")
 
 
 def reference(exercise):
@@ -86,6 +93,25 @@ def crashed(exercise, err, where):
     return f"exercise {exercise.number}: {exercise.name} raised {type(err).__name__}: {err}{line}"
 
 
+def check_file(exercise, path, timeout=MPI_TIMEOUT_S):
+    """(passed, message) of the exercise's check on the student's file at ``path``."""
+    try:
+        module = load(exercise, path)
+    except guard.Hidden as err:
+        return False, f"exercise {exercise.number}: not yet - {err}"
+    except Exception as err:                # the file itself does not run
+        return False, crashed(exercise, err, path)
+    return verdict(exercise, module, path, timeout)
+
+
+def check_solution(exercise, timeout=MPI_TIMEOUT_S):
+    """(passed, message) of the check on the package's reference (an MPI exercise: the key's answer,
+    run with the same fence as a student's)."""
+    if exercise.ranks:
+        return check_file(exercise, exercise.solution_file, timeout)
+    return verdict(exercise, reference(exercise), "the package's reference", timeout)
+
+
 def verdict(exercise, module, where, timeout=MPI_TIMEOUT_S):
     """(passed, message) of the exercise's check on ``module`` (the student's file at ``where``, or
     ``reference(exercise)``)."""
@@ -95,12 +121,10 @@ def verdict(exercise, module, where, timeout=MPI_TIMEOUT_S):
             f"there is no function {exercise.name}"
         return False, f"exercise {exercise.number}: {what} in {where}"
     try:
-        if exercise.ranks:
-            if exercise.precheck is not None:
-                exercise.precheck(value)
-            mpi_launch.launch(exercise, getattr(module, "__file__", None), timeout)
-        else:
+        if exercise.check is not None:
             exercise.check(value)
+        if exercise.ranks:
+            mpi_launch.launch(exercise, [str(where)], timeout)
     except NotImplementedError:
         return False, not_written(exercise, where)
     except Crashed as err:
@@ -112,18 +136,3 @@ def verdict(exercise, module, where, timeout=MPI_TIMEOUT_S):
         return False, crashed(exercise, err, where)
     after = f"\n{exercise.after}" if exercise.after else ""
     return True, f"exercise {exercise.number}: passed - {exercise.title}{after}"
-
-
-def next_hint(exercise, directory):
-    """The next hint not yet shown for ``exercise`` (remembered in ``directory``/.hints.json), as text."""
-    if not exercise.hints:
-        return f"exercise {exercise.number} has no hints: its lesson, docs/course/{exercise.lesson}, has the reading"
-    seen_file = Path(directory) / ".hints.json"
-    seen = json.loads(seen_file.read_text()) if seen_file.exists() else {}
-    shown = seen.get(str(exercise.number), 0)
-    k = min(shown + 1, len(exercise.hints))
-    seen[str(exercise.number)] = k
-    Path(directory).mkdir(parents=True, exist_ok=True)
-    seen_file.write_text(json.dumps(seen))
-    more = "" if k == len(exercise.hints) else " (--hint again for the next)"
-    return f"hint {k} of {len(exercise.hints)}: {exercise.hints[k - 1]}{more}"

@@ -168,6 +168,8 @@ class TrainConfig:
     log_every: int = opt(0, "print a loss line every K steps (0: about 10 lines per run)",
                          group="files", bound="natural")
     progress: bool = opt(True, "show a progress bar on rank 0", group="files")
+    plug: str = opt("", "run your own functions in place of the engine's (a Python file: tensor-parallel layers, "
+                        "1F1B order, ZeRO-1 shard, ring attention, expert dispatch; training/plug.py)", group="files")
     # --- hangs and shutdown (hpcpar/watch/watchdog.py) --------------------------------------------
     hang_timeout: float = opt(300.0, "end the job when a rank makes no progress for this long (seconds, at "
                                      "least 3 x the slowest step; 0 disables)", group="watch", bound="natural")
@@ -275,6 +277,8 @@ def _check_run(cfg, world):
         raise UsageError(f"--backend must be numpy or cupy, not {cfg.backend!r}")
     if cfg.precision != "fp32" and cfg.dtype != "float32":
         raise UsageError(f"--precision {cfg.precision} keeps float32 master weights: use --dtype float32")
+    if cfg.plug and not Path(cfg.plug).is_file():
+        raise UsageError(f"--plug: {cfg.plug} not found")
     if cfg.tf32 and (cfg.backend != "cupy" or cfg.precision != "fp32" or cfg.dtype != "float32"):
         raise UsageError("--tf32 applies to float32 GEMMs on a GPU only: it needs --backend cupy, "
                          "--dtype float32 and --precision fp32")

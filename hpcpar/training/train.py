@@ -33,6 +33,7 @@ from hpcpar.data_parallel.replicas import DataParallel
 from hpcpar.data_parallel.fsdp import FullyShardedDataParallel
 from hpcpar.comm.grid import ParallelGrid
 from hpcpar.nn import GPT, Context, MLPConfig, MLPModel
+from hpcpar.training import plug
 from hpcpar.training.expert_load import ExpertLoad, moe_layers
 from hpcpar.expert_parallel.dispatch import expert_data_group, expert_group, parallelize_experts
 from hpcpar.nn.gpt import preset
@@ -131,6 +132,8 @@ class Trainer:
     def __init__(self, cfg, comm=None):
         from mpi4py import MPI
         comm = comm or MPI.COMM_WORLD
+        if cfg.plug:                        # before the checks: the schedule's hang check runs a plugged order
+            plug.install(plug.load(cfg.plug))
         self.cfg = cfg = check(cfg, comm.size)
         self.xp = backend.use(cfg.backend)
         self.dtype = backend.resolve_dtype(cfg.dtype)                           # master weights, gradients

@@ -5,7 +5,12 @@ of micro-batches 0 .. microbatches - 1 under 1F1B (PipeDream-Flush): a few forwa
 pipeline, then one forward and one backward in turn, then the remaining backwards.  How many warm-up
 forwards does stage s need so that the last stage never waits?
 
-Check: .venv/bin/hpcpar course check 6
+The check compares your lists with the engine's on five shapes, then trains the tiny GPT at pp 2 and
+pp 4 with your order as the trainer's 1F1B (float64: every loss must be one rank's).  Try it yourself:
+
+    .venv/bin/mpiexec -n 2 .venv/bin/hpcpar train --pp 2 --microbatches 4 --plug course-work/ex06.py
+
+Check: .venv/bin/hpcpar course check 6           (it starts mpiexec -n 4)
 """
 
 

@@ -5,7 +5,12 @@ flat gradient bucket; an all-gather then puts the updated slices back together i
 bucket holds `numel` gradient numbers, and is padded with zeros so that it cuts into dp slices of
 equal length.  Return the half-open range [lo, hi) of rank `rank` in the padded bucket.
 
-Check: .venv/bin/hpcpar course check 7
+The check compares your ranges with the engine's, then trains the tiny GPT with --zero 1 at dp 2, 3 and
+4 with your ranges in place of the engine's (float64: every loss must be one rank's).  Try it yourself:
+
+    .venv/bin/mpiexec -n 2 .venv/bin/hpcpar train --dp 2 --zero 1 --plug course-work/ex07.py
+
+Check: .venv/bin/hpcpar course check 7           (it starts mpiexec -n 4)
 """
 
 

@@ -1,4 +1,4 @@
-"""Exercise 15 (docs/course/03-tensor-parallel.md): a tensor-parallel MLP on 2 MPI ranks.
+"""Exercise 15 (docs/course/03-tensor-parallel.md): a tensor-parallel MLP on MPI ranks.
 
     h = tanh(x W1 + b1)        W1 (C, H) cut by columns: this rank holds w1 = W1[:, cols], b1 = b1[cols]
     y = h W2 + b2              W2 (H, C) cut by rows:    this rank holds w2 = W2[cols, :]; b2 replicated
@@ -10,7 +10,7 @@ needed, and only there - `y = comm.all_reduce(partial)` sums an array over the r
 the replicated bias counts once.  The check compares y and dx with the one-rank layer and counts the
 all-reduces and their bytes.
 
-Check: .venv/bin/hpcpar course check 15           (it starts mpiexec -n 2)
+Check: .venv/bin/hpcpar course check 15           (it starts mpiexec -n 4)
 """
 import numpy as np
 

@@ -1,4 +1,4 @@
-"""Exercise 24 (docs/course/16-v-pipelines.md): ZB-V's order for one rank.
+"""Exercise 24 (docs/course/15-v-pipelines.md): ZB-V's order for one rank.
 
 Rank `rank` of `stages` holds two chunks: chunk 0 is stage `rank` on the way down the V, chunk 1 is
 stage 2 * stages - 1 - rank on the way back up (rank 0 holds the first stage and the loss).  Return

@@ -1,4 +1,4 @@
-"""Exercise 25 (docs/course/17-all-to-all.md): the MoE dispatch and combine.
+"""Exercise 25 (docs/course/16-all-to-all.md): the MoE dispatch and combine.
 
 A router chose for each of N tokens k of E experts: idx (N, k) integer expert ids, with weights
 w (N, k).  Assignment a = t k + j is token t's j-th choice.  E experts sit on ep ranks, E/ep

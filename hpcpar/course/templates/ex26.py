@@ -1,4 +1,4 @@
-"""Exercise 26 (docs/course/17-all-to-all.md): the Ulysses transpose, sequence cut to head cut.
+"""Exercise 26 (docs/course/16-all-to-all.md): the Ulysses transpose, sequence cut to head cut.
 
 p ranks of a context-parallel group each hold some of the tokens of every sequence: rank r holds
 parts[r], an array (B, H, T/p, HS) - its T/p tokens, all H heads - whose tokens sit at the global

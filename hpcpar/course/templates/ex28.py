@@ -1,4 +1,4 @@
-"""Exercise 28 (docs/course/17-all-to-all.md): predict, then measure.
+"""Exercise 28 (docs/course/16-all-to-all.md): predict, then measure.
 
 `.venv/bin/mpiexec -n 4 .venv/bin/hpcpar train --model mixtral-tiny --dp 4 --ep EP --dtype float64
 --batch-size 16` trains the tiny Mixtral (2 blocks, d_model 64, sequences of 64 tokens, each MoE layer
