@@ -63,7 +63,8 @@ def _weights_model(path):
     experts = dict(n_expert=arch.n_expert, top_k=arch.top_k, norm_topk=arch.norm_topk) if arch.n_expert else {}
     mcfg = GPTConfig(vocab_size=arch.vocab_size, seq_len=arch.n_positions, n_layer=arch.n_layer,
                      n_head=arch.n_head, d_model=arch.d_model, d_ff=arch.d_ff, tied=arch.tied, arch=arch.arch,
-                     n_kv_head=arch.n_kv_head, head_dim=arch.head_dim, qk_norm=arch.qk_norm, **experts, **unsaid)
+                     n_kv_head=arch.n_kv_head, head_dim=arch.head_dim, qk_norm=arch.qk_norm, window=arch.window,
+                     window_layers=arch.window_layers, **experts, **unsaid)
     weights = read_weights(path)
     if arch.tied:
         weights.pop("lm_head.weight", None)
