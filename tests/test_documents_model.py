@@ -13,7 +13,7 @@ from hpcpar.nn import GPT, Context
 from hpcpar.nn.gpt import preset
 from hpcpar.ops.masks import kept_targets
 
-MODELS = {"gpt2": preset("tiny", vocab_size=29, seq_len=16, n_layer=2, n_head=2, d_model=16),
+MODELS = {"gpt2": preset("tiny", vocab_size=29, seq_len=16, n_layer=2, d_model=16),
           "llama": preset("llama-tiny", vocab_size=29, seq_len=16, n_layer=2, n_head=4, n_kv_head=2, d_model=16,
                           d_ff=24)}
 
@@ -129,3 +129,25 @@ def test_prepare_records_where_each_document_starts(tmp_path):
     starts = np.load(starts_file(tmp_path / "three" / "train.bin"))
     assert starts[0] == 0 and (train[starts[1:] - 1] == split["eot"]).all()      # each after an end-of-text
     assert np.load(starts_file(tmp_path / "three" / "val.bin"))[0] == 0
+
+
+@pytest.mark.parametrize("arch", list(MODELS))
+def test_generation_keeps_only_the_window_and_reads_the_prompts_document(arch):
+    """A window of 4: each windowed layer's KV cache holds 4 positions (a ring buffer), and the cached
+    forward - a prompt, more of it, then a token at a time - gives the full forward's logits under the
+    window.  With a separator, generation reads the prompt's last document only, from position 0."""
+    from hpcpar.training.generate import forward_cached, generate, new_cache
+    model = GPT(replace(MODELS[arch], window=4, window_layers="0"), seed=3, dtype="float64")
+    ids = np.random.default_rng(1).integers(0, 29, size=(2, 16))
+    kv = new_cache(model, 2, 16)
+    assert [k.shape[2] for k, _ in kv] == [4, 16]                        # layer 0 windowed, layer 1 whole
+    pieces = [forward_cached(model, ids[:, :6], kv, 0), forward_cached(model, ids[:, 6:9], kv, 6)]
+    pieces += [forward_cached(model, ids[:, n:n + 1], kv, n) for n in range(9, 16)]
+    np.testing.assert_allclose(np.concatenate(pieces, axis=1), logits(model, ids, Context()), rtol=1e-12,
+                               atol=1e-13)
+    alone = generate(model, [5, 6, 7], 6, temperature=0)
+    packed = generate(model, [9, 9, 28, 5, 6, 7], 6, temperature=0, separator=28)
+    assert packed[3:] == alone and packed[:3] == [9, 9, 28]
+    assert generate(model, [9, 9, 28, 5, 6, 7], 6, temperature=0)[6:] != alone[3:]      # the masks matter
+    end = alone[4]                                                       # a document ends at its first one
+    assert generate(model, [5, 6, 7], 6, temperature=0, separator=end) == alone[:alone.index(end, 3) + 1]
