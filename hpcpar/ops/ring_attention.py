@@ -154,16 +154,22 @@ def ring_plan(docs, cp, positions=None, window=0):
     ``positions``: every rank's (default: the causal balance)."""
     positions = positions or [balanced_positions(len(docs), cp, r) for r in range(cp)]
     mask = Mask(np.asarray(docs)[None], window)
-    plan = []
-    for r in range(cp):
-        steps = []
-        for s in range(cp):
-            j = ring_source(r, s, cp)
-            rows, cols = visible(positions[r], positions[j], mask)
-            n = len(positions[r])
-            steps.append((j, len(np.arange(n)[rows]), len(np.arange(n)[cols])))
-        plan.append(steps)
-    return plan
+    return [[(j, *trimmed(positions[r], positions[j], mask)) for j in (ring_source(r, s, cp) for s in range(cp))]
+            for r in range(cp)]
+
+
+def trimmed(q_pos, k_pos, attn_mask=None):
+    """(queries, keys) of a block as ``visible`` trims it: (0, 0) when it is skipped."""
+    rows, cols = visible(q_pos, k_pos, attn_mask)
+    return len(np.arange(len(q_pos))[rows]), len(np.arange(len(k_pos))[cols])
+
+
+def block_entries(positions, rank, attn_mask=None):
+    """(score entries rank ``rank``'s ring blocks compute under the rule, those they would compute under
+    plain causal attention), per head, summed over the micro-batch's sequences."""
+    B = 1 if attn_mask is None or attn_mask.docs is None else len(attn_mask.docs)
+    return tuple(B * sum(np.prod(trimmed(positions[rank], k_pos, mask)) for k_pos in positions)
+                 for mask in (attn_mask, None))
 
 
 def rank_work(positions, attn_mask=None):

@@ -33,6 +33,7 @@ from hpcpar.data_parallel.replicas import DataParallel
 from hpcpar.data_parallel.fsdp import FullyShardedDataParallel
 from hpcpar.comm.grid import ParallelGrid
 from hpcpar.nn import GPT, Context, MLPConfig, MLPModel
+from hpcpar.training.documents import DocumentFigures
 from hpcpar.training.expert_load import ExpertLoad, moe_layers
 from hpcpar.expert_parallel.dispatch import expert_data_group, expert_group, parallelize_experts
 from hpcpar.nn.gpt import preset
@@ -194,6 +195,8 @@ class Trainer:
         self.expert_load = ExpertLoad(mcfg, self.chunks, g, self.loss_terms, cfg.sequence_parallel) \
             if is_gpt else None
         self.experts = None                             # the last step's routing figures (expert_load.py)
+        self.doc_figures = DocumentFigures(mcfg.seq_len, cfg.cp, g.cp_rank, cfg.cp_kind == "ring") \
+            if cfg.documents else None                  # what the documents did to attention (documents.py)
 
     # --- construction -------------------------------------------------------------------------
 
@@ -251,6 +254,8 @@ class Trainer:
                     ctx.positions = balanced_positions(self.mcfg.seq_len, cfg.cp, g.cp_rank)
                 x, y = (None if a is None else a[:, ctx.positions] for a in (x, y))
                 ctx.keep = None if ctx.keep is None else ctx.keep[:, ctx.positions]
+            if docs is not None and training:
+                self.doc_figures.add(ctx)
             inputs.append(self._device(x, self.compute) if self.reads_inputs else None)
             targets.append(self._device(y, self.dtype) if self.computes_loss else None)
             if cfg.sequence_parallel:
