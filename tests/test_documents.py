@@ -127,3 +127,25 @@ def test_ring_plan_skips_the_blocks_of_other_documents():
     assert plan == [[(0, 4, 4), (1, 2, 2)], [(1, 4, 4), (0, 2, 2)]]
     alone = ring_plan([0, 0, 1, 1, 2, 2, 3, 3], 2)       # documents of 2: no block of the other rank is seen
     assert [steps[1] for steps in alone] == [(1, 0, 0), (0, 0, 0)]
+
+
+def test_the_flop_count_of_a_packed_window_sums_the_rule_over_its_documents():
+    """shape.py's closed forms count the pairs ops/masks.py's rule lets through; the FLOP convention's
+    span (each document's square) is the sequence for one document; the planner's scores GEMM and the
+    engine's step FLOPs charge it."""
+    from hpcpar.flops import gpt_step_flops
+    from hpcpar.nn.gpt import preset
+    from hpcpar.plan.flops import layer_gemms, packed_keys
+    from hpcpar.shape import attention_span, visible_pairs
+    for lengths, window in (([16], 0), ([3, 8, 5], 0), ([3, 8, 5], 2), ([7, 1, 8], 3), ([16], 5)):
+        docs = np.repeat(np.arange(len(lengths)), lengths)[None]
+        pairs = int(Mask(docs, window).allowed(range(16), range(16)).sum())
+        assert sum(visible_pairs(n, window) for n in lengths) == pairs
+        assert attention_span(lengths, window) == (2 * pairs - 16) / 16
+    assert attention_span([16]) == 16 and attention_span([4] * 4) == 4
+    assert packed_keys(4096, 512, 0) == 512 and packed_keys(4096, 0, 0) == 0
+    cfg = preset("tiny", vocab_size=64, seq_len=64)
+    scores = [g for g in layer_gemms(cfg.shape, 2, 64, 1, keys=16) if g.name == "scores"][0]
+    assert scores.flops == 2 * 64 * 16 * cfg.head_size * 2 * cfg.n_head
+    saved = gpt_step_flops(cfg, 128) - gpt_step_flops(cfg, 128, span=16)
+    assert saved == 3 * cfg.n_layer * 4 * (64 - 16) * cfg.d_model * 128

@@ -151,3 +151,30 @@ def test_generation_keeps_only_the_window_and_reads_the_prompts_document(arch):
     assert generate(model, [9, 9, 28, 5, 6, 7], 6, temperature=0)[6:] != alone[3:]      # the masks matter
     end = alone[4]                                                       # a document ends at its first one
     assert generate(model, [5, 6, 7], 6, temperature=0, separator=end) == alone[:alone.index(end, 3) + 1]
+
+
+@pytest.mark.parametrize("flags, message", [
+    (dict(boundary_targets=True), "--boundary-targets chooses what --documents leaves out"),
+    (dict(window_layers="::2"), "--window-layers ::2 chooses the layers of --window"),
+    (dict(window=4, window_layers="0,7"), r"--window-layers '0,7' names a layer outside 0 .. 1"),
+    (dict(window=4, window_layers="a:b"), "give a slice like ::2"),
+    (dict(model="mlp", documents=True), "need a GPT model"),
+    (dict(model="llama-tiny", window=4, window_layers="1", export="out"), "with a sliding window in layers 1 has "
+                                                                          "no Hugging Face model to write"),
+], ids=["boundary-alone", "layers-alone", "layer-outside", "bad-slice", "mlp", "export-some-layers"])
+def test_what_documents_and_windows_cannot_do_is_refused_in_one_line(flags, message):
+    from hpcpar.runtime import UsageError
+    from hpcpar.training.config import TrainConfig, check
+    from hpcpar.training.train import model_config
+    with pytest.raises(UsageError, match=message) as err:
+        model_config(check(TrainConfig(progress=False, layers=2, **flags), 1))
+    assert "\n" not in str(err.value)
+
+
+def test_a_bad_starts_file_is_refused_in_one_line(tmp_path):
+    from hpcpar.runtime import UsageError
+    np.arange(100, dtype=np.uint16).tofile(tmp_path / "train.bin")
+    for bad in (np.array([3, 9]), np.array([0, 9, 9]), np.array([0, 200]), np.zeros((2, 2), int)):
+        np.save(starts_file(tmp_path / "train.bin"), bad)
+        with pytest.raises(UsageError, match="document starts must be increasing token offsets from 0"):
+            TokenFile(tmp_path, seq_len=8, batch_size=2)
