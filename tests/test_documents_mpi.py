@@ -9,7 +9,8 @@ document moves - bit for bit - at ring cp 2 and 4 and Ulysses cp 2 (1 rank: test
 import numpy as np
 import pytest
 
-from test_moe_train import MIXTRAL_DIMS, MOE_DIMS
+from hpcpar.pipeline.schedules import KINDS
+from test_moe_train import MIXTRAL_DIMS
 from train_helpers import GPT_DIMS, LLAMA_DIMS, check_step, free, reference, rel_err, trainer
 
 DOCS = dict(documents=True, synthetic_doc_len=5)
@@ -17,8 +18,7 @@ GPT = dict(GPT_DIMS, seq_len=16, layers=4, **DOCS)
 # a Llama whose every other layer has a window of 6 (gpt-oss's pattern), on top of the documents
 LLAMA = dict(LLAMA_DIMS, seq_len=16, **DOCS, window=6, window_layers="::2")
 MOE = dict(MIXTRAL_DIMS, seq_len=16, **DOCS, window=4)
-SCHEDULES = [dict(schedule=s) for s in ("gpipe", "1f1b", "zb-h1", "zb-h2")] + \
-    [dict(schedule="interleaved", chunks=2), dict(schedule="zb-v", chunks=2)]
+SCHEDULES = [dict(schedule=name, **({"chunks": 2} if kind.chunked else {})) for name, kind in KINDS.items()]
 
 # (dims, layout) checked at each world size: one step's loss and gradients
 LAYOUTS = {

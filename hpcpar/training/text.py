@@ -189,5 +189,5 @@ def describe(meta):
     return (f"{meta['characters']:,} characters -> {meta['train_tokens']:,} training and {meta['val_tokens']:,} "
             f"validation tokens ({meta['characters'] / max(1, meta['train_tokens'] + meta['val_tokens']):.2f} "
             f"characters per token), vocabulary {meta['vocab_size']:,}, {meta['dtype']}, "
-            f"{meta['documents']['train']:,} training documents")
+            f"{meta['documents']['train']:,} training document{'s' if meta['documents']['train'] != 1 else ''}")
 
