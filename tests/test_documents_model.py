@@ -178,3 +178,28 @@ def test_a_bad_starts_file_is_refused_in_one_line(tmp_path):
         np.save(starts_file(tmp_path / "train.bin"), bad)
         with pytest.raises(UsageError, match="document starts must be increasing token offsets from 0"):
             TokenFile(tmp_path, seq_len=8, batch_size=2)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("arch", list(MODELS))
+def test_documents_on_the_device_match_numpy(monkeypatch, arch):
+    """The rule's masks and the kept targets built on the host reach the device's arrays (cupy on a GPU,
+    else the strict stand-in): the packed window's loss and gradients of numpy, to 1e-10."""
+    from gpu_helpers import device_module
+    from hpcpar import backend
+    cupy = device_module(monkeypatch)
+    x, y, docs = packed_window()
+    ctx = Context(docs=docs[:, :-1], keep=kept_targets(docs))
+    runs = []
+    try:
+        for name, xp in (("numpy", np), ("cupy", cupy)):
+            backend.use(name)
+            model = GPT(replace(MODELS[arch], window=3), seed=3, dtype="float64")
+            loss, grads = loss_and_grads(model, xp.asarray(x), xp.asarray(y), ctx)
+            runs.append((loss, {n: backend.to_numpy(g) for n, g in grads.items()}))
+    finally:
+        backend.use("numpy")
+    (want, want_grads), (got, got_grads) = runs
+    assert got == pytest.approx(want, rel=1e-10)
+    for n, g in want_grads.items():
+        np.testing.assert_allclose(got_grads[n], g, rtol=1e-10, atol=1e-14, err_msg=n)

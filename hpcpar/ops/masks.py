@@ -32,6 +32,7 @@ The window of each layer (``windowed_layers``): every layer, or the ones a slice
 ``max_window_layers``).
 """
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Any
 
 import numpy as np
@@ -71,15 +72,20 @@ class Mask:
         """The rule as scores add it: 0 where seen, -inf elsewhere, (B or 1, 1, Tq, Tk) on ``xp``."""
         return xp.asarray(np.where(self.allowed(q_pos, k_pos), 0.0, -np.inf)[:, None], dtype=dtype)
 
+    @cached_property
+    def places(self):
+        """(B, T) each position's place in its document (``restart_positions``), computed once."""
+        return restart_positions(self.docs)
+
     def keys_seen(self, T):
         """(B or 1, T): how many keys each query sees - its place in its document plus one, at most W."""
-        seen = 1 + (np.arange(T)[None] if self.docs is None else restart_positions(self.docs))
+        seen = 1 + (np.arange(T)[None] if self.docs is None else self.places)
         return np.minimum(seen, self.window) if self.window else seen
 
     def first_key(self, a):
         """The earliest key any query from position a on sees (in any sequence of the batch): the
         start of a's document, or the window's edge a - W + 1 when that is later."""
-        lo = 0 if self.docs is None else int((a - restart_positions(self.docs)[:, a]).min())
+        lo = 0 if self.docs is None else int((a - self.places[:, a]).min())
         return max(lo, a - self.window + 1) if self.window else lo
 
 
