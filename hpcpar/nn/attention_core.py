@@ -49,14 +49,14 @@ def attention_mask(ctx, window=0):
 
 def core_forward(q, k, v, mask, selective=False, attn_mask=None):
     """q, k, v (B, NH, T, HS), mask () -> dropout mask or None -> o (B, NH, T, HS), cache"""
-    o, cache = attention_forward(q, k, v, mask(), attn_mask=attn_mask)
+    o, cache = attention_forward(q, k, v, mask(), None, attn_mask)              # block None: the engine's
     return o, (CoreInputs(q, k, v, mask, attn_mask) if selective else cache)
 
 
 def core_backward(do, cache, out=None):
     """do (B, NH, T, HS) -> dq, dk, dv; a selective cache runs the forward again first."""
     if isinstance(cache, CoreInputs):
-        cache = attention_forward(cache.q, cache.k, cache.v, cache.mask(), attn_mask=cache.attn_mask)[1]
+        cache = attention_forward(cache.q, cache.k, cache.v, cache.mask(), None, cache.attn_mask)[1]
     return attention_backward(do, cache, out=out)
 
 
