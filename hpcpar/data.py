@@ -133,20 +133,27 @@ class MarkovLanguage:
         starts inside the window begins from a context drawn with the key (seed, step, s, 2)."""
         T, k, V = self.seq_len, self.order, self.vocab_size
         u = np.stack([np.random.default_rng([self.seed, step, int(s)]).random(T + 2) for s in sample_ids])
-        since = restart_positions(self.documents(step, sample_ids))              # (n, T + 1)
-        fresh = np.stack([np.random.default_rng([self.seed, step, int(s), 2]).random(T + 1)
-                          for s in sample_ids]) if self.doc_len else None
+        since, fresh = None, None                              # each token's place in its document
+        if self.doc_len:
+            since = restart_positions(self.documents(step, sample_ids))          # (n, T + 1)
+            fresh = np.stack([np.random.default_rng([self.seed, step, int(s), 2]).random(T + 1) for s in sample_ids])
         first = ctx = self._context(u[:, 0])                                     # the document's first k tokens
         tokens = np.empty((len(sample_ids), T + 1), dtype=np.int64)
         for j in range(T + 1):
-            w = since[:, j]
+            w = j if since is None else since[:, j]
             if j and fresh is not None and (w == 0).any():                        # documents starting here
                 first = np.where(w == 0, self._context(fresh[:, j]), first)
-            digit = (first // V ** np.maximum(k - 1 - w, 0)) % V
+            warm = w < k                                                          # within the first k tokens
+            if warm is True or (since is not None and warm.all()):
+                tokens[:, j], ctx = (first // V ** (k - 1 - w)) % V, first
+                continue
             pick = (u[:, j + 1, None] > self.cum[ctx]).sum(axis=1)              # inverse CDF
-            tok = np.where(w < k, digit, self.succ[ctx, np.minimum(pick, self.succ.shape[1] - 1)])
+            tok = self.succ[ctx, np.minimum(pick, self.succ.shape[1] - 1)]
+            ctx = self._next_ctx(ctx, tok)
+            if since is not None and warm.any():
+                tok = np.where(warm, (first // V ** np.maximum(k - 1 - w, 0)) % V, tok)
+                ctx = np.where(warm, first, ctx)
             tokens[:, j] = tok
-            ctx = np.where(w < k, first, self._next_ctx(ctx, tok))
         return tokens[:, :-1], tokens[:, 1:]
 
 

@@ -76,7 +76,9 @@ def visible(q_pos, k_pos, attn_mask=None):
     def run(mask):
         idx = np.flatnonzero(mask)
         return slice(idx[0], idx[-1] + 1) if idx.size and idx[-1] - idx[0] + 1 == idx.size else idx
-    seen = (attn_mask or Mask()).allowed(q_pos, k_pos).any(axis=0)              # (Tq, Tk)
+    if attn_mask is None or attn_mask.plain:            # causal: a query sees a key iff it is not before it
+        return run(q_pos >= k_pos.min()), run(k_pos <= q_pos.max())
+    seen = attn_mask.allowed(q_pos, k_pos).any(axis=0)                          # (Tq, Tk)
     return run(seen.any(axis=1)), run(seen.any(axis=0))
 
 
