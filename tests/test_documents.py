@@ -149,3 +149,20 @@ def test_the_flop_count_of_a_packed_window_sums_the_rule_over_its_documents():
     assert scores.flops == 2 * 64 * 16 * cfg.head_size * 2 * cfg.n_head
     saved = gpt_step_flops(cfg, 128) - gpt_step_flops(cfg, 128, span=16)
     assert saved == 3 * cfg.n_layer * 4 * (64 - 16) * cfg.d_model * 128
+
+
+def test_the_run_reports_what_the_documents_did_to_attention():
+    """The summary's and the profile's figures (training/documents.py): documents per window, keys
+    charged, the share of the plain blocks' work computed, the ring's busiest rank over the mean."""
+    from hpcpar.nn import Context
+    from hpcpar.training.documents import DocumentFigures
+    one = DocumentFigures(16, 1, 0, False, 4)
+    one.add(Context(docs=DOCS))
+    assert (one.windows, one.documents) == (2, 6) and (one.done, one.plain) == (2 * 116, 2 * 160)
+    assert one.mean_span() == (3 * 3 + 8 * 8 + 5 * 5 + 7 * 7 + 1 + 8 * 8) / 32
+    assert "3.0 per window of 16" in one.line() and "72.5% of the plain causal" in one.work_line()
+    ring = DocumentFigures(16, 2, 1, True, 4)
+    deal = document_balance(16, 2, Mask(DOCS))
+    ring.add(Context(docs=DOCS, cp_positions=deal))
+    work = rank_work(deal, Mask(DOCS))
+    assert ring.busiest["dealt"] == [max(work) / np.mean(work)] and "busiest cp rank" in ring.line()

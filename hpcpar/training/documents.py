@@ -13,15 +13,16 @@ Every figure is computed from the documents alone - no array is touched - on the
 """
 import numpy as np
 
-from hpcpar.ops.attention import QUERY_BLOCK, blocks_work
+from hpcpar.ops.attention import blocks_work
 from hpcpar.ops.masks import Mask, document_lengths
 from hpcpar.ops.ring_attention import balanced_positions, block_entries, rank_work
 from hpcpar.shape import attention_span
 
 
 class DocumentFigures:
-    def __init__(self, seq_len, cp, cp_rank, ring):
-        self.T, self.cp, self.rank, self.ring = seq_len, cp, cp_rank, ring
+    def __init__(self, seq_len, cp, cp_rank, ring, block):
+        """``block``: the query rows per block of this rank's attention (ops/attention.engine_block)."""
+        self.T, self.cp, self.rank, self.ring, self.block = seq_len, cp, cp_rank, ring, block
         self.windows = self.documents = 0
         self.span = 0.0
         self.done = self.plain = 0
@@ -37,7 +38,7 @@ class DocumentFigures:
         if self.cp > 1 and self.ring:
             done, plain = block_entries(ctx.cp_positions, self.rank, mask)
         else:
-            done, plain = blocks_work(self.T, QUERY_BLOCK, mask)
+            done, plain = blocks_work(self.T, self.block, mask)
             done, plain = done * len(docs), plain * len(docs)
         self.done, self.plain = self.done + done, self.plain + plain
         if self.cp > 1:

@@ -38,6 +38,7 @@ from hpcpar.training.expert_load import ExpertLoad, moe_layers
 from hpcpar.expert_parallel.dispatch import expert_data_group, expert_group, parallelize_experts
 from hpcpar.nn.gpt import preset
 from hpcpar.nn.moe import check_moe, moe_options
+from hpcpar.ops.attention import engine_block
 from hpcpar.ops.masks import Mask, kept_targets, windowed_layers
 from hpcpar.ops.ring_attention import balanced_positions, document_balance
 from hpcpar.optim import clip_coefficient, learning_rate, make_optimizer
@@ -195,7 +196,8 @@ class Trainer:
         self.expert_load = ExpertLoad(mcfg, self.chunks, g, self.loss_terms, cfg.sequence_parallel) \
             if is_gpt else None
         self.experts = None                             # the last step's routing figures (expert_load.py)
-        self.doc_figures = DocumentFigures(mcfg.seq_len, cfg.cp, g.cp_rank, cfg.cp_kind == "ring") \
+        self.doc_figures = DocumentFigures(mcfg.seq_len, cfg.cp, g.cp_rank, cfg.cp_kind == "ring",
+                                           engine_block(self.xp.empty((mcfg.seq_len, 1)))) \   # its rule, for xp
             if cfg.documents else None                  # what the documents did to attention (documents.py)
 
     # --- construction -------------------------------------------------------------------------
