@@ -196,9 +196,9 @@ class Trainer:
         self.expert_load = ExpertLoad(mcfg, self.chunks, g, self.loss_terms, cfg.sequence_parallel) \
             if is_gpt else None
         self.experts = None                             # the last step's routing figures (expert_load.py)
+        # what the documents did to attention (documents.py), for the blocks the engine runs on this xp
         self.doc_figures = DocumentFigures(mcfg.seq_len, cfg.cp, g.cp_rank, cfg.cp_kind == "ring",
-                                           engine_block(self.xp.empty((mcfg.seq_len, 1)))) \   # its rule, for xp
-            if cfg.documents else None                  # what the documents did to attention (documents.py)
+                                           engine_block(self.xp.empty((mcfg.seq_len, 1)))) if cfg.documents else None
 
     # --- construction -------------------------------------------------------------------------
 
