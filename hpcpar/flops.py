@@ -55,8 +55,8 @@ def gpt_head_forward_flops(cfg):
 
 
 def gpt_step_flops(cfg, tokens):
-    per_token = cfg.n_layer * gpt_block_forward_flops(cfg) + gpt_head_forward_flops(cfg)
-    return 3 * per_token * tokens
+    """A training step's FLOPs: 3 forwards of every block, the head and the MTP modules (shape.py)."""
+    return 3 * cfg.shape.forward_flops(cfg.seq_len) * tokens
 
 
 def mlp_step_flops(cfg, samples):

@@ -41,10 +41,13 @@ def arrays(params):
 def test_planner_counts_a_block_as_the_engine_allocates_it(name):
     cfg = engine_cfg(name)
     job, _ = planner_view(run(model=name), cfg)
-    block = GPT(cfg, layers=[0], first=False, last=False).blocks[0]
-    assert job.model.layer_params() == arrays(block.parameters()) == cfg.block_params()
-    per_token = sum(g.flops for g in layer_gemms(job.model, 1, cfg.seq_len, 1)) / cfg.seq_len
-    assert per_token == gpt_block_forward_flops(cfg)
+    for i in (0, LAYERS - 1):              # DeepSeek's first block is dense, its last has experts
+        block = GPT(cfg, layers=[i], first=False, last=False).blocks[0]
+        assert job.model.layer_params(i) == arrays(block.parameters()) == cfg.block_params(i)
+        per_token = sum(g.flops for g in layer_gemms(job.model, 1, cfg.seq_len, 1, layer=i)) / cfg.seq_len
+        assert per_token == cfg.shape.block_forward_flops(cfg.seq_len, i)
+    assert job.model.layer_params() == cfg.block_params(LAYERS - 1)
+    assert sum(g.flops for g in layer_gemms(job.model, 1, cfg.seq_len, 1)) / cfg.seq_len == gpt_block_forward_flops(cfg)
     assert logits_gemm(job.model, 1, cfg.seq_len, 1).flops / cfg.seq_len == gpt_head_forward_flops(cfg)
 
 

@@ -19,14 +19,17 @@ everything else; no code outside the registry asks which family it runs.  Its co
 (``GPTConfig.shape``, hpcpar/shape.py), the arithmetic the planner uses too.
 """
 from dataclasses import dataclass, replace
+from typing import Any
 
 from hpcpar.nn.block import LlamaBlock, TransformerBlock
 from hpcpar.nn.embedding import Embedding
 from hpcpar.nn.experts import GeluExperts, SwiGLUExperts
 from hpcpar.nn.layernorm import LayerNorm
+from hpcpar.nn.mla import MLAttention, check_latent
 from hpcpar.nn.module import Module, run_or_defer
 from hpcpar.nn.parameter import Parameter, init_full
 from hpcpar.nn.rmsnorm import RMSNorm
+from hpcpar.nn.rotary_attention import RotaryAttention
 from hpcpar.nn.stage import Stage
 from hpcpar.ops.cross_entropy import cross_entropy_backward, cross_entropy_forward
 from hpcpar.ops.linear import linear_backward_input, linear_backward_weight, linear_forward
@@ -61,6 +64,21 @@ class GPTConfig:
     aux_loss_coef: float = 0.0   # load-balancing loss coefficient (Switch/Mixtral form)
     capacity_factor: float = 0.0     # 0: dropless; else an expert takes ceil(cf N k / E) rows at most
     bias_rate: float = 0.0       # DeepSeek-V3's auxiliary-loss-free balancing: the bias's step per step
+    first_dense: int = 0         # the first layers keep a dense MLP, d_ff_dense wide (first_k_dense_replace)
+    d_ff_dense: int = 0          # ... their width (0: d_ff; with experts d_ff is an expert's)
+    n_group: int = 1             # group-limited routing (ops/router.py): the experts in n_group groups, a
+    topk_group: int = 1          # token's experts from its topk_group best groups (DeepSeek-V3: 8 and 4)
+    routed_scale: float = 1.0    # the routed experts' combine weights times this (routed_scaling_factor)
+    # DeepSeek-V3's multi-head latent attention (arch "deepseek_v3", nn/mla.py); head_dim is its q/k head width
+    q_lora_rank: int = 0         # the queries' latent (0: queries straight from x)
+    kv_lora_rank: int = 0        # the keys' and values' shared latent: what generation caches
+    qk_rope_dim: int = 0         # a head's rotary q/k features (the key's rotary slice is shared by all heads)
+    v_head_dim: int = 0          # a head's value width (0: head_size)
+    rope_interleave: bool = True     # the rotary features stored as interleaved pairs (DeepSeek's files)
+    yarn: Any = None             # ops/yarn.Yarn: rotary frequencies stretched for a longer context (None: plain)
+    # multi-token prediction (nn/mtp.py, docs/deepseek.md)
+    mtp_depth: int = 0           # D extra modules, module k predicting the token k + 1 after the next
+    mtp_lambda: float = 0.3      # the weight of the mean of their losses
 
     def __post_init__(self):
         if not self.d_ff:
@@ -69,13 +87,39 @@ class GPTConfig:
             object.__setattr__(self, "n_kv_head", self.n_head)
         if self.head_dim % 2:
             raise UsageError(f"head_dim {self.head_dim} is odd: rotary positions turn pairs of a head's features")
-        if not self.parts.grouped_kv and (self.head_dim or self.qk_norm):     # GPT-2's attention has neither
-            what = "--head-dim" if self.head_dim else "QK-norm"
+        p = self.parts
+        if (self.head_dim and not (p.grouped_kv or p.latent)) or (self.qk_norm and not p.grouped_kv):
+            what = "--head-dim" if self.head_dim else "QK-norm"     # GPT-2's attention has neither, MLA no QK-norm
             raise UsageError(f"{what} needs a Llama model (--model llama-tiny or llama-small), not {self.arch}")
+        check_latent(self)
+        if self.n_expert and (self.n_expert % self.n_group or self.n_expert // self.n_group < 2
+                              or not 1 <= self.topk_group <= self.n_group):
+            raise UsageError(f"group-limited routing: {self.n_group} groups of the {self.n_expert} experts, two or "
+                             f"more each, and topk_group {self.topk_group} of them at most")
 
     @property
     def parts(self):
         return ARCHITECTURES[self.arch]
+
+    @property
+    def v_size(self):
+        """A head's value width: v_head_dim (MLA), else the head size."""
+        return self.v_head_dim or self.head_size
+
+    @property
+    def dense_ff(self):
+        """The width of a dense MLP: d_ff_dense where given, else d_ff."""
+        return self.d_ff_dense or self.d_ff
+
+    @property
+    def routing_bias(self):
+        """A mixture of experts holds DeepSeek-V3's routing bias: moved by --bias-rate, or its family's always."""
+        return bool(self.n_expert and (self.bias_rate or self.parts.routing_bias))
+
+    def moe_layer(self, layer):
+        """Is layer ``layer`` a mixture of experts (the first ``first_dense`` stay dense)?  The MTP modules'
+        blocks (layers n_layer ..) are, as DeepSeek-V3's."""
+        return bool(self.n_expert) and layer >= self.first_dense
 
     @property
     def head_size(self):
@@ -99,8 +143,11 @@ class GPTConfig:
                           ffn=self.d_ff, gated=p.gated, tied=self.tied,
                           positions=p.positions, biases=p.biases, norm=p.norm_kind, dropout=self.dropout > 0,
                           experts=self.n_expert, top_k=self.top_k if self.n_expert else 0,
-                          shared_experts=self.n_shared_expert, expert_bias=bool(self.n_expert and self.bias_rate),
-                          qk_norm=self.qk_norm)
+                          shared_experts=self.n_shared_expert, expert_bias=self.routing_bias,
+                          qk_norm=self.qk_norm, q_lora_rank=self.q_lora_rank, kv_lora_rank=self.kv_lora_rank,
+                          qk_rope_dim=self.qk_rope_dim, v_head_dim=self.v_head_dim,
+                          dense_layers=min(self.first_dense, self.n_layer) if self.n_expert else 0,
+                          dense_ffn=self.dense_ff, mtp=self.mtp_depth)
 
     # --- parameter counts: the model's, and a pipeline stage's parts (pipeline/partition.py) -----
 
@@ -108,15 +155,18 @@ class GPTConfig:
         """Token (V, C) and position (n_positions, C) embeddings (Llama: no position table)."""
         return self.shape.embedding_params(self.n_positions)
 
-    def block_params(self):
-        return self.shape.layer_params()
+    def block_params(self, layer=None):
+        """Parameters of block ``layer`` (None: a block with the model's MLP or mixture of experts)."""
+        return self.shape.layer_params(layer)
 
     def head_params(self, own_weight):
         """Final norm, and the (V, C) output projection when it is not the token embedding's."""
         return self.shape.head_params(own_weight)
 
     def n_params(self):
-        return self.embedding_params() + self.n_layer * self.block_params() + self.head_params(not self.tied)
+        """The whole model's, its MTP modules included (their embedding and head are the model's)."""
+        return self.embedding_params() + sum(self.block_params(i) for i in range(self.n_layer)) \
+            + self.head_params(not self.tied) + self.shape.mtp_params()
 
 
 def preset(name, **overrides):
@@ -199,11 +249,14 @@ class GPT(Stage):
 class TPCut:
     """How tensor parallelism cuts one module of a block (tensor_parallel/parallelize.py): the Linear
     (or Projections) attributes split by columns and by rows; ``groups`` column blocks (GPT-2's fused
-    Q|K|V) are cut each on its own."""
+    Q|K|V) are cut each on its own.  MLA enters the parallel region once, at ``entry`` (an attribute that
+    becomes the input region), and then cuts ``inner`` Linears by columns with no communication."""
     module: str
     columns: tuple
     rows: tuple
     groups: int = 1
+    inner: tuple = ()
+    entry: str = ""
 
 
 @dataclass(frozen=True)
@@ -234,6 +287,9 @@ class Parts:
     hf_with_experts: str    # the Hugging Face family a model of this one with experts is ("": none; with
                             # QK-norm a Llama's is Qwen3-MoE, checkpoint/hf.py)
     tp_head_offset: bool = False  # the attention module needs its first head's index on this rank
+    attention: type = None  # the attention module of a Llama-like block (``LlamaBlock``)
+    latent: bool = False    # multi-head latent attention: q/k heads of head_dim, values of v_head_dim (MLA)
+    routing_bias: bool = False    # a mixture of experts always holds the routing bias (its files do)
 
     @property
     def position_table(self):
@@ -251,7 +307,18 @@ ARCHITECTURES = {
                    biases=False, gated=True, grouped_kv=True, dropout=False, own_head_only=True, hf_prefix="model.",
                    tp=(TPCut("attn", ("qkv",), ("o_proj",)), TPCut("mlp", ("gate_up",), ("down_proj",))),
                    tp_replicated=("ln_1", "ln_2"), tp_per_head=("attn.qk_norm",), experts=SwiGLUExperts,
-                   hf_with_experts="mixtral"),
+                   hf_with_experts="mixtral", attention=RotaryAttention),
+    # DeepSeek-V3: a Llama block with multi-head latent attention (nn/mla.py); its down-projections and latent
+    # norms whole on every TP rank, their gradients this rank's heads' share
+    "deepseek_v3": Parts("DeepSeek-V3", LlamaBlock, RMSNorm, "rmsnorm", "embed_tokens.weight", "norm",
+                         positions="rotary", biases=False, gated=True, grouped_kv=False, dropout=False,
+                         own_head_only=True, hf_prefix="model.",
+                         tp=(TPCut("attn", (), ("o_proj",), inner=("q_proj", "q_b_proj", "kv_b_proj"), entry="enter"),
+                             TPCut("mlp", ("gate_up",), ("down_proj",))),
+                         tp_replicated=("ln_1", "ln_2"), tp_per_head=("attn.down", "attn.q_a_layernorm",
+                                                                      "attn.kv_a_layernorm"),
+                         experts=SwiGLUExperts, hf_with_experts="deepseek_v3", attention=MLAttention, latent=True,
+                         routing_bias=True),
 }
 
 
@@ -270,4 +337,11 @@ PRESETS = {
                               arch="llama", tied=False, ln_eps=1e-6, n_expert=4, top_k=2),
     "qwen3-moe-tiny": GPTConfig(vocab_size=0, seq_len=64, n_layer=2, n_head=4, n_kv_head=2, d_model=64, d_ff=88,
                                 arch="llama", tied=False, ln_eps=1e-6, n_expert=4, top_k=2, qk_norm=True),
+    # DeepSeek-V3's shape in small: a dense first layer, then experts in 2 groups (a token's from 1) with a
+    # shared one and the sigmoid router scaled by 2.5; MLA with latents of 24 (queries) and 16 (keys and
+    # values), heads of 12 + 4 rotary features (interleaved), values of 10 (docs/deepseek.md)
+    "deepseek-tiny": GPTConfig(vocab_size=0, seq_len=64, n_layer=3, n_head=4, d_model=64, d_ff=32, d_ff_dense=96,
+                               arch="deepseek_v3", tied=False, ln_eps=1e-6, n_expert=4, top_k=2, n_shared_expert=1,
+                               router_score="sigmoid", first_dense=1, n_group=2, topk_group=1, routed_scale=2.5,
+                               q_lora_rank=24, kv_lora_rank=16, head_dim=16, qk_rope_dim=4, v_head_dim=10),
 }

@@ -72,9 +72,10 @@ class TrainConfig:
     # --- model ------------------------------------------------------------------------------
     model: str = opt("", "model preset (GPT-2 blocks, or llama-*: RMSNorm, RoPE, SwiGLU, grouped-query "
                          "attention; moe-tiny, mixtral-tiny: the same with mixtures of experts; qwen3-moe-tiny: "
-                         "mixtral-tiny with QK-norm; '': tiny, or the family of --init-from)",
+                         "mixtral-tiny with QK-norm; deepseek-tiny: DeepSeek-V3's latent attention and experts; "
+                         "'': tiny, or the family of --init-from)",
                      ["tiny", "small", "gpt2", "llama-tiny", "llama-small", "moe-tiny", "mixtral-tiny",
-                      "qwen3-moe-tiny", "mlp"], "model")
+                      "qwen3-moe-tiny", "deepseek-tiny", "mlp"], "model")
     layers: int = opt(0, "number of blocks (0: preset)", group="model", bound="natural")
     hidden: int = opt(0, "model width d_model (0: preset)", group="model", bound="natural")
     heads: int = opt(0, "attention heads (0: preset)", group="model", bound="natural")
@@ -109,6 +110,11 @@ class TrainConfig:
                                  group="model", bound="natural")
     bias_rate: float = opt(0.0, "DeepSeek-V3's auxiliary-loss-free balancing: step of the routing bias per "
                                 "optimizer step (0: off)", group="model", bound="natural")
+    mtp: int = opt(0, "multi-token prediction: D modules on the last stage, module k predicting the token k + 1 "
+                      "after the next through the shared embedding and head (DeepSeek-V3; 0: none, or those of "
+                      "--init-from; docs/deepseek.md)", group="model", bound="natural")
+    mtp_lambda: float = opt(0.3, "the weight of the MTP modules' mean loss in the loss trained on", group="model",
+                            bound="natural")
     # --- data -------------------------------------------------------------------------------
     data: str = opt("synthetic", "synthetic, or a path: a text file (characters), a .bin token file, or a "
                                  "directory from `hpcpar data prepare` (train.bin, val.bin, tokenizer)", group="data")
@@ -177,7 +183,7 @@ class TrainConfig:
 
 DEFAULT_MODEL = "tiny"          # --model when neither the flag nor an --init-from file names one
 PRESET_LR = {"tiny": 1e-2, "small": 3e-3, "gpt2": 6e-4, "llama-tiny": 1e-2, "llama-small": 3e-3, "moe-tiny": 1e-2,
-             "mixtral-tiny": 1e-2, "qwen3-moe-tiny": 1e-2, "mlp": 1e-2}
+             "mixtral-tiny": 1e-2, "qwen3-moe-tiny": 1e-2, "deepseek-tiny": 1e-2, "mlp": 1e-2}
 
 GROUPS = {"layout": "parallel layout", "model": "model", "data": "data", "optim": "optimisation",
           "run": "numerics and backend", "files": "files and output", "watch": "hangs and shutdown"}

@@ -95,12 +95,11 @@ def forward_cached(model, ids, kv, start):
 
 
 def new_cache(model, batch, length):
-    """Empty keys and values for ``length`` positions: one (k, v) pair of (B, NKV, length, HS) per block,
-    NKV the key/value heads (GPT-2: all NH heads; a grouped-query Llama: NH / NKV times fewer)."""
-    cfg = model.cfg
-    shape = (batch, cfg.n_kv_head, length, cfg.head_size)
+    """An empty cache for ``length`` positions, one per block as its attention keeps it: a (k, v) pair of
+    (B, NKV, length, HS), NKV the key/value heads (GPT-2: all NH heads; a grouped-query Llama: NH / NKV
+    times fewer), or MLA's latent (B, length, r) and rotary key (B, length, dr) (DeepSeek-V3, nn/mla.py)."""
     dtype = model.embed.wte.data.dtype
-    return [(np.zeros(shape, dtype), np.zeros(shape, dtype)) for _ in model.blocks]
+    return [tuple(np.zeros(s, dtype) for s in block.attn.cache_shapes(batch, length)) for block in model.blocks]
 
 
 def pick(logits, temperature, top_k, rng):
