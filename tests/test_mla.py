@@ -26,7 +26,8 @@ CASES = {"q-lora": CFG, "q-proj": NO_Q_LORA, "wide-v-yarn": WIDE_V}
 
 
 def model_of(cfg, seed=3):
-    """Random norm gains (ones at initialisation: a misplaced one cannot hide) and a router with opinions."""
+    """Random norm gains (ones at initialisation: a misplaced one cannot hide), a router with opinions, and
+    queries large enough for attention far from uniform (its gradients then well above round-off)."""
     model = GPT(cfg, seed=seed, dtype="float64")
     rng = np.random.default_rng(seed)
     for p in model.parameters():
@@ -34,6 +35,8 @@ def model_of(cfg, seed=3):
             p.data[:] = 1 + 0.3 * rng.standard_normal(p.data.shape)
         elif p.name.endswith("gate.weight"):
             p.data[:] = 0.5 * rng.standard_normal(p.data.shape)
+        elif p.name.endswith(("q_b_proj.weight", "q_proj.weight", "kv_b_proj.weight")):
+            p.data *= 5
     return model
 
 

@@ -27,6 +27,13 @@ class Embedding(Module):
             if cfg.parts.position_table else None
         self.drop = Dropout("drop", cfg.dropout)
 
+    @classmethod
+    def lookup(cls, wte):
+        """The token lookup on ``wte`` alone - no positions, no dropout: the MTP modules' (nn/mtp.py)."""
+        embed = cls.__new__(cls)
+        embed.wte, embed.wpe, embed.drop = wte, None, Dropout("drop", 0.0)
+        return embed
+
     def forward(self, ids, ctx=None):
         tokens, c_tok = self.tokens_forward(ids, ctx)                   # (B, T, C)
         positions = self.positions(ids, ctx)

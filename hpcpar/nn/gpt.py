@@ -24,16 +24,14 @@ from typing import Any
 from hpcpar.nn.block import LlamaBlock, TransformerBlock
 from hpcpar.nn.embedding import Embedding
 from hpcpar.nn.experts import GeluExperts, SwiGLUExperts
+from hpcpar.nn.head import LMHead
 from hpcpar.nn.layernorm import LayerNorm
 from hpcpar.nn.mla import MLAttention, check_latent
-from hpcpar.nn.module import Module, run_or_defer
+from hpcpar.nn.mtp import MTP
 from hpcpar.nn.parameter import Parameter, init_full
 from hpcpar.nn.rmsnorm import RMSNorm
 from hpcpar.nn.rotary_attention import RotaryAttention
 from hpcpar.nn.stage import Stage
-from hpcpar.ops.cross_entropy import cross_entropy_backward, cross_entropy_forward
-from hpcpar.ops.linear import linear_backward_input, linear_backward_weight, linear_forward
-from hpcpar.precision import to_fp32
 from hpcpar.runtime import UsageError
 from hpcpar.shape import ModelShape
 
@@ -173,54 +171,6 @@ def preset(name, **overrides):
     return replace(PRESETS[name], **{k: v for k, v in overrides.items() if v is not None})
 
 
-class LMHead(Module):
-    """Final LayerNorm, logits = h W^T with W (V, C) the (tied) token embedding, summed cross-entropy.
-
-    Tensor parallelism (tensor_parallel/layers.py) keeps this code and overrides the four methods
-    at the end: where h is gathered and dh summed over the ranks, and the loss over a vocabulary slice.
-    """
-
-    def __init__(self, cfg, weight, seed, dtype):
-        self.ln_f = cfg.parts.norm(cfg.parts.final_norm, cfg.d_model, seed, dtype, cfg.ln_eps)
-        self.weight = weight
-
-    def forward(self, x, targets, ctx=None):
-        h, c_ln = self.ln_f.forward(x, ctx)                        # (B, T, C)
-        h = self.gather_hidden(h)                                  # (B, T, C)
-        h2 = h.reshape(-1, h.shape[-1])                            # (N, C)
-        logits = linear_forward(h2, self.weight.data.T)            # (N, V)
-        losses, c_ce = self.loss_forward(to_fp32(logits), targets.reshape(-1))   # the loss in fp32
-        return losses.sum(), (h.shape, h2, c_ln, c_ce)
-
-    def forward_cached(self, x):
-        """Forward only, for generation: logits (B, T, V) of the hidden states x (B, T, C), no loss."""
-        return linear_forward(self.ln_f.forward(x)[0], self.weight.data.T)
-
-    def backward(self, dloss, cache, defer=None):
-        shape, h2, c_ln, c_ce = cache
-        dlogits = self.loss_backward(dloss, c_ce).astype(h2.dtype, copy=False)    # (N, V)
-        run_or_defer(lambda: self._weight_grad(dlogits, h2), defer)
-        dh = linear_backward_input(dlogits, self.weight.data.T)    # (N, C)
-        return self.ln_f.backward(self.reduce_hidden_grad(dh.reshape(shape)), c_ln, defer)
-
-    def _weight_grad(self, dlogits, h2):
-        self.weight.grad += linear_backward_weight(dlogits, h2, bias=False)[0].T   # (V, C)
-
-    # --- one rank holds the whole vocabulary: nothing to gather or sum ---------------------------
-
-    def gather_hidden(self, h):
-        return h
-
-    def reduce_hidden_grad(self, dh):
-        return dh
-
-    def loss_forward(self, logits, targets):
-        return cross_entropy_forward(logits, targets)
-
-    def loss_backward(self, dloss, c_ce):
-        return cross_entropy_backward(dloss, c_ce)
-
-
 class GPT(Stage):
     def __init__(self, cfg, seed=0, dtype="float32", layers=None, first=True, last=True):
         from hpcpar.backend import resolve_dtype
@@ -231,18 +181,33 @@ class GPT(Stage):
         self.blocks = [cfg.parts.block(cfg, i, seed, dtype) for i in layers]
         self.head = None
         if last:
+            # the last stage of a pipeline holds its own copy of a tied embedding (the head's weight, and
+            # the MTP modules' lookup); the two copies start equal and stay equal because their gradients
+            # are summed every step (train.py)
+            copy = None if first or not (cfg.tied or cfg.mtp_depth) else embedding_copy(cfg, seed, dtype)
+            wte = self.embed.wte if first else copy
             if not cfg.tied:
                 weight = Parameter("lm_head.weight", init_full("lm_head.weight", (cfg.vocab_size, cfg.d_model),
                                                                0.02, seed, dtype))
-            elif first:
-                weight = self.embed.wte                            # the same object: one gradient
             else:
-                # the last stage of a pipeline holds its own copy of the tied embedding; the two
-                # copies start equal and stay equal because their gradients are summed every step
-                name = cfg.parts.tokens
-                weight = Parameter(name, init_full(name, (cfg.vocab_size, cfg.d_model), 0.02, seed, dtype))
-                weight.counted, weight.tied_copy = False, True     # the first stage's copy counts
-            self.head = LMHead(cfg, weight, seed, dtype)
+                weight = wte                                       # the same object: one gradient
+            self.head = LMHead(cfg, weight, seed, dtype, MTP(cfg, wte, seed, dtype) if cfg.mtp_depth else None)
+
+    def tie_to(self, wte):
+        """One rank holds both ends (pp = 1 interleaved, a V): the head (tied) and the MTP modules use the
+        first stage's embedding ``wte`` itself."""
+        if self.cfg.tied:
+            self.head.weight = wte
+        if self.head.mtp is not None:
+            self.head.mtp.embed.wte = wte
+
+
+def embedding_copy(cfg, seed, dtype):
+    """The last stage's copy of the token embedding: not counted in the norm, not saved twice."""
+    name = cfg.parts.tokens
+    weight = Parameter(name, init_full(name, (cfg.vocab_size, cfg.d_model), 0.02, seed, dtype))
+    weight.counted, weight.tied_copy = False, True
+    return weight
 
 
 @dataclass(frozen=True)

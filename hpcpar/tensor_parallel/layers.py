@@ -18,7 +18,7 @@ parallelism, where each rank sees only its tokens - their gradients are partial 
 """
 from hpcpar.backend import array_module, scatter_add
 from hpcpar.nn.embedding import Embedding
-from hpcpar.nn.gpt import LMHead
+from hpcpar.nn.head import LMHead
 from hpcpar.nn.module import Module, run_or_defer
 from hpcpar.nn.parameter import Shard
 from hpcpar.ops.linear import bias_backward, linear_backward_input, linear_backward_weight, linear_forward
@@ -178,7 +178,7 @@ class VocabParallelLMHead(LMHead):
 
     def __init__(self, head, comm, sequence_parallel=False):
         self.comm, self.region = comm, input_region(sequence_parallel)
-        self.ln_f = head.ln_f
+        self.ln_f, self.mtp = head.ln_f, head.mtp
         replicate(self.ln_f.parameters(), comm, sequence_parallel)
         self.weight = head.weight
         if self.weight.shard is None:                   # a tied weight may be cut by the embedding already

@@ -64,7 +64,7 @@ def parallelize(stage, comm, sequence_parallel=False):
         return stage
     sp = sequence_parallel
     parts = stage.cfg.parts if isinstance(stage, GPT) else None      # the family's plan (nn/gpt.py)
-    for block in stage.blocks:
+    for block in stage.transformer_blocks():
         if parts is None:                                             # the deep MLP's block
             cut(block, comm, sp, columns=("c_fc",), rows=("c_proj",))
             continue
@@ -89,6 +89,10 @@ def parallelize(stage, comm, sequence_parallel=False):
             stage.embed = VocabParallelEmbedding(stage.embed, comm, sp)
         if stage.head is not None:
             stage.head = VocabParallelLMHead(stage.head, comm, sp)
+            mtp = stage.head.mtp                  # the MTP modules: blocks cut above, their lookup vocabulary-parallel
+            if mtp is not None:
+                mtp.embed = VocabParallelEmbedding(mtp.embed, comm, sp)
+                replicate([p for m in mtp.depths for p in m.replicated()], comm, sp)
     else:
         for part in (stage.embed, stage.head):
             if part is not None:

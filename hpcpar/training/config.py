@@ -361,6 +361,8 @@ def _check_model(cfg, world):
             raise UsageError("--sequence-parallel needs a GPT model (the MLP has no sequence axis)")
         if cfg.data != "synthetic":
             raise UsageError("--model mlp trains on its synthetic regression task only (--data synthetic)")
+        if cfg.mtp:
+            raise UsageError("--mtp needs a GPT model (the MLP predicts no tokens)")
 
 
 # the rules between options, by group (GROUPS), in the order they are checked

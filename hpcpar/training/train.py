@@ -37,6 +37,7 @@ from hpcpar.training.expert_load import ExpertLoad, moe_layers
 from hpcpar.expert_parallel.dispatch import expert_data_group, expert_group, parallelize_experts
 from hpcpar.nn.gpt import preset
 from hpcpar.nn.moe import check_moe, moe_options
+from hpcpar.nn.mtp import mtp_targets
 from hpcpar.ops.ring_attention import balanced_positions
 from hpcpar.optim import clip_coefficient, learning_rate, make_optimizer
 from hpcpar.pipeline.choice import schedule_for
@@ -87,7 +88,8 @@ def model_config(cfg):
                       dropout=cfg.dropout, tied=False if cfg.untied else None,
                       d_ff=cfg.ffn or (4 * cfg.hidden if cfg.hidden else None),
                       positions=cfg.positions or None, ln_eps=cfg.ln_eps or None, rope_theta=cfg.rope_theta or None,
-                      norm_topk=cfg.norm_topk, **moe_options(cfg))
+                      norm_topk=cfg.norm_topk, mtp_depth=cfg.mtp or None, mtp_lambda=cfg.mtp_lambda,
+                      **moe_options(cfg))
         if mcfg.seq_len > mcfg.n_positions:
             raise UsageError(f"--seq-len {mcfg.seq_len} is longer than the model's {mcfg.n_positions} positions")
         if not mcfg.head_dim and mcfg.d_model % mcfg.n_head:
@@ -98,6 +100,8 @@ def model_config(cfg):
             raise UsageError(f"--kv-heads {mcfg.n_kv_head} must divide the {mcfg.n_head} attention heads")
         if not mcfg.parts.dropout and cfg.dropout:
             raise UsageError(f"--model {cfg.model} has no dropout: drop --dropout {cfg.dropout}")
+        if mcfg.mtp_depth >= mcfg.seq_len:
+            raise UsageError(f"--mtp {mcfg.mtp_depth} leaves no target in a sequence of {mcfg.seq_len} tokens")
     stages = cfg.pp * cfg.chunks
     if mcfg.n_layer < stages:
         raise UsageError(f"{mcfg.n_layer} layers cannot fill pp x chunks = {cfg.pp} x {cfg.chunks} = {stages} stages")
@@ -154,11 +158,12 @@ class Trainer:
         self.reads_inputs, self.computes_loss = g.pp_rank == first, g.pp_rank == last
         self.chunks = self._build_chunks()
         params = self.parameters()
-        # both copies of a tied embedding, when the two ends sit on two pipeline ranks; their gradients
-        # are summed over those two ranks (one rank holding both ends ties them in _build_chunks)
-        split_ends = first != last and cfg.model != "mlp" and mcfg.tied
+        # both copies of a tied embedding (or the one the MTP modules look up), when the two ends sit on two
+        # pipeline ranks; their gradients are summed over those two ranks (one rank holding both ends ties
+        # them in _build_chunks)
+        split_ends = first != last and cfg.model != "mlp" and (mcfg.tied or mcfg.mtp_depth)
         self.embed_comm = g.comm_among("pp", (first, last), "embed") if split_ends else None
-        self.tied = [p for p in params if self.embed_comm and p.name == "wte.weight"]
+        self.tied = [p for p in params if self.embed_comm and p.name == mcfg.parts.tokens]
         partial = [p for p in params if p.tp_partial]
         uses = {}
         for chunk in self.chunks:
@@ -189,6 +194,7 @@ class Trainer:
         self.expert_load = ExpertLoad(mcfg, self.chunks, g, self.loss_terms, cfg.sequence_parallel) \
             if is_gpt else None
         self.experts = None                             # the last step's routing figures (expert_load.py)
+        self.mtp_loss = None                            # the last step's MTP loss (nn/mtp.py), with --mtp
 
     # --- construction -------------------------------------------------------------------------
 
@@ -202,8 +208,8 @@ class Trainer:
             s = self.schedule.stage(g.pp_rank, c)
             held[s] = Model(mcfg, cfg.seed, self.dtype, layers=ranges[s], first=s == 0, last=s == S - 1)
         chunks = list(held.values())
-        if cfg.model != "mlp" and mcfg.tied and S > 1 and 0 in held and S - 1 in held:
-            held[S - 1].head.weight = held[0].embed.wte     # one rank holds both ends (pp = 1 interleaved, a V)
+        if cfg.model != "mlp" and (mcfg.tied or mcfg.mtp_depth) and S > 1 and 0 in held and S - 1 in held:
+            held[S - 1].tie_to(held[0].embed.wte)           # one rank holds both ends (pp = 1 interleaved, a V)
         self.ep_comm = ep_comm = expert_group(g.dp_cp_comm, cfg.ep) if cfg.ep > 1 else None
         self.edp_comm = expert_data_group(g.dp_cp_comm, cfg.ep) if cfg.ep > 1 else None
         for chunk in chunks:
@@ -235,9 +241,11 @@ class Trainer:
                                                     ys[j * self.micro:(j + 1) * self.micro])
             ctx = Context(step=step, sample_ids=list(ids), seed=cfg.seed, training=training,
                           loss_scale=self.scaler.scale / self.loss_terms)     # the dloss of gradients()
+            if y is not None and getattr(self.mcfg, "mtp_depth", 0):     # (1 + D, B, T): the shifted targets
+                y = mtp_targets(y, self.mcfg.mtp_depth)       # of the whole sequence, before CP cuts it
             if cfg.cp > 1:                                    # this CP rank's tokens: (B, T) -> (B, T/cp)
                 ctx.positions = balanced_positions(self.mcfg.seq_len, cfg.cp, g.cp_rank)
-                x, y = (None if a is None else a[:, ctx.positions] for a in (x, y))
+                x, y = (None if a is None else a[..., ctx.positions] for a in (x, y))
             inputs.append(self._device(x, self.compute) if self.reads_inputs else None)
             targets.append(self._device(y, self.dtype) if self.computes_loss else None)
             if cfg.sequence_parallel:
@@ -284,7 +292,7 @@ class Trainer:
         cfg, g = self.cfg, self.grid
         slices = self.dp.slices()
         norm_sq = self.dp.norm_sq(slices)              # each parameter counted on one rank of its replicas
-        loss, norm, stop = self.world_totals(losses, norm_sq, stop_requested)
+        loss, norm, stop, self.mtp_loss = self.world_totals(losses, norm_sq, stop_requested)
         scale = self.scaler.scale
         norm /= scale                                   # the norm of the unscaled gradients
         lr = learning_rate(step, cfg.lr, cfg.min_lr, cfg.warmup, cfg.steps)
@@ -307,15 +315,21 @@ class Trainer:
 
     def world_totals(self, losses, norm_sq=0.0, stop_requested=False):
         """Collective over the world: (the step's mean loss, the global gradient norm, whether any rank
-        was asked to stop) from this rank's per-micro-batch loss sums and squared-gradient share.
+        was asked to stop, the MTP modules' weighted mean loss or None) from this rank's per-micro-batch
+        loss sums, squared-gradient share and MTP loss sum (nn/mtp.py, read and cleared here).
 
-        One all-reduce gives every rank all three, so all of them finish this step and stop together.
+        One all-reduce gives every rank all of them, so all of them finish this step and stop together.
         The numbers stay on the device until after the reduction: the step's only device-to-host copy."""
         g, xp = self.grid, self.xp
-        mine = sum(losses) if (self.computes_loss and g.tp_rank == 0) else 0.0   # the last stage, once
-        totals = xp.stack([xp.asarray(v, dtype=np.float64) for v in (mine, norm_sq, float(stop_requested))])
+        once = self.computes_loss and g.tp_rank == 0                           # the last stage, once
+        mine = sum(losses) if once else 0.0
+        mtp = [c.head.mtp for c in self.chunks if getattr(c, "head", None) is not None and c.head.mtp is not None]
+        mtp_sum = sum((m.take_loss_sum() for m in mtp), 0.0)
+        totals = xp.stack([xp.asarray(v, dtype=np.float64)
+                           for v in (mine, norm_sq, float(stop_requested), mtp_sum if once else 0.0)])
         totals = backend.to_numpy(g.world_comm.all_reduce(totals))
-        return float(totals[0]) / self.loss_terms, math.sqrt(totals[1]), totals[2] > 0
+        mtp_loss = float(totals[3]) / self.loss_terms if getattr(self.mcfg, "mtp_depth", 0) else None
+        return float(totals[0]) / self.loss_terms, math.sqrt(totals[1]), totals[2] > 0, mtp_loss
 
     def evaluate(self, batches):
         """Collective: the mean loss on ``batches`` batches of the validation data, forward only (no
