@@ -85,6 +85,10 @@ class Architecture:
     top_k: int = 0       # ... experts per token
     norm_topk: bool = True     # ... the k chosen scores renormalised (Qwen3-MoE: its norm_topk_prob)
     qk_norm: bool = False      # Qwen3-MoE: RMSNorm over each head's queries and keys
+    n_shared_expert: int = 0   # DeepSeek-V3 (checkpoint/deepseek_v3.py): the shared experts,
+    router_score: str = "softmax"   # ... the router's scores,
+    mtp_depth: int = 0         # ... the MTP modules the file holds,
+    dims: str = ""             # ... and its further sizes (nn/dims.py's text)
 
 
 def read_header(path, what):

@@ -110,6 +110,10 @@ class TrainConfig:
                                  group="model", bound="natural")
     bias_rate: float = opt(0.0, "DeepSeek-V3's auxiliary-loss-free balancing: step of the routing bias per "
                                 "optimizer step (0: off)", group="model", bound="natural")
+    dims: str = opt("", "more of the model's sizes as name=value pairs: DeepSeek's q_lora_rank, kv_lora_rank, "
+                        "qk_rope_dim, v_head_dim, rope_interleave, first_dense, d_ff_dense, n_group, topk_group, "
+                        "routed_scale and yarn_* (nn/dims.py; '': the preset's, or those of --init-from)",
+                    group="model")
     mtp: int = opt(0, "multi-token prediction: D modules on the last stage, module k predicting the token k + 1 "
                       "after the next through the shared embedding and head (DeepSeek-V3; 0: none, or those of "
                       "--init-from; docs/deepseek.md)", group="model", bound="natural")

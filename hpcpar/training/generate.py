@@ -26,6 +26,7 @@ import numpy as np
 
 from hpcpar.checkpoint.gpt2 import check_tensors
 from hpcpar.checkpoint.hf import expected_shapes, read_architecture
+from hpcpar.nn.dims import parse_dims
 from hpcpar.nn.gpt import GPT, GPTConfig
 from hpcpar.runtime import UsageError
 
@@ -60,10 +61,12 @@ def _weights_model(path):
         raise UsageError(f"hpcpar generate: {path} does not say its number of attention heads "
                          f"(put its config.json beside it)")
     unsaid = {k: v for k, v in (("ln_eps", arch.ln_eps), ("rope_theta", arch.rope_theta)) if v}  # else defaults
-    experts = dict(n_expert=arch.n_expert, top_k=arch.top_k, norm_topk=arch.norm_topk) if arch.n_expert else {}
+    experts = dict(n_expert=arch.n_expert, top_k=arch.top_k, norm_topk=arch.norm_topk,
+                   n_shared_expert=arch.n_shared_expert, router_score=arch.router_score) if arch.n_expert else {}
     mcfg = GPTConfig(vocab_size=arch.vocab_size, seq_len=arch.n_positions, n_layer=arch.n_layer,
                      n_head=arch.n_head, d_model=arch.d_model, d_ff=arch.d_ff, tied=arch.tied, arch=arch.arch,
-                     n_kv_head=arch.n_kv_head, head_dim=arch.head_dim, qk_norm=arch.qk_norm, **experts, **unsaid)
+                     n_kv_head=arch.n_kv_head, head_dim=arch.head_dim, qk_norm=arch.qk_norm, mtp_depth=arch.mtp_depth,
+                     **experts, **unsaid, **parse_dims(arch.dims))
     weights = read_weights(path)
     if arch.tied:
         weights.pop("lm_head.weight", None)

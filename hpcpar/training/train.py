@@ -35,6 +35,7 @@ from hpcpar.comm.grid import ParallelGrid
 from hpcpar.nn import GPT, Context, MLPConfig, MLPModel
 from hpcpar.training.expert_load import ExpertLoad, moe_layers
 from hpcpar.expert_parallel.dispatch import expert_data_group, expert_group, parallelize_experts
+from hpcpar.nn.dims import parse_dims
 from hpcpar.nn.gpt import preset
 from hpcpar.nn.moe import check_moe, moe_options
 from hpcpar.nn.mtp import mtp_targets
@@ -89,7 +90,7 @@ def model_config(cfg):
                       d_ff=cfg.ffn or (4 * cfg.hidden if cfg.hidden else None),
                       positions=cfg.positions or None, ln_eps=cfg.ln_eps or None, rope_theta=cfg.rope_theta or None,
                       norm_topk=cfg.norm_topk, mtp_depth=cfg.mtp or None, mtp_lambda=cfg.mtp_lambda,
-                      **moe_options(cfg))
+                      **moe_options(cfg), **parse_dims(cfg.dims))
         if mcfg.seq_len > mcfg.n_positions:
             raise UsageError(f"--seq-len {mcfg.seq_len} is longer than the model's {mcfg.n_positions} positions")
         if not mcfg.head_dim and mcfg.d_model % mcfg.n_head:
