@@ -63,3 +63,35 @@ def test_eight_rank_layouts_match_one_rank(comm):
     check_step(comm, tp=2, cp=2, dp=2, ep=2, sequence_parallel=True, zero=2, dims=d)
     check_step(comm, cp=2, pp=2, dp=2, schedule="zb-v", chunks=2, microbatches=4, cp_kind="ulysses",
                dims=dict(d, layers=4))
+
+
+@pytest.mark.mpi(min_size=8)
+@pytest.mark.parametrize("layout", [dict(tp=2, pp=2, dp=2, ep=2), dict(tp=2, cp=2, dp=2)], ids=["tp2-pp2-ep2", "tp2-cp2-dp2"])
+def test_hugging_face_deepseek_gives_transformers_losses_on_eight_ranks(comm, tmp_path_factory, layout):
+    """A DeepseekV3ForCausalLM with an MTP module written by transformers' MtpModel (tests/test_deepseek_hf.py),
+    loaded on 8 ranks: transformers' loss and MTP loss within 1e-10."""
+    import numpy as np
+    from hf_helpers import hf_deepseek, hf_loss, save_hf, transformers
+    from hpcpar.checkpoint.consolidated import init_from
+    from pathlib import Path
+    from test_deepseek_hf import DIMS, transformers_mtp_loss, with_mtp
+    if comm.size != 8:
+        pytest.skip("layouts of exactly 8 ranks")
+    transformers()                                   # every rank skips together, or none does
+    path = comm.bcast(str(tmp_path_factory.mktemp("deepseek")) if comm.rank == 0 else None, root=0)
+    tokens = np.random.default_rng(5).integers(0, DIMS["vocab_size"], size=(4, 13))
+    x, y = tokens[:, :-1], tokens[:, 1:]
+    want = None
+    if comm.rank == 0:
+        model = hf_deepseek({**DIMS, "num_mtp_layers": 1}, seed=4)
+        save_hf(model, Path(path, "hf"))
+        want = hf_loss(model, x, y), transformers_mtp_loss(model, with_mtp(model, Path(path, "hf"), 1), x, y, 0.3)
+    want = comm.bcast(want, root=0)
+    t = trainer(comm, **layout, microbatches=2, init_from=f"{path}/hf", layers=0, hidden=0, heads=0, seq_len=12,
+                batch_size=4, dims=dict(DEEPSEEK_DIMS, model="", ffn=0, mtp=0, mtp_lambda=0.3))
+    init_from(t, f"{path}/hf")
+    t.data.batch = lambda step, ids: (x[list(ids)], y[list(ids)])
+    result = t.step(0)
+    assert t.mcfg.mtp_depth == 1 and result.loss == pytest.approx(want[0], rel=1e-10)
+    assert t.mtp_loss == pytest.approx(want[1], rel=1e-10)
+    free(t)
