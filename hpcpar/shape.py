@@ -146,6 +146,11 @@ class ModelShape:
         per_layer = self.kv_lora_rank + self.qk_rope_dim if self.kv_lora_rank else 2 * self.kv_heads * self.head_dim
         return self.layers * per_layer
 
+    def heads_kv_per_token(self):
+        """... and what a cache of every head's own key and value would hold: a*(d + dv) a layer (plain
+        multi-head attention; grouped-query attention keeps kv/a of it, MLA its latent instead)."""
+        return self.layers * self.heads * (self.head_dim + self.v_head_dim)
+
     def mlp_params(self, width=None):
         """One MLP of ``width`` (default ffn): its matrices, and with biases one per column-side output
         (f each) and the output's h."""

@@ -105,6 +105,16 @@ def new_cache(model, batch, length):
     return [tuple(np.zeros(s, dtype) for s in block.attn.cache_shapes(batch, length)) for block in model.blocks]
 
 
+def cache_report(cfg, itemsize):
+    """One line: the KV cache's bytes per token, against a cache of every head's keys and values."""
+    shape = cfg.shape
+    mine, heads = shape.kv_cache_per_token(), shape.heads_kv_per_token()
+    kind = (f"the latent ({cfg.kv_lora_rank}) and the rotary key ({cfg.qk_rope_dim})" if cfg.parts.latent else
+            f"the keys and values of {cfg.n_kv_head} K/V heads of {cfg.head_size}")
+    return (f"KV cache: {mine * itemsize:,} bytes a token ({cfg.n_layer} layers x {kind}); the {cfg.n_head} heads' "
+            f"own keys and values would take {heads * itemsize:,} ({heads / mine:.1f} x)")
+
+
 def pick(logits, temperature, top_k, rng):
     """One token id from the logits (V,) of the next position."""
     if temperature == 0:

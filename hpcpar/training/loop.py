@@ -331,7 +331,7 @@ class Progress(Observer):
             self.bar.update(1)
         steps, say = self.cfg.steps, self.loop._print
         if (step + 1) % self.log_every == 0 or step == steps - 1:
-            mtp = f"  mtp_loss {record['mtp_loss']:.6g}" if "mtp_loss" in record else ""
+            mtp = f"  mtp_loss {record['mtp_loss']:.12g}" if "mtp_loss" in record else ""
             say(f"step {step + 1:>5}/{steps}  loss {record['loss']:.12g}{mtp}  grad_norm {record['grad_norm']:.4g}  "
                 f"lr {record['lr']:.3g}  {record['step_time_s'] * 1e3:.1f} ms")
         if "val_loss" in record:
