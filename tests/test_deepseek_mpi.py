@@ -41,6 +41,7 @@ def test_two_rank_layouts_match_one_rank(comm):
     check_step(comm, cp=2, dims=d)                                             # ring: shifted targets cross shards
     check_step(comm, cp=2, cp_kind="ulysses", ep=2, recompute_attention=True, dims=d)
     check_step(comm, pp=2, microbatches=2, schedule="zb-h1", dims=d)           # MTP on the last stage
+    check_step(comm, pp=2, microbatches=4, schedule="dualpipev", dims=dict(d, layers=4))   # both ends on a rank
     check_step(comm, dp=2, ep=2, zero=3, dims=d)
 
 
@@ -51,6 +52,7 @@ def test_four_rank_layouts_match_one_rank(comm):
     d = DEEPSEEK_DIMS
     check_step(comm, tp=2, pp=2, microbatches=2, dims=d)
     check_step(comm, pp=2, cp=2, microbatches=2, schedule="gpipe", zero=1, dims=d)
+    check_step(comm, pp=2, dp=2, microbatches=4, schedule="zb-h2", recompute=True, dims=d)
     check_step(comm, pp=2, dp=2, chunks=2, schedule="interleaved", microbatches=2, dims=dict(d, layers=4))
 
 

@@ -1,9 +1,8 @@
-"""GPT: token and position embedding, a stack of transformer blocks, final LayerNorm, LM head, loss.
+"""GPT: token and position embedding, a stack of transformer blocks, final norm, LM head (nn/head.py), loss.
 
-A ``GPT`` object is one *pipeline stage*: it holds a contiguous run of blocks, plus the embedding if
-it is the first stage and the head (final LayerNorm, output projection, cross-entropy) if it is the
-last.  The single-rank model is simply the stage that holds everything, so the reference and every
-parallel layout run the very same code.
+A ``GPT`` object is one *pipeline stage*: it holds a contiguous run of blocks, plus the embedding if it is
+the first stage and the head (with the MTP modules, nn/mtp.py) if it is the last.  The single-rank model
+is the stage that holds everything, so the reference and every parallel layout run the very same code.
 
     forward(ids (B, T) or hidden (B, T, C), ctx, targets (B, T) if last) -> loss sum | hidden (B, T, C)
     backward(dloss scale | dhidden, cache) -> dhidden (B, T, C) | None on the first stage
@@ -14,19 +13,20 @@ batch) turns the sum over micro-batches and data-parallel ranks into exactly the
 The architecture is chosen here, once: ``GPTConfig.arch`` names an entry of ``ARCHITECTURES`` - which
 block, which normalisation, positions, biases, gated MLP, K/V heads, head, Hugging Face names and the
 tensor-parallel plan of a block.  GPT-2 ("gpt2", the default) and Llama ("llama": RMSNorm, rotary
-grouped-query attention, SwiGLU, untied head, no biases, docs/llama.md; Qwen3's QK-norm an option) share
-everything else; no code outside the registry asks which family it runs.  Its counts (parameters, FLOPs) are its shape's
+grouped-query attention, SwiGLU, untied head, no biases, docs/llama.md; Qwen3's QK-norm an option) and
+DeepSeek-V3 ("deepseek_v3": a Llama block with latent attention, docs/deepseek.md) share everything else;
+no code outside the registry asks which family it runs.  Its counts (parameters, FLOPs) are its shape's
 (``GPTConfig.shape``, hpcpar/shape.py), the arithmetic the planner uses too.
 """
 from dataclasses import dataclass, replace
-from typing import Any
 
 from hpcpar.nn.block import LlamaBlock, TransformerBlock
-from hpcpar.nn.embedding import Embedding
+from hpcpar.nn.embedding import Embedding, embedding_copy
 from hpcpar.nn.experts import GeluExperts, SwiGLUExperts
 from hpcpar.nn.head import LMHead
 from hpcpar.nn.layernorm import LayerNorm
 from hpcpar.nn.mla import MLAttention, check_latent
+from hpcpar.nn.moe import check_groups
 from hpcpar.nn.mtp import MTP
 from hpcpar.nn.parameter import Parameter, init_full
 from hpcpar.nn.rmsnorm import RMSNorm
@@ -73,7 +73,7 @@ class GPTConfig:
     qk_rope_dim: int = 0         # a head's rotary q/k features (the key's rotary slice is shared by all heads)
     v_head_dim: int = 0          # a head's value width (0: head_size)
     rope_interleave: bool = True     # the rotary features stored as interleaved pairs (DeepSeek's files)
-    yarn: Any = None             # ops/yarn.Yarn: rotary frequencies stretched for a longer context (None: plain)
+    yarn: object = None          # ops/yarn.Yarn: rotary frequencies stretched for a longer context (None: plain)
     # multi-token prediction (nn/mtp.py, docs/deepseek.md)
     mtp_depth: int = 0           # D extra modules, module k predicting the token k + 1 after the next
     mtp_lambda: float = 0.3      # the weight of the mean of their losses
@@ -90,10 +90,7 @@ class GPTConfig:
             what = "--head-dim" if self.head_dim else "QK-norm"     # GPT-2's attention has neither, MLA no QK-norm
             raise UsageError(f"{what} needs a Llama model (--model llama-tiny or llama-small), not {self.arch}")
         check_latent(self)
-        if self.n_expert and (self.n_expert % self.n_group or self.n_expert // self.n_group < 2
-                              or not 1 <= self.topk_group <= self.n_group):
-            raise UsageError(f"group-limited routing: {self.n_group} groups of the {self.n_expert} experts, two or "
-                             f"more each, and topk_group {self.topk_group} of them at most")
+        check_groups(self)
 
     @property
     def parts(self):
@@ -115,8 +112,7 @@ class GPTConfig:
         return bool(self.n_expert and (self.bias_rate or self.parts.routing_bias))
 
     def moe_layer(self, layer):
-        """Is layer ``layer`` a mixture of experts (the first ``first_dense`` stay dense)?  The MTP modules'
-        blocks (layers n_layer ..) are, as DeepSeek-V3's."""
+        """Is layer ``layer`` (an MTP module's: n_layer ..) a mixture of experts? Not the first ``first_dense``."""
         return bool(self.n_expert) and layer >= self.first_dense
 
     @property
@@ -200,14 +196,6 @@ class GPT(Stage):
             self.head.weight = wte
         if self.head.mtp is not None:
             self.head.mtp.embed.wte = wte
-
-
-def embedding_copy(cfg, seed, dtype):
-    """The last stage's copy of the token embedding: not counted in the norm, not saved twice."""
-    name = cfg.parts.tokens
-    weight = Parameter(name, init_full(name, (cfg.vocab_size, cfg.d_model), 0.02, seed, dtype))
-    weight.counted, weight.tied_copy = False, True
-    return weight
 
 
 @dataclass(frozen=True)
@@ -302,9 +290,8 @@ PRESETS = {
                               arch="llama", tied=False, ln_eps=1e-6, n_expert=4, top_k=2),
     "qwen3-moe-tiny": GPTConfig(vocab_size=0, seq_len=64, n_layer=2, n_head=4, n_kv_head=2, d_model=64, d_ff=88,
                                 arch="llama", tied=False, ln_eps=1e-6, n_expert=4, top_k=2, qk_norm=True),
-    # DeepSeek-V3's shape in small: a dense first layer, then experts in 2 groups (a token's from 1) with a
-    # shared one and the sigmoid router scaled by 2.5; MLA with latents of 24 (queries) and 16 (keys and
-    # values), heads of 12 + 4 rotary features (interleaved), values of 10 (docs/deepseek.md)
+    # DeepSeek-V3 in small (docs/deepseek.md): a dense first layer, then experts in 2 groups with a shared one;
+    # MLA with latents of 24 and 16, heads of 12 + 4 rotary features, values of 10
     "deepseek-tiny": GPTConfig(vocab_size=0, seq_len=64, n_layer=3, n_head=4, d_model=64, d_ff=32, d_ff_dense=96,
                                arch="deepseek_v3", tied=False, ln_eps=1e-6, n_expert=4, top_k=2, n_shared_expert=1,
                                router_score="sigmoid", first_dense=1, n_group=2, topk_group=1, routed_scale=2.5,

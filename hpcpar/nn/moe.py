@@ -78,6 +78,14 @@ def check_moe(mcfg, cfg):
                          "--sequence-parallel split over ranks: use them without")
 
 
+def check_groups(cfg):
+    """Refuse group-limited routing that cannot cut the experts (a GPTConfig's check)."""
+    if cfg.n_expert and (cfg.n_expert % cfg.n_group or cfg.n_expert // cfg.n_group < 2
+                         or not 1 <= cfg.topk_group <= cfg.n_group):
+        raise UsageError(f"group-limited routing: {cfg.n_group} groups of the {cfg.n_expert} experts, two or "
+                         f"more each, and topk_group {cfg.topk_group} of them at most")
+
+
 def capacity(capacity_factor, n_token, k, n_expert):
     """Rows an expert may take: ceil(capacity_factor N k / E); None when dropless (capacity_factor 0)."""
     return math.ceil(capacity_factor * n_token * k / n_expert) if capacity_factor else None
