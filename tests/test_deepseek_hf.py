@@ -103,6 +103,12 @@ def test_greedy_generation_gives_transformers_tokens(tmp_path):
         want = model.generate(torch.tensor([prompt]), max_new_tokens=8, do_sample=False).tolist()[0]
     ours, _ = load_model(tmp_path / "hf", dtype="float64")
     assert generate(ours, prompt, 8, temperature=0) == want
+    from mpitools import hpcpar, run
+    proc, _ = run(hpcpar() + ["generate", str(tmp_path / "hf"), "--temperature", "0", "--max-tokens", "3"])
+    assert proc.returncode == 0 and proc.stdout.split()[:1] == ["0"]           # no tokenizer: the ids
+    # 3 layers x (8 + 4) float32 numbers, against 4 heads of (10 + 5) keys and values
+    assert proc.stderr.startswith("KV cache: 144 bytes a token (3 layers x the latent (8) and the rotary key (4)); "
+                                  "the 4 heads' own keys and values would take 720 (5.0 x)"), proc.stderr
 
 
 def with_mtp(model, directory, depth):

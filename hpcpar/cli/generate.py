@@ -1,5 +1,5 @@
 """Sample text from a trained GPT-2, Llama (with experts: Mixtral, Qwen3-MoE) or DeepSeek-V3: a checkpoint, an
---export, or Hugging Face weights (one rank).  The KV cache's bytes per token go to stderr.
+--export, or Hugging Face weights (one rank).  After the text, the KV cache's bytes per token go to stderr.
 
   hpcpar generate runs/ck --prompt "Alice was" --max-tokens 60
   hpcpar generate runs/export --temperature 0.8 --top-k 40 --seed 1
@@ -40,7 +40,6 @@ def run(args):
 
     from hpcpar.training.generate import cache_report, generate, load_model
     model, saved = load_model(args.model, args.dtype)
-    print(cache_report(model.cfg, model.embed.wte.data.itemsize), file=sys.stderr)
     tok = load_tokenizer(args.tokenizer or saved) if (args.tokenizer or saved) else None
     if tok is None:
         if args.prompt is not None:
@@ -51,6 +50,7 @@ def run(args):
     else:
         prompt = tok.encode(args.prompt).ids
     ids = generate(model, prompt, args.max_tokens, args.temperature, args.top_k, args.seed)
+    print(cache_report(model.cfg, model.embed.wte.data.itemsize), file=sys.stderr)
     if tok is None:
         print(" ".join(map(str, ids)))
     else:
