@@ -53,6 +53,7 @@ def test_four_rank_layouts_match_one_rank(comm):
     check_step(comm, tp=2, pp=2, microbatches=2, dims=d)
     check_step(comm, pp=2, cp=2, microbatches=2, schedule="gpipe", zero=1, dims=d)
     check_step(comm, pp=2, dp=2, microbatches=4, schedule="zb-h2", recompute=True, dims=d)
+    check_step(comm, pp=2, dp=2, ep=2, microbatches=2, zero=3, dims=d)   # the embedding's copy a unit of its own
     check_step(comm, pp=2, dp=2, chunks=2, schedule="interleaved", microbatches=2, dims=dict(d, layers=4))
 
 

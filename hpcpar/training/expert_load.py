@@ -49,7 +49,7 @@ class ExpertLoad:
     def step(self):
         """Collective over the world when the model has experts: update the routing biases and return
         this step's figures (a dict), or None for a dense model."""
-        if not self.n_expert:
+        if not self.moe:                        # no experts, or every layer dense (--dims first_dense)
             return None
         L, E = self.n_layer, self.n_expert
         mine = np.zeros(L * E + 2)

@@ -324,12 +324,15 @@ class Trainer:
         g, xp = self.grid, self.xp
         once = self.computes_loss and g.tp_rank == 0                           # the last stage, once
         mine = sum(losses) if once else 0.0
-        mtp = [c.head.mtp for c in self.chunks if getattr(c, "head", None) is not None and c.head.mtp is not None]
-        mtp_sum = sum((m.take_loss_sum() for m in mtp), 0.0)
-        totals = xp.stack([xp.asarray(v, dtype=np.float64)
-                           for v in (mine, norm_sq, float(stop_requested), mtp_sum if once else 0.0)])
-        totals = backend.to_numpy(g.world_comm.all_reduce(totals))
-        mtp_loss = float(totals[3]) / self.loss_terms if getattr(self.mcfg, "mtp_depth", 0) else None
+        values = [mine, norm_sq, float(stop_requested)]
+        with_mtp = getattr(self.mcfg, "mtp_depth", 0)           # a fourth number only with MTP modules
+        if with_mtp:
+            mtp = [c.head.mtp for c in self.chunks if c.head is not None and c.head.mtp is not None]
+            mtp_sum = sum((m.take_loss_sum() for m in mtp), 0.0)
+            values.append(mtp_sum if once else 0.0)
+        totals = backend.to_numpy(g.world_comm.all_reduce(xp.stack([xp.asarray(v, dtype=np.float64)
+                                                                      for v in values])))
+        mtp_loss = float(totals[3]) / self.loss_terms if with_mtp else None
         return float(totals[0]) / self.loss_terms, math.sqrt(totals[1]), totals[2] > 0, mtp_loss
 
     def evaluate(self, batches):
