@@ -160,3 +160,14 @@ def test_mixed_precision_follows_float32(precision):
     assert np.isfinite(got).all() and np.allclose(got, want, rtol=2e-2)
     for t in runs:
         free(t)
+
+
+def test_dims_text_round_trips_and_refuses_what_it_cannot_read():
+    from hpcpar.nn.dims import dims_text, parse_dims
+    values = dict(q_lora_rank=0, kv_lora_rank=8, rope_interleave=False, routed_scale=2.5, yarn=WIDE_V.yarn)
+    assert parse_dims(dims_text(values)) == values
+    for text, message in (("first_dense=x", "first_dense=x must be an integer"), ("q_lra=1", "'q_lra=1' is not one"),
+                          ("yarn_factor=4", "YaRN needs yarn_factor and yarn_original_positions"),
+                          ("rope_interleave=maybe", "must be true or false")):
+        with pytest.raises(UsageError, match=message):
+            parse_dims(text)

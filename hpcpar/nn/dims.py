@@ -26,7 +26,8 @@ def _value(name, text, kind):
             return text.lower() in ("true", "1")
         return kind(text)
     except ValueError:
-        raise UsageError(f"--dims: {name}={text} is not a {kind.__name__}") from None
+        what = {int: "an integer", float: "a number", bool: "true or false"}[kind]
+        raise UsageError(f"--dims: {name}={text} must be {what}") from None
 
 
 def parse_dims(text):
