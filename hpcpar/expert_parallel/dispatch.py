@@ -53,7 +53,7 @@ def parallelize_experts(stage, comm):
     """Give every MoE layer of ``stage`` the expert-parallel dispatch over ``comm`` and keep only this
     rank's E / ep experts of each. Returns ``stage``."""
     if comm.size > 1:
-        for block in stage.blocks:
+        for block in stage.transformer_blocks():
             if isinstance(block.mlp, MoE):
                 block.mlp.parallel = ExpertParallel(comm, block.mlp.n_expert)
                 for p in block.mlp.experts.parameters():

@@ -21,10 +21,15 @@ class Stage(Module):
         """The stage's parts in forward order."""
         return ([self.embed] if self.embed else []) + list(self.blocks) + ([self.head] if self.head else [])
 
+    def transformer_blocks(self):
+        """Every transformer block of the stage: its run, and the MTP modules' (nn/mtp.py) on the last."""
+        mtp = getattr(self.head, "mtp", None)
+        return list(self.blocks) + (mtp.blocks() if mtp is not None else [])
+
     def set_recompute(self, on, attention=False):
         """Full recomputation (each block keeps only its input), or ``attention``: selective, each
         attention core keeps only q, k, v (nn/attention_core.py)."""
-        for b in self.blocks:
+        for b in self.transformer_blocks():
             b.recompute = on
             if hasattr(b, "attn"):
                 b.attn.selective = attention
