@@ -2,7 +2,7 @@
 import numpy as np
 import pytest
 
-from hpcpar.data_parallel.buckets import placeholder
+from hpcpar.data_parallel.flat import placeholder
 from hpcpar.training.config import TrainConfig, check
 from hpcpar.runtime import UsageError
 from mpitools import hpcpar, run

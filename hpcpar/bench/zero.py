@@ -104,8 +104,8 @@ def speed(world, quick, res):
 
     def gathers_alone():
         """The same step's all-gathers, one after the other, blocking, with nothing to hide behind."""
-        for _ in range(fsdp.gathers // len(fsdp.units)):
-            for u in fsdp.units:
+        for _ in range(fsdp.gathers // len(fsdp.flats)):
+            for u in fsdp.flats:
                 u.start_gather()
                 u.finish_gather()
                 u.free()
