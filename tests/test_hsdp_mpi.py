@@ -2,6 +2,8 @@
 loss, gradient norm, gradients and weights equal the single rank's within 1e-10, composed with TP (and
 SP), every pipeline schedule, CP and EP; ZeRO's gathers stay inside the shard groups; checkpoints written
 so load at another layout."""
+from dataclasses import replace
+
 import numpy as np
 import pytest
 
@@ -84,6 +86,31 @@ def test_hsdp_gathers_inside_its_shard_groups_and_sums_across(comm):
     assert inside.bytes["all_gather"] > 0 and inside.bytes["reduce_scatter"] > 0
     assert across.bytes["all_gather"] == across.bytes["reduce_scatter"] == 0
     assert across.bytes["all_reduce"] == grads
+
+
+@pytest.mark.mpi(min_size=4)
+@pytest.mark.parametrize("zero", [1, 2, 3])
+def test_hsdp_memory_is_the_planners_and_the_engines(comm, zero):
+    """Under --dp-shard 2 a rank holds the state of a shard group of two, whatever dp: the engine's formula
+    (what --memory-budget checks) and the planner's terms are the same numbers, and the arrays the engine
+    holds after a step are those numbers (the working set within 10 %: MPI's timing frees gradients early)."""
+    from hpcpar.data_parallel.zero_memory import formula, held
+    from hpcpar.plan.measured import planner_view
+    from hpcpar.plan.memory import stage_memory
+    if comm.size != 4:
+        pytest.skip("dp 4")
+    t = trainer(comm, dp=4, dp_shard=2, zero=zero, dtype="float32")
+    t.step(0)
+    got, want = held(t), formula(t.cfg, t.mcfg)
+    job, layout = planner_view(t.cfg, t.mcfg)
+    planned = stage_memory(job, layout, 0, 1)
+    free(t)
+    assert layout.shard == 2 and layout.across == 2
+    for term, value in want.items():
+        assert planned.get(term, 0) == pytest.approx(value, rel=1e-12), term
+        assert got[term] == pytest.approx(value, rel=0.1 if term == "ZeRO working set" else 1e-12), term
+    plain = formula(replace(t.cfg, dp_shard=0), t.mcfg)                 # the same run sharded over all four
+    assert plain["optimizer state"] == want["optimizer state"] / 2
 
 
 @pytest.fixture

@@ -50,10 +50,11 @@ def held(trainer):
     return {"weights": weights, "gradients": grads, "optimizer state": optimizer, "ZeRO working set": working}
 
 
-def shard_size(cfg):
+def shard_size(dp, cp, dp_shard=0):
     """n: the ranks ZeRO cuts a parameter's state over - dp x cp, or under HSDP a shard group's
-    dp-shard x cp (the state is then replicated across the dp / dp-shard groups)."""
-    return (cfg.dp_shard or cfg.dp) * cfg.cp
+    dp-shard x cp (the state is then replicated across the dp / dp-shard groups); the engine's and the
+    planner's (plan/layout.Layout.shard)."""
+    return (dp_shard or dp) * cp
 
 
 def rank_params(cfg, mcfg, pp_rank):
@@ -70,7 +71,7 @@ def rank_params(cfg, mcfg, pp_rank):
     shape = mcfg.shape
     dense, routed = shape.block_split(cfg.tp, cfg.ep)              # a block's numbers outside / in its experts
     bias = shape.routing_bias_params()                             # the routing bias: never gathered
-    block = shape.gathered_block_params(cfg.tp, cfg.ep, shard_size(cfg))     # a block's ZeRO-3 unit
+    block = shape.gathered_block_params(cfg.tp, cfg.ep, shard_size(cfg.dp, cfg.cp, cfg.dp_shard))     # a block's ZeRO-3 unit
     total, experts, unit, biases = 0, 0, 0, 0
     for s in stages:
         blocks = len(ranges[s])
@@ -115,7 +116,7 @@ def formula(cfg, mcfg, pp_rank=0):
     b = np.dtype(cfg.dtype).itemsize
     c = {"fp16": 2, "bf16": 2}.get(cfg.precision, b)
     k = state_arrays(cfg.optimizer, cfg.momentum)
-    n = shard_size(cfg)
+    n = shard_size(cfg.dp, cfg.cp, cfg.dp_shard)
     return with_experts(cfg.zero, n, cfg.ep, P, X, U, R, master=b, copy=c if c != b else 0, grad=b,
                         optimizer=k * b, compute=c, reshard=cfg.reshard_after_forward,
                         whole_grads=cfg.microbatches > 1)
@@ -126,7 +127,7 @@ def with_experts(zero, n, ep, params, experts, unit, resident=0, **numbers):
     them kept whole on every rank even under ZeRO-3: the routing biases) and ``experts`` routed-expert
     numbers over their own group, the n / ep ranks holding the same experts.  Under ZeRO-3 ``unit``
     counts a block's gathered experts already; over a group of one rank they stay whole, as under ZeRO-0
-    (fsdp.Unit.resident).  The engine's formula and the planner (plan/experts.py) both."""
+    (flat.FlatBuffer.resident).  The engine's formula and the planner (plan/experts.py) both."""
     parts = [per_rank(zero, n, params - resident, unit, **numbers), per_rank(0, n, resident, 0, **numbers)] \
         if zero == 3 and resident else [per_rank(zero, n, params, unit, **numbers)]
     if experts:

@@ -166,7 +166,7 @@ class Trainer:
             for p in chunk.parameters():
                 uses[id(p)] = uses.get(id(p), 0) + 1
         # ZeRO's cut of each parameter's replicas: (shard, across), HSDP's groups when --dp-shard is given
-        shard = shard_size(cfg)
+        shard = shard_size(cfg.dp, cfg.cp, cfg.dp_shard)
         self.cuts = {False: shard_groups(g, g.dp_cp_comm, shard)}
         if self.edp_comm is not None:
             self.cuts[True] = shard_groups(g, self.edp_comm, max(1, shard // cfg.ep))
