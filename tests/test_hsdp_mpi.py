@@ -23,9 +23,11 @@ CASES = [
     ("dp4.z1.whole", 4, dict(zero=1, whole_tensors=True)),
     ("dp4.z3.whole", 4, dict(zero=3, whole_tensors=True)),
     ("cp2.dp2.hs1.z3", 4, dict(cp=2, dp_shard=1, zero=3)),         # the shard group: the cp pair
+    ("pp2.dp2.z3.whole", 4, dict(pp=2, zero=3, whole_tensors=True)),                  # tied ends: units alone
     ("dp4.ep2.hs2.z3", 4, dict(ep=2, dp_shard=2, zero=3, dims=MIXTRAL_DIMS)),
     ("tp2.dp4.hs2.sp.z3", 8, dict(tp=2, dp_shard=2, zero=3, sequence_parallel=True)),
     ("tp2.dp4.hs2.z1.whole", 8, dict(tp=2, dp_shard=2, zero=1, whole_tensors=True)),
+    ("tp2.pp2.dp2.sp.z2.whole", 8, dict(tp=2, pp=2, zero=2, sequence_parallel=True, whole_tensors=True)),  # late
     ("cp2.dp4.hs2.z2", 8, dict(cp=2, dp_shard=2, zero=2)),
     ("dp8.ep2.hs2.z3", 8, dict(ep=2, dp_shard=2, zero=3, dims=MIXTRAL_DIMS)),     # experts: one rank a group
     ("dp8.ep2.hs4.z2", 8, dict(ep=2, dp_shard=4, zero=2, dims=MIXTRAL_DIMS)),     # experts: two ranks a group

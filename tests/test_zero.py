@@ -81,3 +81,47 @@ def test_a_buffer_hands_its_owner_whole_tensors_shaped_as_the_parameters():
             np.testing.assert_array_equal(data, params()[int(p.name[1:])].data)
         mine[rank] = sorted(p.name for p, _, _ in got)
     assert mine == {0: ["p0", "p1"], 1: ["p2", "p3"]}               # 12 -> 0, 12 -> 1, 5 -> 0, 4 -> 1
+
+
+class _Request:
+    def __init__(self):
+        self.done = False
+
+    def test(self):
+        return self.done
+
+    def wait(self):
+        self.done = True
+
+
+class _Flat:
+    """A buffer whose sum has two phases, each a request the test completes by hand."""
+
+    def __init__(self, name, posted):
+        self.name, self.posted = name, posted
+
+    def reduce_inside(self):
+        self.inside = _Request()
+        return self.inside
+
+    def reduce_across(self):
+        self.posted.append(self.name)
+        self.across = _Request()
+        return self.across
+
+
+def test_second_phases_are_posted_in_the_order_the_sums_started():
+    """HSDP's all-reduce across follows a buffer's reduce-scatter; MPI matches collectives by their
+    order, so b's may not start before a's even when b's reduce-scatter finished first."""
+    from hpcpar.data_parallel.protocol import Sums
+    posted = []
+    sums, a, b = Sums(), _Flat("a", posted), _Flat("b", posted)
+    sums.start(a)
+    sums.start(b)
+    b.inside.done = True
+    assert sums.poll() == [] and posted == []
+    a.inside.done = True
+    assert sums.poll() == [] and posted == ["a", "b"]
+    b.across.done = True
+    assert sums.poll() == [b]                           # done in any order once posted
+    assert sums.poll(keep=0) == [a] and a.across.done and not sums.queue

@@ -36,9 +36,9 @@ class Sum:
     def __init__(self, flat):
         self.flat, self.request, self.second = flat, flat.reduce_inside(), False
 
-    def move(self, block):
-        """Wait for (``block``) or test the phase in flight; post the second once the first is done.
-        True once the sum is complete."""
+    def move(self, block, post=True):
+        """Wait for (``block``) or test the phase in flight; then post the second, if ``post`` (every
+        earlier sum has posted its own).  True once the sum is complete."""
         while True:
             if self.request is not None:
                 if block:
@@ -48,6 +48,8 @@ class Sum:
                 self.request = None
             if self.second:
                 return True
+            if not post:
+                return False
             self.request, self.second = self.flat.reduce_across(), True
 
 
@@ -58,19 +60,25 @@ class Sums:
         self.queue = []
 
     def start(self, flat):
-        self.queue.append(Sum(flat))
+        s = Sum(flat)
+        if s.request is None and all(q.second for q in self.queue):    # no first phase: the second now
+            s.move(False)
+        self.queue.append(s)
 
     def requests(self):
         return [s.request for s in self.queue if s.request is not None]
 
     def poll(self, keep=None):
-        """The buffers whose sums completed, oldest first, removed from the queue: with ``keep``, wait
-        for the oldest until at most ``keep`` are left; then test, and stop at the first still running
-        (so second phases are posted in order)."""
-        done = []
-        while self.queue and self.queue[0].move(keep is not None and len(self.queue) > keep):
-            done.append(self.queue.pop(0).flat)
-        return done
+        """The buffers whose sums completed, removed from the queue: with ``keep``, the oldest are
+        waited for until at most ``keep`` are left, the others tested.  A second phase is posted once
+        every earlier sum has posted its own: in the order the sums started, on every rank alike."""
+        done, still, posted = [], [], True
+        block = len(self.queue) - keep if keep is not None else 0
+        for i, s in enumerate(self.queue):
+            (done if s.move(i < block, posted) else still).append(s)
+            posted = posted and s.second
+        self.queue = still
+        return [s.flat for s in done]
 
 
 class Replicas(StageHooks):
@@ -138,10 +146,12 @@ class Replicas(StageHooks):
         return total
 
     def zero_grad(self):
+        """Zero every gradient this rank holds: the full buffers that exist, and the owned ranges."""
         for f in self.flats:
-            f.owned_grad[...] = 0
             if f.grad is not None:
                 f.grad[...] = 0
+            if f.owned_grad is not f.grad:
+                f.owned_grad[...] = 0
 
     # --- whole tensors, for checkpoints and tests (collective over each buffer's shard group) -------
 

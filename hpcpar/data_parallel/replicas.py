@@ -84,8 +84,10 @@ class DataParallel(Replicas):
         if sorted(id(p) for g in groups for p in g) != sorted(id(p) for p in params):
             raise ValueError("the groups must hold every parameter exactly once")
         groups_of = groups_of or (lambda p: (comm, None))
-        if zero == 0:
+        if zero == 0:                   # each rank owns its buffers whole: the sum is one all-reduce
             one, cut = self_group(), groups_of
+            if any(cut(p)[1] is not None for p in params):
+                raise ValueError("HSDP's groups across need ZeRO 1-3: ZeRO-0 sums over every replica at once")
             groups_of = lambda p: (one, cut(p)[0])                          # noqa: E731
         self._late_ids = {id(p) for p in late}
         kinds = list({tuple(map(id, groups_of(p))): groups_of(p) for p in params}.values())
@@ -99,6 +101,8 @@ class DataParallel(Replicas):
                 flats.append(make([p for p in late if mine(p)]))
                 self.lates.append(flats[-1])
         super().__init__(flats, uses)
+        # HSDP: a sum's all-reduce across follows its reduce-scatter, posted by a poll that sees it done
+        self._two_phases = any(f.shard.size > 1 and f.across is not None for f in flats)
         self.launch_times = []          # perf_counter() of each bucket launch (overlap is measurable)
         # MPICH moves a non-blocking all-reduce on only inside MPI calls, and it needs several of them
         # (one per round of its algorithm): the buckets in flight are tested (MPI_Testall) so that
@@ -121,7 +125,8 @@ class DataParallel(Replicas):
 
     def _progress(self):
         test_all(self.sums.requests())
-        self.sums.poll()
+        if self._two_phases:
+            self.sums.poll()
 
     def _launch(self, i):
         if super()._launch(i):
