@@ -43,6 +43,9 @@ def add_arguments(p):
                    help="TP collectives overlapped with the GEMMs (--no-overlap-tp: exposed, the default)")
     p.add_argument("--fp8", action="store_true", help="linear-layer GEMMs in fp8 (needs an fp8 peak)")
     p.add_argument("--zero", type=int, choices=[0, 1, 2, 3], help="pin the ZeRO stage (3: FSDP)")
+    p.add_argument("--dp-shard", type=int, metavar="N",
+                   help="pin HSDP: ZeRO over groups of N dp ranks, replicated across them (0: over every dp rank; "
+                        "default: on several nodes both tried, the groups filling part of a node)")
     p.add_argument("--recompute", choices=["none", "selective", "full"], help="pin the recomputation")
     p.add_argument("--cp", type=int, default=1, help="context-parallel size (default 1)")
     p.add_argument("--ep", type=int, default=0,
@@ -136,6 +139,8 @@ def _space(args):
             raise UsageError(f"{what} does not divide the {args.gpus} GPUs")
     if args.zero is not None:
         fixed["zero"] = args.zero
+    if args.dp_shard is not None:
+        fixed["dp_shard"] = args.dp_shard
     if args.recompute:
         fixed["recompute"] = args.recompute
     if args.cp_kind:

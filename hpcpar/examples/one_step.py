@@ -121,7 +121,7 @@ def main(argv=None):
     parser.add_argument("--expand", type=int, default=1, help="blocks traced in detail (default 1)")
     args = parser.parse_args(argv)
 
-    from hpcpar.data_parallel.buckets import FlatSlice
+    from hpcpar.data_parallel.flat import FlatSlice
     from hpcpar.data import MarkovLanguage
     from hpcpar.nn import GPT, Context
     from hpcpar.nn.gpt import preset

@@ -65,6 +65,11 @@ class TrainConfig:
                                             "backward of the step", group="layout")
     fsdp_blocks: int = opt(1, "--zero 3: blocks per unit (gathered and freed together)", group="layout",
                            bound="count")
+    dp_shard: int = opt(0, "HSDP: ZeRO cuts its state over groups of N data-parallel ranks (x cp) and replicates "
+                           "it across the groups - reduce-scatter and gather inside a group, all-reduce across "
+                           "(0: over all of dp x cp; docs/zero.md)", group="layout", bound="natural")
+    whole_tensors: bool = opt(False, "ZeRO: each parameter lives whole on one rank of its group, balanced by size, "
+                                     "instead of equal ranges of the flat buffers", group="layout")
     memory_budget: float = opt(0.0, "refuse to start when a rank would hold more than this many GB of parameters, "
                                     "gradients, optimizer state and gathered units (0: no limit)", group="layout",
                                bound="natural")
@@ -359,6 +364,22 @@ def check_zero(cfg):
                          f"to shard; use --zero 0 (or more ranks: --dp)")
     if cfg.zero != 3 and (cfg.fsdp_blocks != 1 or not cfg.reshard_after_forward):
         raise UsageError("--fsdp-blocks and --no-reshard-after-forward shape ZeRO-3's units: they need --zero 3")
+    if (cfg.dp_shard or cfg.whole_tensors) and not cfg.zero:
+        raise UsageError(f"--{'dp-shard' if cfg.dp_shard else 'whole-tensors'} shapes how ZeRO cuts its state: "
+                         f"it needs --zero 1, 2 or 3")
+    if cfg.dp_shard:
+        shard = cfg.dp_shard * cfg.cp
+        if cfg.dp % cfg.dp_shard:
+            raise UsageError(f"--dp-shard {cfg.dp_shard} must divide dp = {cfg.dp}: shard groups of equal size")
+        if cfg.zero >= 2 and shard == 1:
+            raise UsageError(f"--zero {cfg.zero} shards over dp-shard x cp = 1 rank: there is nothing to shard; "
+                             f"use --zero 0 (or a larger --dp-shard)")
+        if shard % cfg.ep and cfg.ep % shard:
+            raise UsageError(f"--dp-shard {cfg.dp_shard} x cp {cfg.cp} = {shard} and --ep {cfg.ep} must divide "
+                             f"one another: each shard group holds whole expert groups, or lies inside one")
+    if cfg.whole_tensors and cfg.memory_budget:
+        raise UsageError("--memory-budget counts equal ranges of the flat buffers; --whole-tensors balances "
+                         "whole tensors instead: give one of them")
     if cfg.memory_budget and cfg.model == "mlp":
         raise UsageError("--memory-budget needs a GPT model (the planner's memory formula knows no MLP)")
 

@@ -29,6 +29,7 @@ from hpcpar.comm.device import select_device
 from hpcpar.training.config import check
 from hpcpar.context_parallel import check_context_parallel, parallelize_context
 from hpcpar.data import MarkovLanguage, Regression, TokenFile, validation_file
+from hpcpar.data_parallel.protocol import shard_groups
 from hpcpar.data_parallel.replicas import DataParallel
 from hpcpar.data_parallel.fsdp import FullyShardedDataParallel
 from hpcpar.comm.grid import ParallelGrid
@@ -36,7 +37,7 @@ from hpcpar.nn import GPT, Context, MLPConfig, MLPModel
 from hpcpar.training import plug
 from hpcpar.training.documents import DocumentFigures
 from hpcpar.training.expert_load import ExpertLoad, moe_layers
-from hpcpar.expert_parallel.dispatch import expert_data_group, expert_group, parallelize_experts
+from hpcpar.expert_parallel.dispatch import expert_groups, parallelize_experts
 from hpcpar.nn.dims import parse_dims
 from hpcpar.nn.gpt import preset
 from hpcpar.nn.moe import check_moe, moe_options
@@ -52,7 +53,7 @@ from hpcpar.pipeline.schedules import KINDS
 from hpcpar.runtime import UsageError
 from hpcpar.tensor_parallel import parallelize
 from hpcpar.tensor_parallel.parallelize import check_divisible
-from hpcpar.data_parallel.zero_memory import check_budget
+from hpcpar.data_parallel.zero_memory import check_budget, shard_size
 
 
 StepResult = namedtuple("StepResult", "loss grad_norm lr skipped stop")
@@ -178,17 +179,24 @@ class Trainer:
         for chunk in self.chunks:
             for p in chunk.parameters():
                 uses[id(p)] = uses.get(id(p), 0) + 1
+        # ZeRO's cut of each parameter's replicas: (shard, across), HSDP's groups when --dp-shard is given
+        shard = shard_size(cfg.dp, cfg.cp, cfg.dp_shard)
+        self.cuts = {False: shard_groups(g, g.dp_cp_comm, shard)}
+        if self.edp_comm is not None:
+            self.cuts[True] = shard_groups(g, self.edp_comm, max(1, shard // cfg.ep))
         if cfg.zero == 3:
             # the routing biases, moved after the step on every rank alike (nn/moe.py), stay whole
             biases = [m.bias for m in moe_layers(self.chunks).values() if m.bias is not None]
             self.dp = FullyShardedDataParallel(self.chunks, g.dp_cp_comm, uses, self.compute, alone=self.tied,
                                                blocks_per_unit=cfg.fsdp_blocks,
                                                reshard_after_forward=cfg.reshard_after_forward,
-                                               comm_of=self.replica_comm, whole=biases)
+                                               groups_of=self.groups_of, whole=biases,
+                                               whole_tensors=cfg.whole_tensors)
         else:
             self.dp = DataParallel(params, g.dp_cp_comm, cfg.bucket_mb, cfg.zero, late=self.tied + partial,
                                    uses=uses, compute_dtype=self.compute, groups=self._grad_groups(),
-                                   comm_of=self.replica_comm)
+                                   groups_of=self.groups_of, whole_tensors=cfg.whole_tensors)
+        self.dp.attach(self.chunks)                     # the stages report to it (nn/stage.py's door)
         self.partial = partial
         self.optimizer = make_optimizer(cfg.optimizer, cfg.lr, cfg.momentum, cfg.beta1, cfg.beta2, cfg.eps,
                                         cfg.weight_decay)
@@ -223,13 +231,12 @@ class Trainer:
         chunks = list(held.values())
         if cfg.model != "mlp" and (mcfg.tied or mcfg.mtp_depth) and S > 1 and 0 in held and S - 1 in held:
             held[S - 1].tie_to(held[0].embed.wte)           # one rank holds both ends (pp = 1 interleaved, a V)
-        self.ep_comm = ep_comm = expert_group(g.dp_cp_comm, cfg.ep) if cfg.ep > 1 else None
-        self.edp_comm = expert_data_group(g.dp_cp_comm, cfg.ep) if cfg.ep > 1 else None
+        self.ep_comm, self.edp_comm = expert_groups(g, cfg.ep) if cfg.ep > 1 else (None, None)
         for chunk in chunks:
             parallelize(chunk, g.tp_comm, cfg.sequence_parallel)
             parallelize_context(chunk, g.cp_comm, cfg.cp_kind)
-            if ep_comm is not None:
-                parallelize_experts(chunk, ep_comm)
+            if self.ep_comm is not None:
+                parallelize_experts(chunk, self.ep_comm)
             chunk.set_recompute(cfg.recompute, cfg.recompute_attention)
         return chunks
 
@@ -306,7 +313,7 @@ class Trainer:
             trace.active().span("data", "data", start, time.perf_counter())
         self.dp.start_step()
         dloss = self.scaler.scale / self.loss_terms         # fp16: the loss scaled up (precision.py)
-        losses = self.engine.run(inputs, targets, contexts, dloss, self.dp.grads_ready)
+        losses = self.engine.run(inputs, targets, contexts, dloss)
         self.dp.finish(self._late_sums())
         return losses
 
@@ -407,9 +414,14 @@ class Trainer:
         dp x cp, or an expert's (dp x cp) / ep (expert_parallel/dispatch.py)."""
         return self.edp_comm if p.expert else self.grid.dp_cp_comm
 
+    def groups_of(self, p):
+        """(shard, across): the groups ZeRO cuts ``p``'s state over and all-reduces its owned range over
+        (protocol.shard_groups)."""
+        return self.cuts[p.expert]
+
     def communicators(self):
-        """The grid's communicators and the expert-parallel ones (counted in the summary, profiled)."""
-        return self.grid.communicators() + ([self.ep_comm, self.edp_comm] if self.ep_comm is not None else [])
+        """The grid's communicators, the folded ones too (counted in the summary, profiled)."""
+        return self.grid.communicators()
 
     def parameters(self):
         """This rank's parameters, each once (one rank may hold both ends of a tied embedding)."""
