@@ -9,7 +9,7 @@ from hpcpar.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoin
 from hpcpar.checkpoint.consolidated import export, init_from, read_weights
 from hpcpar.checkpoint.convert import convert, inspect
 from hpcpar.checkpoint.files import CheckpointError
-from hpcpar.runtime import AgreedError
+from hpcpar.runtime import AgreedError, UsageError
 from mpitools import hpcpar, run
 from train_helpers import trainer
 
@@ -109,7 +109,7 @@ def test_damaged_checkpoint_is_named(solo, tmp_path, how, message):
 
 def test_other_model_is_refused(solo, tmp_path):
     saved(solo, tmp_path)
-    with pytest.raises(AgreedError, match="different model"):
+    with pytest.raises(UsageError, match="holds another model: hidden = 32 there, 64 in this run"):
         load_checkpoint(trainer(solo, hidden=64), tmp_path / "ck")
 
 
