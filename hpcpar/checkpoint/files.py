@@ -94,6 +94,8 @@ def probe(directory):
         fd = os.open(test, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
         os.close(fd)
         os.unlink(test)
+    except FileExistsError:                    # mkdir of a path that is a file
+        return "it is a file, not a directory"
     except OSError as err:
         return err.strerror or str(err)
     return None
