@@ -32,9 +32,9 @@ STOP_SIGNALS = (signal.SIGTERM, signal.SIGUSR1)
 
 
 class Loop:
-    def __init__(self, cfg, comm=None, out=sys.stdout):
+    def __init__(self, cfg, comm=None, out=None):
         self.trainer = Trainer(cfg, comm)
-        self.cfg, self.out = self.trainer.cfg, out
+        self.cfg, self.out = self.trainer.cfg, out or sys.stdout     # (the stdout of now, not of the import)
         self.grid = self.trainer.grid
         self.root = self.grid.rank_id == 0
         self.history = []          # (step, loss, grad_norm, lr, seconds)
