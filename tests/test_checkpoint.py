@@ -230,3 +230,36 @@ def test_convert_writes_through_partial_and_never_over_a_checkpoint(solo, tmp_pa
     monkeypatch.delenv("HPCPAR_FAULT")
     convert(ck, out)                                        # the half-written copy is no obstacle
     assert load_checkpoint(trainer(solo), out) == 2
+
+
+def test_the_lock_refuses_a_live_run_and_takes_over_a_gone_ones(tmp_path, monkeypatch):
+    """checkpoint/lock.py alone: the holder named; a stale lock (its pid gone from this host, or this
+    Slurm job's) taken over; two takers of one stale lock never both hold it."""
+    import socket
+    import subprocess
+    from hpcpar.checkpoint import lock
+    live = subprocess.Popen(["sleep", "60"])
+    gone = subprocess.Popen(["true"])
+    gone.wait()
+    host = socket.gethostname()
+    path = tmp_path / "lock"
+    try:
+        path.write_text(json.dumps({"host": host, "pid": live.pid, "job": "77", "since": "then"}))
+        with pytest.raises(UsageError, match=f"is in use by another run \\(pid {live.pid} on {host}, Slurm job 77"):
+            lock.acquire(tmp_path)
+        path.write_text(json.dumps({"host": "elsewhere", "pid": live.pid, "job": "77", "since": "then"}))
+        monkeypatch.setenv("SLURM_JOB_ID", "77")               # this job's earlier attempt: over
+        assert lock.acquire(tmp_path) == path and json.loads(path.read_text())["pid"] == os.getpid()
+        monkeypatch.delenv("SLURM_JOB_ID")
+        stale = {"host": host, "pid": gone.pid, "job": None, "since": "then"}
+        fresh = {"host": host, "pid": live.pid, "job": None, "since": "now"}
+        path.write_text(json.dumps(stale))
+        path.rename(tmp_path / "held")                  # the other taker moved it first and took the lock:
+        path.write_text(json.dumps(fresh))
+        lock._take_over(path, stale, lock._me())         # this one's rename finds a fresh lock and puts it back
+        assert json.loads(path.read_text()) == fresh
+        lock.release(path)                               # not ours: left alone
+        assert path.exists()
+    finally:
+        live.kill()
+        live.wait()

@@ -63,6 +63,8 @@ def acquire(directory):
             fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
         except FileExistsError:
             held = _read(path)
+            if held is None and not path.exists():  # released meanwhile: try again
+                continue
             if held is None:
                 raise UsageError(f"{path} exists but says no run (a run killed while taking it?): remove it "
                                  f"if no run writes to {directory}") from None
@@ -71,7 +73,7 @@ def acquire(directory):
                 raise UsageError(f"{directory} is in use by another run (pid {held['pid']} on {held['host']}{job}, "
                                  f"since {held.get('since', '?')}): two runs in one checkpoint directory delete "
                                  f"each other's steps; wait for it to end, or remove {path} if it is gone") from None
-            path.unlink(missing_ok=True)
+            _take_over(path, held, me)
             continue
         with os.fdopen(fd, "w") as f:
             f.write(json.dumps(me) + "\n")
@@ -79,6 +81,22 @@ def acquire(directory):
             os.fsync(f.fileno())
         return path
     raise UsageError(f"{directory}: another run took its lock at the same time; start one run at a time")
+
+
+def _take_over(path, held, me):
+    """Move the stale lock ``held`` out of the way.  Two runs may judge it stale at once: the one whose
+    rename finds a fresh lock instead (the other's, made meanwhile) puts that one back."""
+    grave = path.with_name(f"{LOCK}.{me['host']}.{me['pid']}.stale")
+    try:
+        os.rename(path, grave)
+    except FileNotFoundError:                   # the other run moved it first
+        return
+    if _read(grave) != held:
+        try:
+            os.link(grave, path)
+        except FileExistsError:
+            pass
+    grave.unlink(missing_ok=True)
 
 
 def release(path):
