@@ -189,7 +189,9 @@ def test_nan_weights_are_refused_before_the_first_step(said, tmp_path, solo):
      "--stages 4 x --microbatches 1000000000 = 4,000,000,000 forwards: hpcpar schedule draws at most 32,768"),
     (["train", *TINY, "--save", "{tmp}/a-file/ck"], "--save: cannot write to {tmp}/a-file/ck: "),
     (["train", *TINY, "--metrics", "{tmp}/a-file/m.jsonl"], "--metrics: cannot write to {tmp}/a-file: "),
-], ids=lambda v: " ".join(v)[:40] if isinstance(v, list) else None)
+], ids=["lr-nan", "weight-decay-inf", "toml-lr-nan", "toml-eps-inf", "min-lr-above-lr", "capacity-nan", "seed",
+        "skip-limit", "partition-words", "temperature-nan", "generate-seed", "plan-gpus", "plan-hbm-nan",
+        "schedule-microbatches", "save-unwritable", "metrics-unwritable"])
 def test_every_number_and_output_is_checked_before_the_first_step(said, tmp_path, args, message):
     (tmp_path / "a-file").write_text("a file, not a directory")
     args = [a.format(tmp=tmp_path) for a in args]
