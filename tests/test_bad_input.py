@@ -179,6 +179,8 @@ def test_nan_weights_are_refused_before_the_first_step(said, tmp_path, solo):
     (["train", *TINY, "--seed", "-1"], "--seed must not be negative, got -1"),
     (["train", *TINY, "--skip-limit", "0"], "--skip-limit must be at least 1, got 0"),
     (["train", *TINY, "--pp", "1", "--partition", "a,b"], "--partition a,b: need 1 non-negative block counts"),
+    (["train", *TINY, "--microbatches", "1000000000", "--batch-size", "1000000000"],
+     "--microbatches 1000000000: a step runs at most 65,536 micro-batches per data-parallel rank"),
     (["generate", "{tmp}", "--temperature", "nan"], "argument --temperature: must be a finite number, not 'nan'"),
     (["generate", "{tmp}", "--seed", "-1"], "--seed must not be negative, got -1"),
     (["plan", "--model", "gpt3-175b", "--gpus", "1000000000000", "--global-batch", "1536", "--seq-len", "2048"],
@@ -190,7 +192,7 @@ def test_nan_weights_are_refused_before_the_first_step(said, tmp_path, solo):
     (["train", *TINY, "--save", "{tmp}/a-file/ck"], "--save: cannot write to {tmp}/a-file/ck: "),
     (["train", *TINY, "--metrics", "{tmp}/a-file/m.jsonl"], "--metrics: cannot write to {tmp}/a-file: "),
 ], ids=["lr-nan", "weight-decay-inf", "toml-lr-nan", "toml-eps-inf", "min-lr-above-lr", "capacity-nan", "seed",
-        "skip-limit", "partition-words", "temperature-nan", "generate-seed", "plan-gpus", "plan-hbm-nan",
+        "skip-limit", "partition-words", "microbatches", "temperature-nan", "generate-seed", "plan-gpus", "plan-hbm-nan",
         "schedule-microbatches", "save-unwritable", "metrics-unwritable"])
 def test_every_number_and_output_is_checked_before_the_first_step(said, tmp_path, args, message):
     (tmp_path / "a-file").write_text("a file, not a directory")

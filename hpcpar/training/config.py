@@ -179,6 +179,7 @@ class TrainConfig:
 
 
 DEFAULT_MODEL = "tiny"          # --model when neither the flag nor an --init-from file names one
+MAX_MICROBATCHES = 2 ** 16      # per step and data-parallel rank: the schedule (built before the first step) stays small
 PRESET_LR = {"tiny": 1e-2, "small": 3e-3, "gpt2": 6e-4, "llama-tiny": 1e-2, "llama-small": 3e-3, "moe-tiny": 1e-2,
              "mixtral-tiny": 1e-2, "qwen3-moe-tiny": 1e-2, "mlp": 1e-2}
 
@@ -308,6 +309,9 @@ def _check_layout(cfg, world):
                          + " or ".join(name for name, kind in KINDS.items() if kind.chunked))
     if cfg.microbatches == 0:
         cfg.microbatches = cfg.pp
+    if cfg.microbatches > MAX_MICROBATCHES:             # the schedule is built and checked before step 1
+        raise UsageError(f"--microbatches {cfg.microbatches}: a step runs at most {MAX_MICROBATCHES:,} micro-batches "
+                         f"per data-parallel rank")
     if cfg.batch_size % (cfg.dp * cfg.microbatches):
         raise UsageError(f"--batch-size {cfg.batch_size} must divide into dp x microbatches = {cfg.dp} x "
                          f"{cfg.microbatches} = {cfg.dp * cfg.microbatches} equal micro-batches")
