@@ -246,3 +246,13 @@ def test_ids_past_the_vocabulary_are_refused_on_every_tensor_parallel_rank(comm,
     if comm.rank == 0:
         assert err.strip() == (f"hpcpar: error: {d / 'train.bin'} holds token id 30 but {d / 'meta.json'} says "
                                f"vocab_size = 20: the ids must be below it (a meta.json of other data?)")
+
+
+def test_generate_from_a_checkpoint_converted_from_weights_is_one_line(said, tmp_path, solo):
+    """Such a checkpoint records no model options: a KeyError '' before, now the way to go."""
+    from hpcpar.checkpoint.convert import convert
+    export(trainer(solo, model="tiny", layers=2, hidden=16, heads=2, seq_len=8), tmp_path / "w.safetensors")
+    convert(tmp_path / "w.safetensors", tmp_path / "ck")
+    line = said(["generate", tmp_path / "ck", "--max-tokens", "2"])
+    assert line == (f"hpcpar generate: {tmp_path / 'ck' / 'step-00000000'} does not record its model (a checkpoint "
+                    f"converted from weights): generate from the weights file itself")

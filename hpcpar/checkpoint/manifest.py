@@ -67,7 +67,7 @@ def check_manifest(m, step_dir):
     if not isinstance(m, dict) or m.get("format") != FORMAT:
         raise CheckpointError(f"{where}: not an hpcpar checkpoint (format "
                               f"{m.get('format') if isinstance(m, dict) else None!r})")
-    for key, kind in (("step", int), ("tensors", dict), ("files", dict), ("optimizer", dict)):
+    for key, kind in (("step", int), ("tensors", dict), ("files", dict), ("optimizer", dict), ("layout", dict)):
         if not isinstance(m.get(key), kind) or isinstance(m.get(key), bool):
             raise CheckpointError(f"{where} lacks a valid {key!r}")
     folder = folder_step(step_dir)
