@@ -187,13 +187,15 @@ def test_nan_weights_are_refused_before_the_first_step(said, tmp_path, solo):
      "--gpus 1,000,000,000,000: the planner takes jobs of at most 1,048,576 GPUs"),
     (["plan", "--model", "gpt3-175b", "--gpus", "64", "--global-batch", "64", "--seq-len", "2048", "--hbm-gbps",
       "nan"], "argument --hbm-gbps: must be a finite number, not 'nan'"),
+    (["grid", "--tp", "1000000", "--pp", "1000000", "--dp", "1000000", "--world", "1000000000000000000"],
+     "--world 1,000,000,000,000,000,000: hpcpar grid draws maps of at most 4,096 ranks"),
     (["schedule", "--stages", "4", "--microbatches", "1000000000"],
      "--stages 4 x --microbatches 1000000000 = 4,000,000,000 forwards: hpcpar schedule draws at most 32,768"),
     (["train", *TINY, "--save", "{tmp}/a-file/ck"], "--save: cannot write to {tmp}/a-file/ck: "),
     (["train", *TINY, "--metrics", "{tmp}/a-file/m.jsonl"], "--metrics: cannot write to {tmp}/a-file: "),
 ], ids=["lr-nan", "weight-decay-inf", "toml-lr-nan", "toml-eps-inf", "min-lr-above-lr", "capacity-nan", "seed",
-        "skip-limit", "partition-words", "microbatches", "temperature-nan", "generate-seed", "plan-gpus", "plan-hbm-nan",
-        "schedule-microbatches", "save-unwritable", "metrics-unwritable"])
+        "skip-limit", "partition-words", "microbatches", "temperature-nan", "generate-seed", "plan-gpus",
+        "plan-hbm-nan", "grid-world", "schedule-microbatches", "save-unwritable", "metrics-unwritable"])
 def test_every_number_and_output_is_checked_before_the_first_step(said, tmp_path, args, message):
     (tmp_path / "a-file").write_text("a file, not a directory")
     args = [a.format(tmp=tmp_path) for a in args]

@@ -9,6 +9,7 @@ with --world N the map is computed without MPI, for any N (teaching and planning
   hpcpar grid --tp 4 --pp 2 --dp 2 --world 16 --ranks-per-node 8   (+ nodes, and which link each group uses)
 """
 HELP = "print the rank map of a tp x cp x pp x dp grid"
+MAX_WORLD = 4096        # ranks of the largest map drawn without MPI (seconds; 16,384 took 30 s)
 
 
 def add_arguments(p):
@@ -28,6 +29,9 @@ def add_arguments(p):
 def run(args):
     from hpcpar.comm.grid import GridLayout
     if args.world is not None:
+        if args.world > MAX_WORLD:
+            from hpcpar.runtime import UsageError
+            raise UsageError(f"--world {args.world:,}: hpcpar grid draws maps of at most {MAX_WORLD:,} ranks")
         layout = GridLayout(args.world, args.order, tp=args.tp, pp=args.pp, dp=args.dp, cp=args.cp)
         print(layout.describe())
         print()
