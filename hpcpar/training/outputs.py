@@ -26,10 +26,15 @@ def checkpoint_dir(cfg):
 
 
 def _attempt(fn, *args):
+    """(fn(*args), None), or (None, the UsageError to agree on)."""
     try:
         return fn(*args), None
-    except (UsageError, CheckpointError) as err:
-        return None, err if isinstance(err, UsageError) else UsageError(str(err))
+    except UsageError as err:
+        return None, err
+    except CheckpointError as err:
+        return None, UsageError(str(err))
+    except OSError as err:
+        return None, UsageError(f"{err.filename or ''}: {err.strerror or err}")
 
 
 def claim(cfg, grid):
