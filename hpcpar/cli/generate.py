@@ -28,6 +28,15 @@ def add_arguments(p):
 
 
 def run(args):
+    from hpcpar.checkpoint.files import CheckpointError
+    from hpcpar.runtime import UsageError
+    try:
+        return _generate(args)
+    except CheckpointError as err:         # a damaged, altered or poisoned file the user named: bad input
+        raise UsageError(f"hpcpar generate: {err}") from None
+
+
+def _generate(args):
     from hpcpar.runtime import UsageError
     from hpcpar.training.text import EOT, load_tokenizer
     from mpi4py import MPI

@@ -24,7 +24,6 @@ from pathlib import Path
 
 import numpy as np
 
-from hpcpar.checkpoint.files import CheckpointError
 from hpcpar.checkpoint.gpt2 import check_tensors
 from hpcpar.checkpoint.hf import expected_shapes, read_architecture
 from hpcpar.nn.gpt import GPT, GPTConfig
@@ -80,10 +79,7 @@ def load_model(path, dtype="float32"):
     if not path.exists():
         raise UsageError(f"hpcpar generate: {path} not found")
     is_checkpoint = path.is_dir() and ((path / "latest").is_file() or (path / "manifest.json").is_file())
-    try:
-        mcfg, weights, tokenizer = (_checkpoint_model if is_checkpoint else _weights_model)(path)
-    except CheckpointError as err:                  # damaged, altered, NaN weights: one line, exit 2
-        raise UsageError(f"hpcpar generate: {err}") from None
+    mcfg, weights, tokenizer = (_checkpoint_model if is_checkpoint else _weights_model)(path)
     check_tensors(path, {n: w.shape for n, w in weights.items()}, expected_shapes(mcfg))
     model = GPT(mcfg, dtype=dtype)
     for p in model.parameters():
