@@ -24,6 +24,10 @@ numbers: docs/planning.md.
 """
 import argparse
 
+from hpcpar.cli import finite
+
+MAX_GPUS = 2 ** 20      # the largest job planned (the search itself takes seconds at this size)
+
 HELP = "rank layouts of a training job by predicted step time and memory (no MPI)"
 
 
@@ -65,7 +69,7 @@ def add_arguments(p):
     for flag, what in (("intra-gbps", "NVLink bandwidth per GPU, one direction, GB/s"),
                        ("inter-gbps", "network bandwidth per GPU, GB/s"), ("memory-gib", "memory per GPU, GiB"),
                        ("hbm-gbps", "memory bandwidth, GB/s")):
-        p.add_argument(f"--{flag}", type=float, help=f"override the hardware profile's {what}")
+        p.add_argument(f"--{flag}", type=finite, help=f"override the hardware profile's {what}")
     p.add_argument("--validate", nargs="?", const="", metavar="MATCH",
                    help="predicted vs published throughput and memory of the published runs (those whose "
                         "name contains MATCH)")
@@ -94,6 +98,8 @@ def _job(args):
     for name in ("gpus", "global_batch", "seq_len", "top"):
         if getattr(args, name) < 1:
             raise UsageError(f"--{name.replace('_', '-')} must be a positive integer")
+    if args.gpus > MAX_GPUS:
+        raise UsageError(f"--gpus {args.gpus:,}: the planner takes jobs of at most {MAX_GPUS:,} GPUs")
     hw = with_overrides(load_hardware(args.hardware), args)
     gpn = args.gpus_per_node or hw.gpus_per_node
     if gpn < 1:
@@ -114,7 +120,7 @@ def with_overrides(hw, args):
     from hpcpar.runtime import UsageError
     given = {k: getattr(args, k) for k in ("intra_gbps", "inter_gbps", "memory_gib", "hbm_gbps")
              if getattr(args, k) is not None}
-    if any(v <= 0 for v in given.values()):
+    if any(not v > 0 for v in given.values()):
         raise UsageError("--intra-gbps, --inter-gbps, --memory-gib and --hbm-gbps must be positive")
     changes = {"intra": replace(hw.intra, bandwidth=given["intra_gbps"] * 1e9) if "intra_gbps" in given else hw.intra,
                "inter": replace(hw.inter, bandwidth=given["inter_gbps"] * 1e9) if "inter_gbps" in given else hw.inter,

@@ -11,6 +11,8 @@ refused with one line and exit status 2 on every rank, before any rank communica
 import argparse
 from dataclasses import fields
 
+from hpcpar.cli import finite
+
 HELP = "train a model on a tp x cp x pp x dp grid"
 
 
@@ -28,7 +30,8 @@ def add_arguments(p):
             else:
                 group.add_argument(flag, action="store_true", default=argparse.SUPPRESS, help=help_)
         else:
-            group.add_argument(flag, type=type(f.default), choices=choices, default=argparse.SUPPRESS,
+            kind = finite if isinstance(f.default, float) else type(f.default)
+            group.add_argument(flag, type=kind, choices=choices, default=argparse.SUPPRESS,
                                metavar=None if choices else f.name.upper(),
                                help=f"{help_} (default: {f.default!r})")
 

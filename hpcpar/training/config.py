@@ -10,6 +10,7 @@ field with its group and bound, and a rule between options a line in its group's
 Every check uses the options, the files they name and the world size only, so a bad configuration is
 refused with the same one-line message on every rank, before any rank communicates (hpcpar/runtime.py).
 """
+import math
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 
@@ -166,6 +167,8 @@ class TrainConfig:
     grad_clip: float = opt(1.0, "clip the global gradient norm to this (0 disables)", group="optim", bound="natural")
     nonfinite: str = opt("stop", "on a NaN/inf loss: stop (after saving the last good step) or skip the step",
                          ["stop", "skip"], "optim")
+    skip_limit: int = opt(10, "--nonfinite skip: stop as --nonfinite stop does after this many steps skipped in a "
+                              "row", group="optim", bound="count")
     # --- numerics and backend ---------------------------------------------------------------
     dtype: str = opt("float32", "parameter and activation dtype", ["float32", "float64"], "run")
     precision: str = opt("fp32", "fp16/bf16: activations and GEMMs in that dtype, fp32 master weights and "
@@ -205,6 +208,7 @@ class TrainConfig:
 
 
 DEFAULT_MODEL = "tiny"          # --model when neither the flag nor an --init-from file names one
+MAX_MICROBATCHES = 2 ** 16      # per step and data-parallel rank: the schedule (built before the first step) stays small
 PRESET_LR = {"tiny": 1e-2, "small": 3e-3, "gpt2": 6e-4, "llama-tiny": 1e-2, "llama-small": 3e-3, "moe-tiny": 1e-2,
              "mixtral-tiny": 1e-2, "qwen3-moe-tiny": 1e-2, "deepseek-tiny": 1e-2, "mlp": 1e-2}
 
@@ -249,7 +253,7 @@ def config_from(args):
     argparse namespace holds only the flags the user gave (the CLI's defaults are SUPPRESS)."""
     values = load_toml(args.config) if args.config else {}
     values.update({f.name: getattr(args, f.name) for f in fields(TrainConfig) if hasattr(args, f.name)})
-    if values.get("capacity_factor", 1) <= 0:       # given: dropless is the option left out, not a factor
+    if not values.get("capacity_factor", 1) > 0:    # given: dropless is the option left out, not a factor
         raise UsageError(f"--capacity-factor must be positive, got {values['capacity_factor']} (dropless routing, "
                          f"every choice computed, is the default: leave the option out)")
     return TrainConfig(**values)
@@ -280,6 +284,10 @@ def check_options(cfg, world):
         choices = f.metadata["choices"]
         if choices and getattr(cfg, f.name) not in choices:
             raise UsageError(f"{_flag(f.name)} must be one of {', '.join(choices)}, not {getattr(cfg, f.name)!r}")
+    for f in fields(TrainConfig):
+        value = getattr(cfg, f.name)
+        if isinstance(value, float) and not math.isfinite(value):     # NaN passes "v <= 0": asked first
+            raise UsageError(f"{_flag(f.name)} must be a finite number, got {value}")
     if cfg.lr == 0:
         cfg.lr = PRESET_LR[cfg.model]
     for f in fields(TrainConfig):
@@ -332,6 +340,9 @@ def _check_layout(cfg, world):
                          + " or ".join(name for name, kind in KINDS.items() if kind.chunked))
     if cfg.microbatches == 0:
         cfg.microbatches = cfg.pp
+    if cfg.microbatches > MAX_MICROBATCHES:             # the schedule is built and checked before step 1
+        raise UsageError(f"--microbatches {cfg.microbatches}: a step runs at most {MAX_MICROBATCHES:,} micro-batches "
+                         f"per data-parallel rank")
     if cfg.batch_size % (cfg.dp * cfg.microbatches):
         raise UsageError(f"--batch-size {cfg.batch_size} must divide into dp x microbatches = {cfg.dp} x "
                          f"{cfg.microbatches} = {cfg.dp * cfg.microbatches} equal micro-batches")
@@ -387,6 +398,9 @@ def check_zero(cfg):
 def _check_optim(cfg, world):
     if cfg.min_lr < 0:
         cfg.min_lr = cfg.lr / 10
+    if cfg.min_lr > cfg.lr:
+        raise UsageError(f"--min-lr {cfg.min_lr} is above the peak --lr {cfg.lr}: the cosine decays from --lr "
+                         f"down to --min-lr")
 
 
 def _check_data(cfg, world):

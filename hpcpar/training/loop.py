@@ -22,7 +22,8 @@ from hpcpar.gemm_speed import gemm_throughput
 from hpcpar.pipeline.bubble import engine_window
 from hpcpar.precision import grads_overflowed
 from hpcpar.training.profiler import Profiler, report as profile_report
-from hpcpar.runtime import EXIT_FAILURE, EXIT_PREEMPTED
+from hpcpar.runtime import EXIT_FAILURE, EXIT_PREEMPTED, RunFault
+from hpcpar.training import outputs
 from hpcpar.training.summary import summarize
 from hpcpar.training.text import tokenizer_of
 from hpcpar.training.train import Trainer
@@ -31,9 +32,9 @@ STOP_SIGNALS = (signal.SIGTERM, signal.SIGUSR1)
 
 
 class Loop:
-    def __init__(self, cfg, comm=None, out=sys.stdout):
+    def __init__(self, cfg, comm=None, out=None):
         self.trainer = Trainer(cfg, comm)
-        self.cfg, self.out = self.trainer.cfg, out
+        self.cfg, self.out = self.trainer.cfg, out or sys.stdout     # (the stdout of now, not of the import)
         self.grid = self.trainer.grid
         self.root = self.grid.rank_id == 0
         self.history = []          # (step, loss, grad_norm, lr, seconds)
@@ -49,6 +50,7 @@ class Loop:
     def start(self):
         """Resume from the latest checkpoint, or load initial weights; returns the first step."""
         cfg = self.cfg
+        self.run_id = outputs.run_id(cfg, self.grid)      # refuses a --save into another run's directory
         if cfg.resume:
             done = checkpoint.load_checkpoint(self.trainer, cfg.resume)
             if done is not None:
@@ -59,26 +61,14 @@ class Loop:
             init_from(self.trainer, cfg.init_from)
         return 0
 
-    def save(self, completed):
-        directory = self.cfg.save or self.cfg.resume
+    def save(self, completed, rotate=True):
+        """A checkpoint after ``completed`` steps; ``rotate`` False (the stop paths) deletes no older one."""
+        directory = outputs.checkpoint_dir(self.cfg)
         if directory:
             self.watch.enter("checkpoint")
-            path = checkpoint.save_checkpoint(self.trainer, directory, completed, self.cfg.keep)
+            path = checkpoint.save_checkpoint(self.trainer, directory, completed, self.cfg.keep if rotate else 0,
+                                              self.run_id)
             self._print(f"checkpoint: {path}")
-
-    def _make_output_dirs(self):
-        """Rank 0 writes these files; their folders may not exist yet (agreed: no rank runs ahead)."""
-        from pathlib import Path
-        from hpcpar.runtime import agree
-        error = None
-        if self.root:
-            try:
-                for f in (self.cfg.metrics, self.cfg.trace, self.cfg.summary_json, self.cfg.export):
-                    if f:
-                        Path(f).parent.mkdir(parents=True, exist_ok=True)
-            except OSError as err:
-                error = err
-        agree(self.grid.world_comm.mpi, error)
 
     def _stop_handler(self):
         """SIGTERM / SIGUSR1 (Slurm's --signal) only set a flag: the step in progress finishes, every
@@ -91,8 +81,15 @@ class Loop:
             signal.signal(sig, handler)
 
     def run(self):
+        """The run: its outputs probed and its checkpoint directory locked first (outputs.py)."""
+        held = outputs.claim(self.cfg, self.grid)
+        try:
+            return self._run()
+        finally:
+            outputs.release(held)
+
+    def _run(self):
         cfg, t = self.cfg, self.trainer
-        self._make_output_dirs()
         start_step = self.start()
         self._stop_handler()
         self.watch = Watchdog(self)
@@ -104,7 +101,7 @@ class Loop:
                           Progress(self)]
         for o in self.observers[1:]:
             o.open(start_step)
-        status = 0
+        status, skips = 0, 0             # skips: steps skipped in a row for a non-finite loss or gradient
         try:
             for step in range(start_step, cfg.steps):
                 with contextlib.ExitStack() as around:
@@ -133,10 +130,14 @@ class Loop:
                         self._print(warning, err=True)
                 for o in self.observers:
                     o.after_step(step, record)
-                if skipped and cfg.nonfinite == "stop" and not grads_overflowed(t.scaler, loss, norm):
-                    self._print(f"hpcpar: non-finite loss or gradient at step {step + 1}: stopping "
-                                f"(the weights are those of step {step})", err=True)
-                    self.save(step)
+                skips = skips + 1 if skipped and not grads_overflowed(t.scaler, loss, norm) else 0
+                if skips and (cfg.nonfinite == "stop" or skips >= cfg.skip_limit):
+                    good = step + 1 - skips                # the step whose weights these are (skips change none)
+                    why = f"at step {step + 1}" if cfg.nonfinite == "stop" else \
+                        f"in {skips} steps in a row ({good + 1} to {step + 1}; --skip-limit {cfg.skip_limit})"
+                    self._print(f"hpcpar: non-finite loss or gradient {why}: stopping (the weights are those of "
+                                f"step {good})", err=True)
+                    self.save(good, rotate=False)
                     status = EXIT_FAILURE
                     break
                 if stop:
@@ -305,12 +306,18 @@ class Metrics(Observer):
 
     def after_step(self, step, record):
         if self.file:
-            self.file.write(json.dumps(record) + "\n")
-            self.file.flush()
+            try:
+                self.file.write(json.dumps(record) + "\n")
+                self.file.flush()
+            except OSError as err:                  # rank 0 alone: the others are in the next step
+                raise RunFault(f"cannot write --metrics {self.cfg.metrics}: {err.strerror or err}") from None
 
     def close(self):
         if self.file:
-            self.file.close()
+            try:
+                self.file.close()
+            except OSError:                         # the write that failed said so already
+                pass
 
 
 class Progress(Observer):

@@ -56,7 +56,7 @@ def announce(directory, world):
     await_records(directory, world)
     try:
         text = explain(directory)
-    except (OSError, ValueError) as err:          # a half-broken file system: say so, still end the job
+    except (OSError, ValueError, KeyError, TypeError) as err:   # a half-broken file system or record: still end
         text = f"no diagnosis ({err})"
     print(f"hpcpar: {text}\nhpcpar: flight records in {directory} (hpcpar trace why {directory})",
           file=sys.stderr, flush=True)

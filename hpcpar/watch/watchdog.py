@@ -16,6 +16,10 @@ lock inside every blocking MPI call, so a second thread keeps running.  The watc
   while the main thread is blocked: from then on the job has ``--shutdown-timeout`` seconds to save
   its checkpoint and exit, or the thread ends it the same way.  Exit status 3 when the checkpoint was
   written (requeue and resume), 1 otherwise; the previous complete checkpoint stays valid either way.
+
+The thread cannot die: every file it writes (its record, the alarm) is guarded - a run directory that
+cannot be written costs the diagnosis, never the ending - and anything else that goes wrong in it is
+said in one line and ends the job, since a job whose watchdog is gone would hang for ever.
 """
 import os
 import select
@@ -64,9 +68,16 @@ class Watchdog:
         rec.mirror = rank_guard.page()
         if rec.mirror is not None:
             rec.mirror.set_coords(self.rank, self.world, self.coords)
-        if self.rank == 0 and os.path.isdir(self.directory):       # the last run's records: keep one copy
-            shutil.rmtree(self.directory + ".previous", ignore_errors=True)
-            os.replace(self.directory, self.directory + ".previous")
+        if self.rank == 0:
+            try:
+                if os.path.isdir(self.directory):                 # the last run's records: keep one copy
+                    shutil.rmtree(self.directory + ".previous", ignore_errors=True)
+                    os.replace(self.directory, self.directory + ".previous")
+                os.makedirs(self.directory)                        # can it be made? (made again when needed)
+                os.rmdir(self.directory)
+            except OSError as err:
+                self._say(f"warning: flight records cannot be written in {self.directory} "
+                          f"({err.strerror or err}): a hang still ends the job, without the diagnosis")
         grid.world_comm.mpi.Barrier()                              # no rank writes before that
         self._wake_r, wake_w = os.pipe()
         os.set_blocking(wake_w, False)
@@ -118,6 +129,13 @@ class Watchdog:
         return max(self.hang_timeout, STEP_FACTOR * self.slowest)
 
     def _run(self):
+        try:
+            self._watch()
+        except BaseException as err:          # noqa: BLE001 - a dead watchdog would leave a hang unended
+            self._say(f"rank {self.rank}: the watchdog failed ({type(err).__name__}: {err}); ending the job")
+            self._end()
+
+    def _watch(self):
         while not self._done.is_set():
             if select.select([self._wake_r], [], [], POLL_S)[0]:
                 got = os.read(self._wake_r, 64)
@@ -139,23 +157,35 @@ class Watchdog:
             elif self._answered is not None and now - self._answered > RESPONDER_WAIT_S:
                 self._end()
 
+    def _say(self, line):
+        try:
+            print(f"hpcpar: {line}", file=sys.stderr, flush=True)
+        except (OSError, ValueError):                 # stderr gone: the job still ends
+            pass
+
     def _write(self, reason):
         extra = {"coords": self.coords.as_dict(), "layout": self.layout}
         try:
             flight.write_record(self.directory, self.recorder.snapshot(reason, extra))
         except OSError as err:
-            print(f"hpcpar: rank {self.rank}: cannot write its flight record: {err}", file=sys.stderr, flush=True)
+            self._say(f"rank {self.rank}: cannot write its flight record in {self.directory}: "
+                      f"{err.strerror or err}")
 
     def _fire(self, reason):
         if not self._firing.acquire(blocking=False):
             return
         self._write(reason)
         c = self.coords
-        if alarm.claim(self.directory, f"rank {self.rank}"):
-            print(f"hpcpar: rank {self.rank} ({c.words()}): {reason}; ending the job",
-                  file=sys.stderr, flush=True)
+        try:
+            leader = alarm.claim(self.directory, f"rank {self.rank}")
+        except OSError as err:                        # no alarm: the others' watchdogs end it too, later
+            leader = None
+            self._say(f"rank {self.rank} ({c.words()}): {reason}; cannot raise the alarm in {self.directory} "
+                      f"({err.strerror or err}): ending the job without the other ranks' records")
+        if leader:
+            self._say(f"rank {self.rank} ({c.words()}): {reason}; ending the job")
             alarm.announce(self.directory, self.world)
-        else:
+        elif leader is not None:
             time.sleep(RESPONDER_WAIT_S)              # the leader ends the job; this is the fallback
         self._end()
 
