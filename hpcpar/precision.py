@@ -11,10 +11,11 @@ Megatron-LM):
     fp32   inside the numerically sensitive steps: LayerNorm statistics, the attention softmax, GELU,
            the loss (cross-entropy or squared error), and tensor-parallel sums of activations
 
-A GEMM takes low-precision inputs, accumulates in fp32 and rounds its output once: on a GPU that is
-what cuBLAS does with fp16/bf16 tensor cores; on the CPU ``gemm`` emulates it (numpy has no fast fp16
-GEMM and no bf16 at all: ``ml_dtypes.bfloat16`` supplies the dtype).  The CPU path is for correctness
-and teaching - it is slower than fp32, and the numerics are the point.
+A GEMM takes low-precision inputs, accumulates in fp32 and rounds its output once, unless the caller
+keeps the fp32 accumulator (an fp32 ``out``: attention's scores, summed gradients).  On a GPU that is
+what cuBLAS does with fp16/bf16 tensor cores; on the CPU the run's GEMM provider does it (hpcpar/blas:
+oneMKL or oneDNN on a CPU with bf16 units - AMX, AVX512-BF16 - else numpy's fp32 BLAS on the inputs
+cast to fp32, the same numbers to fp32 round-off; ``ml_dtypes.bfloat16`` supplies the dtype).
 
 fp16 has 5 exponent bits: gradients below about 6e-8 flush to zero.  So the loss is multiplied by a
 scale before the backward (``LossScaler``: start at 2^16, halve and skip the step when a gradient
@@ -25,6 +26,7 @@ import math
 
 import numpy as np
 
+from hpcpar import blas
 from hpcpar.backend import array_module, is_device_array
 from hpcpar.runtime import UsageError
 
@@ -78,12 +80,15 @@ def accumulator(dtype):
 
 
 def gemm(a, b, out=None):
-    """a @ b.  Low-precision host arrays: multiplied in fp32, the result rounded once (the tensor-core
-    contract, emulated); everything else: the array module's own matmul."""
-    xp = array_module(a)
-    if not is_low(a.dtype) or is_device_array(a):
-        return xp.matmul(a, b, out=out)
-    y = np.matmul(a.astype(np.float32), b.astype(np.float32))
+    """a @ b, through the run's GEMM provider on the host (hpcpar/blas), CuPy's on a GPU.  Low-precision
+    inputs: fp32 accumulation, the result rounded once to their dtype - or kept in fp32 when ``out`` is
+    an fp32 array; float64: numpy's own matmul."""
+    if is_device_array(a) or a.dtype == np.float64:
+        return array_module(a).matmul(a, b, out=out)
+    keep = out is not None and out.dtype == np.float32
+    y = blas.provider().matmul(a, b, out if keep else None)      # the fp32 accumulator
+    if keep or not is_low(a.dtype):
+        return y
     if out is None:
         return y.astype(a.dtype)
     out[...] = y
