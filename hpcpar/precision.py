@@ -79,14 +79,28 @@ def accumulator(dtype):
     return np.dtype(np.float32) if is_low(dtype) else np.dtype(dtype)
 
 
-def gemm(a, b, out=None):
-    """a @ b, through the run's GEMM provider on the host (hpcpar/blas), CuPy's on a GPU.  Low-precision
-    inputs: fp32 accumulation, the result rounded once to their dtype - or kept in fp32 when ``out`` is
-    an fp32 array; float64: numpy's own matmul."""
+def gemm(a, b, out=None, add=False, dtype=None):
+    """a @ b, through the run's GEMM provider on the host (hpcpar/blas), CuPy's on a GPU.
+
+    Low-precision inputs are multiplied with fp32 accumulation and the result rounded once to their
+    dtype - or kept in fp32 when ``out`` is an fp32 array or ``dtype`` is float32 (the sum goes on into
+    an fp32 op: a bias, GELU, a softmax; on a GPU cuBLAS's rounded output is widened).  ``add``:
+    out += a @ b (a gradient accumulated in its own dtype; a BLAS does it inside the GEMM, C = A B + C).
+    float64: numpy's own matmul."""
+    if out is None and dtype is not None and np.dtype(dtype) == np.float32 and is_low(a.dtype) \
+            and not is_device_array(a):
+        out = np.empty(np.broadcast_shapes(a.shape[:-2], b.shape[:-2]) + (a.shape[-2], b.shape[-1]), np.float32)
     if is_device_array(a) or a.dtype == np.float64:
-        return array_module(a).matmul(a, b, out=out)
+        xp = array_module(a)
+        if add:
+            out += xp.matmul(a, b)
+            return out
+        y = xp.matmul(a, b, out=out)
+        return y if dtype is None else y.astype(dtype, copy=False)
     keep = out is not None and out.dtype == np.float32
-    y = blas.provider().matmul(a, b, out if keep else None)      # the fp32 accumulator
+    if add and not keep:
+        raise ValueError("gemm(add=True) accumulates into an fp32 or float64 out")
+    y = blas.provider().matmul(a, b, out if keep else None, add)      # the fp32 accumulator
     if keep or not is_low(a.dtype):
         return y
     if out is None:

@@ -65,16 +65,20 @@ class Provider:
         """Whether this provider has its own kernel for ``dtype`` (numpy: float32 only)."""
         return np.dtype(dtype) in self.kernels or (self.library is None and np.dtype(dtype) == np.float32)
 
-    def matmul(self, a, b, out=None):
-        """a @ b for float32 or low-precision a, b (the same dtype): the float32 result, in ``out`` if given."""
+    def matmul(self, a, b, out=None, add=False):
+        """a @ b for float32 or low-precision a, b (the same dtype): the float32 result, in ``out`` if given
+        (``add``: out += a @ b)."""
         if a.dtype != np.float32 and a.dtype not in self.kernels:     # emulated: fp32 inputs and accumulation
             a, b = a.astype(np.float32), b.astype(np.float32)
         kernel = self.kernels.get(a.dtype)
         if kernel is None or a.ndim < 2 or b.ndim < 2:
+            if add:
+                out += np.matmul(a, b)
+                return out
             return np.matmul(a, b, out=out)
         if out is None:
             out = np.empty(np.broadcast_shapes(a.shape[:-2], b.shape[:-2]) + (a.shape[-2], b.shape[-1]), np.float32)
-        return kernel(a, b, out)
+        return kernel(a, b, out, add)
 
     def set_threads(self, n):
         if self.library:

@@ -44,28 +44,34 @@ class Kernel:
         self.fn, self.dtype, self.flags = fn, np.dtype(dtype), flags     # flags: {False: N, True: T}
         self.prefix = prefix                                                # leading arguments (CBLAS's layout)
 
-    def __call__(self, a, b, out):
-        """out[...] = a @ b for a (..., M, K), b (..., K, N) of self.dtype; out float32 (..., M, N)."""
+    def __call__(self, a, b, out, add=False):
+        """out[...] = a @ b (``add``: out += a @ b) for a (..., M, K), b (..., K, N) of self.dtype; out
+        float32 (..., M, N)."""
         a, ta, lda = layout(a)
         b, tb, ldb = layout(b)
         M, K = a.shape[-2:]
         N = b.shape[-1]
-        c = out if out.strides[-1] == 4 and (M < 2 or out.strides[-2] % 4 == 0) else np.empty(out.shape, np.float32)
-        ldc = max(1, c.strides[-2] // 4) if M > 1 else N
+        direct = out.strides[-1] == 4 and (M < 2 or (out.strides[-2] % 4 == 0 and out.strides[-2] >= 4 * N))
+        c = out if direct else np.empty(out.shape, np.float32)
+        ldc = c.strides[-2] // 4 if M > 1 else N
+        beta = 1.0 if add and direct else 0.0                      # C = A B + beta C
         batch = c.shape[:-2]
         if K == 0 or c.size == 0:
-            c[...] = 0
+            c[...] = c if beta else 0
         elif not batch:
             _check(self.fn(*self.prefix, self.flags[ta], self.flags[tb], M, N, K, 1.0, a.ctypes.data, lda,
-                           b.ctypes.data, ldb, 0.0, c.ctypes.data, ldc))
+                           b.ctypes.data, ldb, beta, c.ctypes.data, ldc))
         else:
             index = np.indices(batch).reshape(len(batch), -1).T                # (matrices, batch dims)
             pa, pb, pc = ((x.ctypes.data + index @ _batch_strides(x, batch)).tolist() for x in (a, b, c))
             head, fn = self.prefix + (self.flags[ta], self.flags[tb], M, N, K, 1.0), self.fn
             for xa, xb, xc in zip(pa, pb, pc):
-                _check(fn(*head, xa, lda, xb, ldb, 0.0, xc, ldc))
-        if c is not out:
-            out[...] = c
+                _check(fn(*head, xa, lda, xb, ldb, beta, xc, ldc))
+        if not direct:
+            if add:
+                out += c
+            else:
+                out[...] = c
         return out
 
 

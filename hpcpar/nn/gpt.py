@@ -138,7 +138,7 @@ class LMHead(Module):
         h, c_ln = self.ln_f.forward(x, ctx)                        # (B, T, C)
         h = self.gather_hidden(h)                                  # (B, T, C)
         h2 = h.reshape(-1, h.shape[-1])                            # (N, C)
-        logits = linear_forward(h2, self.weight.data.T)            # (N, V)
+        logits = linear_forward(h2, self.weight.data.T, fp32=True)     # (N, V), the fp32 sum
         losses, c_ce = self.loss_forward(to_fp32(logits), targets.reshape(-1))   # the loss in fp32
         return losses.sum(), (h.shape, h2, c_ln, c_ce)
 
@@ -154,7 +154,7 @@ class LMHead(Module):
         return self.ln_f.backward(self.reduce_hidden_grad(dh.reshape(shape)), c_ln, defer)
 
     def _weight_grad(self, dlogits, h2):
-        self.weight.grad += linear_backward_weight(dlogits, h2, bias=False)[0].T   # (V, C)
+        linear_backward_weight(h2, dlogits, bias=False, into=(self.weight.grad, None))   # dW^T = dlogits^T h2 (V, C)
 
     # --- one rank holds the whole vocabulary: nothing to gather or sum ---------------------------
 
