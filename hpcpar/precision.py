@@ -6,16 +6,20 @@ Megatron-LM):
 
     fp32   master weights (the buckets the optimizer updates), the optimizer state, the gradients
            (accumulated over micro-batches, reduced over data parallelism, clipped, unscaled)
-    low    a compute copy of the weights, refreshed after each optimizer step; activations and the
-           messages between pipeline stages; every GEMM's inputs and output
-    fp32   inside the numerically sensitive steps: LayerNorm statistics, the attention softmax, GELU,
-           the loss (cross-entropy or squared error), and tensor-parallel sums of activations
+    low    a compute copy of the weights, refreshed after each optimizer step; activations, those kept
+           for the backward included, and the messages between pipeline stages; every GEMM's inputs
+    fp32   every GEMM's accumulation; inside the numerically sensitive steps: LayerNorm statistics,
+           the attention softmax, GELU, the loss (cross-entropy or squared error), and tensor-parallel
+           sums of activations
 
-A GEMM takes low-precision inputs, accumulates in fp32 and rounds its output once, unless the caller
-keeps the fp32 accumulator (an fp32 ``out``: attention's scores, summed gradients).  On a GPU that is
-what cuBLAS does with fp16/bf16 tensor cores; on the CPU the run's GEMM provider does it (hpcpar/blas:
-oneMKL or oneDNN on a CPU with bf16 units - AMX, AVX512-BF16 - else numpy's fp32 BLAS on the inputs
-cast to fp32, the same numbers to fp32 round-off; ``ml_dtypes.bfloat16`` supplies the dtype).
+A GEMM takes low-precision inputs, accumulates in fp32 and rounds its sum once where it is stored in
+the low precision.  Where an fp32 step follows, the sum goes on unrounded (``gemm(..., dtype=float32)``
+or an fp32 ``out``): a linear layer's bias, the MLP's GELU, attention's scores S = Q K^T and dP, the
+logits, and weight and bias gradients, which the GEMM adds straight into the fp32 gradients - the
+epilogues of cuBLASLt and of llm.c's kernels.  On a GPU the product is cuBLAS's on the tensor cores; on
+the CPU the run's GEMM provider's (hpcpar/blas: oneMKL or oneDNN on a CPU with bf16 units - AMX,
+AVX512-BF16 - else numpy's fp32 BLAS on the inputs cast to fp32: the same numbers to fp32 round-off;
+``ml_dtypes.bfloat16`` supplies the dtype).
 
 fp16 has 5 exponent bits: gradients below about 6e-8 flush to zero.  So the loss is multiplied by a
 scale before the backward (``LossScaler``: start at 2^16, halve and skip the step when a gradient
