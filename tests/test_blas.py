@@ -47,8 +47,9 @@ def layouts(dtype):
 
 
 @pytest.mark.parametrize("name", LIBRARIES)
-@pytest.mark.parametrize("dtype", [np.float32, BF16], ids=["fp32", "bf16"])
+@pytest.mark.parametrize("dtype", [np.float32, BF16, np.float16], ids=["fp32", "bf16", "fp16"])
 def test_each_library_multiplies_every_layout_like_numpy(name, dtype):
+    """fp16: oneMKL's own kernel, oneDNN's fp32 one on widened inputs."""
     p = library(name)
     for a, b, out in layouts(dtype):
         want = np.matmul(a.astype(np.float64), b.astype(np.float64))

@@ -56,8 +56,9 @@ class Kernel:
         ldc = c.strides[-2] // 4 if M > 1 else N
         beta = 1.0 if add and direct else 0.0                      # C = A B + beta C
         batch = c.shape[:-2]
-        if K == 0 or c.size == 0:
-            c[...] = c if beta else 0
+        if K == 0 or c.size == 0:                                  # an empty sum
+            if not beta:
+                c[...] = 0
         elif not batch:
             _check(self.fn(*self.prefix, self.flags[ta], self.flags[tb], M, N, K, 1.0, a.ctypes.data, lda,
                            b.ctypes.data, ldb, beta, c.ctypes.data, ldc))

@@ -16,7 +16,7 @@ that sum before it is rounded once - a GEMM epilogue, as cuBLASLt's and llm.c's;
 the sum unrounded to an op that goes on in fp32 (the MLP's GELU).  Weight and bias gradients are summed
 in fp32 straight into the fp32 gradients.
 """
-from hpcpar.backend import array_module
+from hpcpar.backend import array_module, is_device_array
 from hpcpar.precision import accumulator, gemm, to_fp32
 
 
@@ -58,9 +58,9 @@ def bias_backward(dy, into=None):
     """db = ones^T dy (out,): the rows of dy summed, in fp32 for a low precision (added to ``into``)."""
     dy2 = _rows(dy)
     xp, acc = array_module(dy2), accumulator(dy2.dtype)
-    if acc == dy2.dtype:                         # a gemv
-        db = xp.ones(dy2.shape[0], acc) @ dy2
-    else:                                        # low precision: a (1, N) x (N, out) GEMM into fp32
+    if acc == dy2.dtype or is_device_array(dy2):     # a gemv (on a GPU: of dy widened to fp32)
+        db = xp.ones(dy2.shape[0], acc) @ dy2.astype(acc, copy=False)
+    else:                                        # low precision on the host: a (1, N) x (N, out) GEMM into fp32
         ones = xp.ones((1, dy2.shape[0]), dy2.dtype)                  # exact in any dtype
         if into is not None:
             gemm(ones, dy2, out=into[None], add=True)
