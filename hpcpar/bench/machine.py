@@ -30,12 +30,14 @@ def cpu_model():
 
 def gemm_providers():
     """The GEMM libraries installed for hpcpar (hpcpar/blas) and the bf16 choice auto makes here."""
-    import ml_dtypes
-
     from hpcpar import blas
+    installed = ", ".join(f"{p.name} ({p.describe()})" for p in blas.installed())
+    try:
+        import ml_dtypes
+    except ImportError:
+        return installed + "; no bf16 (ml_dtypes is not installed)"
     chosen, why = blas.choose("auto", ml_dtypes.bfloat16)
-    return (", ".join(f"{p.name} ({p.describe()})" for p in blas.installed()) +
-            f"; a bf16 run's auto choice: {chosen.name} ({why})")
+    return installed + f"; a bf16 run's auto choice: {chosen.name} ({why})"
 
 
 def gemm_rates():
