@@ -91,6 +91,7 @@ class Provider:
 NUMPY = Provider("numpy")
 _loaded = {"numpy": NUMPY}
 _state = {"provider": NUMPY, "why": "the default"}
+_probed = {}                # (dtype, candidates) -> the probe's seconds
 
 
 def load(name, threads=None):
@@ -144,7 +145,10 @@ def choose(name, dtype):
     if not units or not candidates:
         what = "no library with a kernel for it installed" if units else f"this CPU has no {dtype.name} unit"
         return NUMPY, f"auto: {dtype.name} emulated in fp32, {what}"
-    seconds = probe([NUMPY] + candidates, dtype)
+    key = (dtype.name, tuple(p.name for p in candidates))
+    if key not in _probed:                          # once per process: a test suite builds many runs
+        _probed[key] = probe([NUMPY] + candidates, dtype)
+    seconds = _probed[key]
     best = min(candidates, key=lambda p: seconds[p.name])
     speedup = seconds["numpy"] / seconds[best.name]
     if speedup < MARGIN:
