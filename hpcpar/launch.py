@@ -6,7 +6,9 @@ loads (runtime.set_launch_defaults calls choose_threads).  ``hpcpar bench``, ``h
 ``hpcpar plan calibrate`` start their measurements as fresh processes (often ``mpiexec -n N`` jobs) and
 read back what they wrote.  What they share is here:
 
-    THREAD_VARS      the BLAS/OpenMP thread counts, named once
+    THREAD_VARS      the BLAS/OpenMP thread counts, named once (numpy's OpenBLAS; the GEMM providers of
+                     hpcpar/blas: oneMKL reads MKL_NUM_THREADS, oneDNN's GNU OpenMP OMP_NUM_THREADS, and
+                     blas sets both libraries to the count chosen here when it loads them)
     choose_threads() this process's count: the user's, one per rank under a launcher, else the free cores
     threads          what choose_threads chose and why (the end-of-run summary prints it)
     mpiexec()        $HPCPAR_MPIEXEC (the Makefile sets it), else the mpiexec next to this Python

@@ -17,23 +17,22 @@ class Linear(Module):
         self.bias = Parameter(f"{name}.bias", init_full(f"{name}.bias", (d_out,), "zeros", seed, dtype)) \
             if bias else None
 
-    def forward(self, x, ctx=None):
-        """x (..., in) -> y (..., out); the cache is x itself (all dW needs)."""
-        y = linear_forward(x, self.weight.data, self.bias.data if self.bias else None)
+    def forward(self, x, ctx=None, fp32=False):
+        """x (..., in) -> y (..., out); the cache is x itself (all dW needs).  ``fp32``: y is the fp32
+        sum of a low precision, unrounded (ops/linear.py)."""
+        y = linear_forward(x, self.weight.data, self.bias.data if self.bias else None, fp32)
         progress.poll()
         return y, x
 
-    def backward(self, dy, x, defer=None):
+    def backward(self, dy, x, defer=None, fp32=False):
         run_or_defer(lambda: self.accumulate_weight_grad(dy, x), defer)
-        dx = linear_backward_input(dy, self.weight.data)
+        dx = linear_backward_input(dy, self.weight.data, fp32)
         progress.poll()
         return dx
 
     def accumulate_weight_grad(self, dy, x):
-        dw, db = linear_backward_weight(dy, x, bias=self.bias is not None)
-        self.weight.grad += dw
-        if self.bias is not None:
-            self.bias.grad += db
+        linear_backward_weight(dy, x, bias=self.bias is not None,
+                               into=(self.weight.grad, self.bias.grad if self.bias else None))
         progress.poll()
 
 

@@ -39,11 +39,11 @@ class ColumnParallelLinear(Module):
         self.weight = linear.weight.shard_(Shard(1, comm.size, comm.rank, groups))     # (in, out/tp)
         self.bias = linear.bias and linear.bias.shard_(Shard(0, comm.size, comm.rank, groups))   # (out/tp,)
 
-    def forward(self, x, ctx=None):
+    def forward(self, x, ctx=None, fp32=False):
         full = self.region.forward(self.comm, x)                  # (B, T, in): replicated input
         # Sequence parallelism keeps only this rank's slice of the input and gathers it again in the
         # backward (Korthikanti et al.): one more all-gather, tp times less activation memory here.
-        return self.local_forward(full), (x if self.sp else full)
+        return self.local_forward(full, fp32), (x if self.sp else full)
 
     def backward(self, dy, cached, defer=None):
         full = self.region.forward(self.comm, cached) if self.sp else cached
@@ -51,16 +51,14 @@ class ColumnParallelLinear(Module):
 
     # --- the local GEMMs, between the region crossings ------------------------------------------
 
-    def local_forward(self, full):
-        return linear_forward(full, self.weight.data, self.bias and self.bias.data)    # (B, T, out/tp)
+    def local_forward(self, full, fp32=False):
+        return linear_forward(full, self.weight.data, self.bias and self.bias.data, fp32)    # (B, T, out/tp)
 
     def local_backward(self, dy, full, defer):
         """This rank's term of dL/dx (B, T, in), before the group sums it; the weight gradient."""
         def weight_grad():
-            dw, db = linear_backward_weight(dy, full, bias=self.bias is not None)
-            self.weight.grad += dw
-            if self.bias is not None:
-                self.bias.grad += db
+            linear_backward_weight(dy, full, bias=self.bias is not None,
+                                   into=(self.weight.grad, self.bias.grad if self.bias else None))
         run_or_defer(weight_grad, defer)
         return linear_backward_input(dy, self.weight.data)
 
@@ -124,15 +122,15 @@ class RowParallelLinear(Module):
             y += self.bias.data                                   # once, after the sum
         return y, x
 
-    def backward(self, dy, x, defer=None):
+    def backward(self, dy, x, defer=None, fp32=False):
         dy_local = self.region.backward(self.comm, dy)            # identity, or the sequence all-gather
 
         def weight_grad():
-            self.weight.grad += linear_backward_weight(dy_local, x, bias=False)[0]    # its bias: below
+            linear_backward_weight(dy_local, x, bias=False, into=(self.weight.grad, None))    # its bias: below
             if self.bias is not None:
-                self.bias.grad += bias_backward(dy)
+                bias_backward(dy, into=self.bias.grad)
         run_or_defer(weight_grad, defer)
-        return linear_backward_input(dy_local, self.weight.data)   # (B, T, in/tp): stays parallel
+        return linear_backward_input(dy_local, self.weight.data, fp32)   # (B, T, in/tp): stays parallel
 
 
 class VocabParallelEmbedding(Embedding):

@@ -176,6 +176,9 @@ class TrainConfig:
     tf32: bool = opt(False, "GPU, fp32: let cuBLAS multiply float32 matrices on TF32 tensor cores", group="run")
     seed: int = opt(0, "seed of the initialisation, the data order and dropout", group="run", bound="natural")
     backend: str = opt("", "array backend: numpy or cupy (default: $HPCPAR_BACKEND, else numpy)", group="run")
+    gemm: str = opt("", "the host's GEMM library: numpy, mkl, onednn or auto (bf16/fp16: the fastest installed "
+                        "one with a matrix unit for it, by a probe; fp32: numpy) (default: $HPCPAR_GEMM, else "
+                        "auto)", group="run")
     # --- files and output -------------------------------------------------------------------
     init_from: str = opt("", "start from GPT-2, Llama, Mixtral or Qwen3-MoE weights: a safetensors file or a "
                              "Hugging Face save_pretrained directory (the model's family and dimensions come from it)",
@@ -314,6 +317,10 @@ def _check_run(cfg, world):
         raise UsageError(f"--precision {cfg.precision} keeps float32 master weights: use --dtype float32")
     if cfg.plug and not Path(cfg.plug).is_file():
         raise UsageError(f"--plug: {cfg.plug} not found")
+    from hpcpar import blas
+    cfg.gemm = blas.requested(cfg.gemm)
+    if cfg.gemm != "auto":
+        blas.load(cfg.gemm)                     # a name not known, or a library not installed: refused here
     if cfg.tf32 and (cfg.backend != "cupy" or cfg.precision != "fp32" or cfg.dtype != "float32"):
         raise UsageError("--tf32 applies to float32 GEMMs on a GPU only: it needs --backend cupy, "
                          "--dtype float32 and --precision fp32")

@@ -98,7 +98,7 @@ class Profiler:
     def _gemm(self, fn):
         """precision.gemm: GEMM, or attention's inside the attention core, its time also summed over both
         in ``gemm_seconds``; in the floor step it also times two repeats of itself (same arrays, same
-        result written again)."""
+        result written again; a GEMM that adds into its ``out``, a gradient, repeats into a copy of it)."""
         counted = self._timed(fn, lambda args: "attention" if self._in_attention else "GEMM")
 
         @functools.wraps(fn)
@@ -112,6 +112,8 @@ class Profiler:
                 finally:
                     self.gemm_seconds += self.clock() - start
             out = fn(*args, **kwargs)
+            if kwargs.get("add"):
+                kwargs = dict(kwargs, out=kwargs["out"].copy())
             repeats = []
             for _ in range(2):
                 start = self.clock()

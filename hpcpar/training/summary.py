@@ -11,7 +11,7 @@ import json
 import socket
 import statistics
 
-from hpcpar import launch
+from hpcpar import blas, launch
 from hpcpar.flops import gpt_step_flops, mlp_step_flops
 from hpcpar.pipeline.bubble import mean_costs, pipeline_bubble, simulated_bubble
 from hpcpar.comm.placement import describe_boundary, world_ranks
@@ -80,6 +80,7 @@ def summarize(loop, peak):
         f"  parameters  {n_params:,} on rank 0 of this layout",
         *([_experts_line(t.experts)] if t.experts else []),
         f"  threads     {_threads()}",
+        f"  gemm        {_gemm(cfg)}",
     ]
     loop._print("\n".join(lines))
     figures = {"loss": loss, "entropy_floor": floor, "step_time_s": step_time,
@@ -87,7 +88,7 @@ def summarize(loop, peak):
                "gemm_flops_per_s": peak, "model_flops_per_step": flops,
                "bubble_measured": measured, "bubble_simulated": simulated,
                "costs_s": costs, "bytes_per_step": groups, "comm_seconds_per_step": blocked,
-               "steps": steps,
+               "steps": steps, "gemm": "cupy" if cfg.backend == "cupy" else blas.provider().name,
                "layout": {"tp": cfg.tp, "cp": cfg.cp, "pp": cfg.pp, "dp": cfg.dp, "world": g.world,
                           "chunks": cfg.chunks, "schedule": cfg.schedule, "microbatches": cfg.microbatches},
                "tokens_per_step": t.tokens_per_step, "step_times_s": times}
@@ -104,6 +105,11 @@ def _experts_line(e):
     return (f"  experts     last step: {e['load_min']} to {e['load_max']} choices per expert (even share "
             f"{e['load_mean']:.0f}), {e['effective_experts']:.2f} effective experts in the least balanced layer, "
             f"{e['dropped']} dropped" + (f", aux loss {e['aux_loss']:.4g}" if e["aux_loss"] else ""))
+
+
+def _gemm(cfg):
+    """Which library ran the GEMMs (hpcpar/blas), and why."""
+    return "cupy (cuBLAS on the GPU)" if cfg.backend == "cupy" else blas.summary()
 
 
 def _threads():

@@ -22,7 +22,7 @@ from collections import namedtuple
 
 import numpy as np
 
-from hpcpar import backend, faults, precision
+from hpcpar import backend, blas, faults, precision
 from hpcpar.trace import tracer as trace
 from hpcpar.checkpoint.hf import family as hf_family
 from hpcpar.comm.device import select_device
@@ -157,6 +157,10 @@ class Trainer:
         check_budget(cfg, mcfg)
         # --- all checks done: from here on, ranks communicate --------------------------------------
         self.grid = g = ParallelGrid(comm, cfg.order, tp=cfg.tp, pp=cfg.pp, dp=cfg.dp, cp=cfg.cp)
+        if cfg.backend == "numpy":      # the host's GEMM library: rank 0 chooses (auto probes), all use it
+            choice = None if comm.rank else blas.choose(cfg.gemm, self.compute)
+            name, why = comm.bcast(choice and (choice[0].name, choice[1]))
+            blas.use(blas.load(name), why)
         if cfg.backend == "cupy":
             select_device(comm)
             if cfg.tf32:
