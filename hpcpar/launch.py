@@ -9,7 +9,9 @@ read back what they wrote.  What they share is here:
     THREAD_VARS      the BLAS/OpenMP thread counts, named once
     choose_threads() this process's count: the user's, one per rank under a launcher, else the free cores
     threads          what choose_threads chose and why (the end-of-run summary prints it)
-    mpiexec()        $HPCPAR_MPIEXEC (the Makefile sets it), else the mpiexec next to this Python
+    mpiexec()        $HPCPAR_MPIEXEC (the Makefile sets it), else the mpiexec next to this Python;
+                     fault_tolerant=True adds FAULT_TOLERANT, Open MPI's flags for a job that goes on
+                     when a rank dies (hpcpar train --on-failure shrink)
     run_job()        a command in a session of its own, its output in a log, ended whole if it hangs
     first_error()    the line of a failed job's log that says why
 """
@@ -75,12 +77,22 @@ def single_thread_env():
     return {var: "1" for var in THREAD_VARS}
 
 
-def mpiexec():
-    """The MPI launcher as a list of words."""
+# Open MPI 5's launcher (PRRTE) for a job that survives a dead rank: `--with-ft ulfm` marks the job
+# recoverable - a rank that dies, whether by a signal or by exiting with a non-zero status, no longer
+# ends the others - has the runtime tell the survivors of a death, and turns on MPI's fault tolerance
+# in every rank (OMPI_MCA_mpi_ft_enable=1, which hpcpar checks).  The runtime tells of a rank killed
+# by a signal or gone without MPI_Finalize, not of a non-zero exit status; hpcpar's rank guard turns
+# that into a death the runtime reports (watch/rank_guard.py).  docs/reliability.md, "Going on
+# without a rank".
+FAULT_TOLERANT = ("--with-ft", "ulfm")
+
+
+def mpiexec(fault_tolerant=False):
+    """The MPI launcher as a list of words (with FAULT_TOLERANT's flags if ``fault_tolerant``)."""
     words = shlex.split(os.environ.get("HPCPAR_MPIEXEC") or str(Path(sys.executable).parent / "mpiexec"))
     if os.sep in words[0]:                   # a relative path (the Makefile's .venv/bin/mpiexec) must
         words[0] = os.path.abspath(words[0])  # still work from a job's own working directory
-    return words
+    return words + list(FAULT_TOLERANT) if fault_tolerant else words
 
 
 def run_job(cmd, log, timeout):

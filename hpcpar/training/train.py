@@ -189,6 +189,7 @@ class Trainer:
         self.expert_load = ExpertLoad(mcfg, self.chunks, g, self.loss_terms, cfg.sequence_parallel) \
             if is_gpt else None
         self.experts = None                             # the last step's routing figures (expert_load.py)
+        self.reducing = self.totals = None              # the step whose totals were asked for; (step, totals)
 
     # --- construction -------------------------------------------------------------------------
 
@@ -281,10 +282,18 @@ class Trainer:
 
     def update(self, step, losses, stop_requested=False):
         """The second half of ``step``, after ``gradients``: norm, clipping, the optimizer step."""
-        cfg, g = self.cfg, self.grid
         slices = self.dp.slices()
         norm_sq = self.dp.norm_sq(slices)              # each parameter counted on one rank of its replicas
-        loss, norm, stop = self.world_totals(losses, norm_sq, stop_requested)
+        # a failure inside the world's all-reduce may let some ranks through with the totals and stop
+        # others: those keep their final gradients and take the totals from a survivor (training/recovery.py)
+        self.reducing = step
+        self.totals = (step, self.world_totals(losses, norm_sq, stop_requested))
+        return self.apply(step, self.totals[1], slices)
+
+    def apply(self, step, totals, slices):
+        """Clip and apply this rank's final gradients, given the step's (loss, norm, stop) of world_totals."""
+        cfg = self.cfg
+        loss, norm, stop = totals
         scale = self.scaler.scale
         norm /= scale                                   # the norm of the unscaled gradients
         lr = learning_rate(step, cfg.lr, cfg.min_lr, cfg.warmup, cfg.steps)

@@ -1,0 +1,371 @@
+"""--on-failure shrink: when ranks die, the survivors go on training in the same job, exactly.
+
+The loop (loop.py) runs its steps; when MPI reports a failure in any call, every survivor lands here:
+
+ 1. revoke every communicator it holds (comm/ulfm.py): the ranks still waiting elsewhere wake and come too
+ 2. shrink the world to the survivors; their launch ranks and hosts, and how far each had got
+ 3. finish the interrupted step where it can: a survivor the world's all-reduce of step k let through has
+    applied it; one it stopped holds its final gradients and applies step k with the survivor's totals
+ 4. the planner's layout for the survivors (plan/survivors.py, the rule of jobs/resilient.sbatch);
+    survivors no layout uses wait, idle, for the job to end
+ 5. a Trainer for that layout on the shrunken world: every communicator of the grid made anew by
+    comm/grid.py, the model built for its shard
+ 6. the state, from the newest of: the survivors' own memory (ZeRO 0: a data-parallel replica of every
+    lost shard survived - nothing is lost), the buddies' copies (--buddy-every), the last checkpoint,
+    the initialisation; from memory the pieces travel rank to rank (checkpoint/inventory.py says who
+    sends whom what, checkpoint/memory.py sends), and each rank cuts its shard as a resume would
+ 7. agree (MPI_Comm_agree): all survivors went through, or all start over from 2 (a second failure)
+
+and the loop goes on from the step the state belongs to.  The data of every step is a function of the
+step and the sample ids, not of the layout, so the steps it replays (from a copy or a checkpoint) are the
+same steps, and the continued losses are those of a run resumed at the new layout from that state.
+"""
+import contextlib
+import json
+import os
+import socket
+import time
+from collections import Counter
+from dataclasses import replace
+
+from hpcpar import faults
+from hpcpar.checkpoint import latest_checkpoint, load_checkpoint
+from hpcpar.checkpoint.consolidated import init_from
+from hpcpar.checkpoint.files import read_json
+from hpcpar.checkpoint.inventory import complete, transfers
+from hpcpar.checkpoint.memory import Buddies, MemoryReader, exchange, live_pieces
+from hpcpar.checkpoint.pieces import apply
+from hpcpar.comm import ulfm
+from hpcpar.runtime import UsageError
+from hpcpar.training.config import check
+from hpcpar.training.train import Trainer, model_config
+
+SOURCES = ("memory", "copies", "checkpoint", "start")     # the preference on a tie of steps
+
+
+def refuse():
+    """Before any collective: one line when this MPI cannot go on after a rank dies."""
+    reason = ulfm.refusal()
+    if reason:
+        raise UsageError(reason)
+
+
+def layout_config(cfg, tp, pp, dp):
+    """The run's options on a tp x pp x dp grid, with hpcpar train's own defaults for what follows from
+    the grid (micro-batches, chunks), checked; raises UsageError when the model cannot run on it."""
+    new = replace(cfg, tp=tp, pp=pp, dp=dp, cp=1, ep=1, microbatches=0, chunks=0, init_from="",
+                  sequence_parallel=cfg.sequence_parallel and tp > 1,
+                  zero=cfg.zero if dp > 1 or cfg.zero < 2 else 0,
+                  partition=cfg.partition if cfg.partition in ("uniform", "params", "flops") else "uniform")
+    try:
+        checked = check(replace(new), tp * pp * dp)
+    except UsageError:               # the schedule may need a longer pipeline: hpcpar train's default then
+        checked = check(replace(new, schedule="1f1b"), tp * pp * dp)
+    model_config(checked)
+    return checked
+
+
+class Recovery:
+    def __init__(self, loop, relayout):
+        from mpi4py import MPI
+        self.loop, self.relayout = loop, relayout
+        world = loop.trainer.grid.world_comm.mpi
+        self.world = world
+        self.origin = world.allgather(MPI.COMM_WORLD.rank)      # the launch rank of each rank of the world
+        self.hosts = world.allgather(socket.gethostname())
+        self.done = 0                # steps this rank's live state has completed
+        self.records = []            # one per recovery: who died, when, the new layout, steps replayed
+        self.graveyard = []          # the old trainers: MPI may still write into the buffers of requests
+        #                              posted on the revoked communicators, so they stay alive
+        self.copies = Copies(self) if loop.cfg.buddy_every else None
+        self.pending = None          # the record of the recovery whose first new step is still to come
+        self.spare, self.rebuilt, self.record = False, None, None     # the attempt under way (_rebuild)
+
+    # --- the loop's side ---------------------------------------------------------------------------
+
+    def handles(self, err):
+        return ulfm.is_failure(err)
+
+    def started(self, step):
+        self.done = step
+
+    def after_step(self, step, record):
+        """The step went through on this rank: note it, and put the recovery into its metrics record."""
+        self.done = step + 1
+        if self.pending is not None:
+            rec, self.pending = self.pending, None
+            rec["seconds_to_first_step"] = round(time.time() - rec["failed_at"], 3)
+            record["recovered"] = rec
+            self.loop._print(f"hpcpar: first new step {rec['seconds_to_first_step']:.2f} s after the failure "
+                             f"(detected after {rec['seconds_to_detect']:.2f} s)", err=True)
+
+    # --- a failure ---------------------------------------------------------------------------------
+
+    def recover(self, err):
+        """Collective over the survivors: rebuild the job after ``err`` (an MPI error); returns the step to
+        go on from, or None on a survivor no layout uses (it leaves the loop)."""
+        loop, old = self.loop, self.loop.trainer
+        detected = time.time()
+        with contextlib.suppress(AttributeError):       # (a failure before the watchdog started)
+            loop.watch.done()                           # the watchdog must not end the job meanwhile
+        ulfm.revoke([c.mpi for c in old.communicators()] + [old.grid.world_comm.mpi, self.world])
+        self.graveyard.append(old)
+        where = {o: r for r, o in enumerate(self.origin)}     # launch rank -> rank of the old grid
+        dead = []
+        while True:
+            made = []                                   # what this attempt creates: revoked if it fails
+            try:
+                new, lost = ulfm.shrink(self.world)
+                made.append(new)
+                if not lost and not dead:
+                    raise err                           # nobody is gone: a plain MPI error
+                dead += [(self.origin[r], where[self.origin[r]]) for r in lost]
+                self.origin = [o for r, o in enumerate(self.origin) if r not in lost]
+                self.hosts = [h for r, h in enumerate(self.hosts) if r not in lost]
+                self.world = new
+                faults.check_death("recover")
+                step = self._rebuild(old, new, made, dead, detected)
+                ulfm.agree(new)
+                break
+            except Exception as again:                  # noqa: BLE001 - only MPI's are retried
+                if not ulfm.is_failure(again):
+                    raise
+                ulfm.revoke(made)
+        self._commit(step)
+        return None if self.spare else step
+
+    def _rebuild(self, old, new, made, dead, detected):
+        loop, cfg = self.loop, old.cfg
+        # 3: how far each survivor got; finish the interrupted step where a survivor has its totals
+        got = new.allgather((self.done, old.reducing, old.totals))
+        done = max(d for d, _, _ in got)
+        totals = next((t[1] for _, _, t in got if t is not None and t[0] == done - 1), None)
+        if self.done == done - 1 and old.reducing == done - 1 and totals is not None:
+            result = old.apply(done - 1, totals, old.dp.slices())
+            old.totals = (done - 1, totals)
+            loop.history.append((done - 1, result.loss, result.grad_norm, result.lr, float("nan")))
+            self.done = done
+        live = cfg.zero == 0 and all(d == done or (d == done - 1 and r == d and totals is not None)
+                                     for d, r, _ in got)
+        # 4, 5: the layout, and the trainer on the survivors it uses
+        per_node = max(Counter(self.hosts).values())
+        pick = self.relayout(old.mcfg, new.size, per_node, cfg)
+        if pick is None:
+            raise UsageError(f"no layout of the model fits the {new.size} surviving rank(s): "
+                             f"the job ends (its last checkpoint stays)")
+        ranks, newcfg = pick
+        from mpi4py import MPI
+        job = new.Split(0 if new.rank < ranks else MPI.UNDEFINED, new.rank)
+        self.spare = job == MPI.COMM_NULL
+        trainer = None if self.spare else Trainer(newcfg, job)
+        if trainer is not None:
+            made += [job] + [c.mpi for c in trainer.communicators()]
+        # 6: the newest state the survivors can rebuild
+        status = {"live": {kp: spec for kp, (_, spec) in live_pieces(old).items()} if live else {},
+                  "copies": self.copies.specs() if self.copies else {},
+                  "t": old.optimizer.t, "scale": (old.scaler.scale, old.scaler.good_steps),
+                  "needs": sorted(p.name for p in trainer.parameters()) if trainer else []}
+        everyone = new.allgather(status)
+        source, step = self._source(everyone, done if live else None, cfg)
+        faults.check_death("recover")
+        if source in ("memory", "copies"):
+            self._from_memory(new, trainer, everyone, source, step, old)
+        elif trainer is not None and source == "checkpoint":
+            load_checkpoint(trainer, cfg.save or cfg.resume)
+        elif trainer is not None and cfg.init_from:
+            init_from(trainer, cfg.init_from)
+        self.rebuilt = (trainer, job, ranks)
+        died = _death_time(loop, [r for _, r in dead]) or detected
+        self.record = {"dead": [r for _, r in dead], "launch_ranks": [launch for launch, _ in dead], "step": done,
+                       "ranks": [f"rank {r} ({old.grid.coord(r).words()})" for _, r in dead],
+                       "failed_at": died, "seconds_to_detect": round(detected - died, 3), "source": source,
+                       "from_step": step, "replayed": done - step,
+                       "layout": {"tp": newcfg.tp, "pp": newcfg.pp, "dp": newcfg.dp, "world": ranks},
+                       "idle": new.size - ranks}
+        return step
+
+    def _source(self, everyone, live_step, cfg):
+        """(source, step): the newest state every piece of which a survivor holds; SOURCES breaks ties."""
+        needs = {r: set(s["needs"]) for r, s in enumerate(everyone) if s["needs"]}
+        options = []
+        if live_step is not None:
+            held = {r: s["live"] for r, s in enumerate(everyone)}
+            if complete(held, _with_state(needs, held)):
+                options.append(("memory", live_step))
+        steps = sorted({s for e in everyone for s in e["copies"]}, reverse=True)
+        for s in steps:
+            held = {r: e["copies"].get(s, {}) for r, e in enumerate(everyone)}
+            if complete(held, _with_state(needs, held)):
+                options.append(("copies", s))
+                break
+        directory = cfg.save or cfg.resume
+        latest = latest_checkpoint(directory) if directory else None
+        if latest is not None:
+            options.append(("checkpoint", read_json(latest / "manifest.json")["step"]))
+        options.append(("start", 0))
+        return max(options, key=lambda o: (o[1], -SOURCES.index(o[0])))
+
+    def _from_memory(self, new, trainer, everyone, source, step, old):
+        """The pieces of ``source`` at ``step`` to every rank that needs them, then each cuts its shard."""
+        if source == "memory":
+            mine = {kp: a for kp, (a, _) in live_pieces(old).items()}
+            held = {r: s["live"] for r, s in enumerate(everyone)}
+            meta = everyone[0]["t"], everyone[0]["scale"]
+        else:
+            mine = self.copies.arrays(step)
+            held = {r: e["copies"].get(step, {}) for r, e in enumerate(everyone)}
+            meta = self.copies.meta(step)
+        needs = _with_state({r: set(s["needs"]) for r, s in enumerate(everyone) if s["needs"]}, held)
+        specs = {kp: spec for pieces in held.values() for kp, spec in pieces.items()}
+        got = exchange(new, transfers(held, needs), mine, specs)
+        if trainer is not None:
+            apply(trainer, MemoryReader(got, specs).full, _states(held))
+            trainer.optimizer.t = meta[0]
+            trainer.scaler.scale, trainer.scaler.good_steps = meta[1]
+
+    def _commit(self, step):
+        """Every survivor agreed: the loop goes on with the new trainer from ``step``."""
+        loop, rec = self.loop, self.record
+        if self.spare:
+            return
+        t, job, ranks = self.rebuilt
+        self.world, self.origin, self.hosts = job, self.origin[:ranks], self.hosts[:ranks]
+        loop.trainer, loop.cfg, loop.grid = t, t.cfg, t.grid
+        loop.root = t.grid.rank_id == 0
+        loop.history = [h for h in loop.history if h[0] < step]
+        loop.timelines, loop.windows = [], []
+        loop.peak = loop.peak and loop.peak * ranks / self.graveyard[-1].grid.world     # per rank as measured
+        if self.copies is not None:
+            self.copies.reset(t)
+        if loop.root and loop.cfg.metrics:
+            _trim_metrics(loop.cfg.metrics, step)
+        self.records.append(rec)
+        self.pending = rec
+        lay = rec["layout"]
+        loop._print(f"hpcpar: {', '.join(rec['ranks'])} gone in step {rec['step'] + 1}; the {lay['world']} "
+                    f"survivors go on as tp {lay['tp']} x pp {lay['pp']} x dp {lay['dp']}"
+                    + (f" ({rec['idle']} idle)" if rec["idle"] else "")
+                    + f" from {_said(rec['source'], step)}, at step {step + 1} ({rec['replayed']} steps replayed)",
+                    err=True)
+
+
+def _death_time(loop, ranks):
+    """When the first of ``ranks`` (of the old grid) died, as its guard wrote in its flight record (None:
+    no record - a rank the failure detector found, or a stall)."""
+    from hpcpar.watch.watchdog import flight_dir
+    times = []
+    for r in ranks:
+        with contextlib.suppress(OSError, ValueError, KeyError):
+            record = read_json(os.path.join(flight_dir(loop.cfg), f"rank-{r}.json"))
+            if record.get("dead"):
+                times.append(record["time"])
+    return min(times, default=None)
+
+
+def _said(source, step):
+    return {"memory": "the replicas' memory", "copies": f"the buddies' copies of step {step}",
+            "checkpoint": f"the checkpoint of step {step}", "start": "the initial weights"}[source]
+
+
+def _states(held):
+    """The optimizer states the pieces hold, in key order."""
+    return sorted({k.split("/")[1] for pieces in held.values() for k, _ in pieces if k.startswith("optimizer/")})
+
+
+def _with_state(needs, held):
+    """Each rank's needed keys: its parameters, and their optimizer state of every kind ``held`` has."""
+    states = _states(held)
+    return {r: set(keys) | {f"optimizer/{n}/{k}" for n in states for k in keys} for r, keys in needs.items()}
+
+
+def _trim_metrics(path, step):
+    """Keep the metrics of the steps before ``step``, each once: a replayed step writes its line anew."""
+    kept = []
+    try:
+        with open(path) as f:
+            for line in f:
+                try:
+                    if json.loads(line)["step"] < step:
+                        kept.append(line if line.endswith("\n") else line + "\n")
+                except (ValueError, KeyError):      # a line the dead rank 0 left half-written
+                    continue
+    except FileNotFoundError:
+        return
+    with open(path, "w") as f:
+        f.writelines(kept)
+
+
+class Copies:
+    """--buddy-every K: every K steps each rank's snapshot goes to its buddy on another node (checkpoint/
+    memory.py).  An observer of the loop (loop.Observer's hooks)."""
+
+    def __init__(self, recovery):
+        self.recovery = recovery
+        self.buddies = None
+
+    def reset(self, trainer):
+        self.buddies = Buddies(trainer.grid.world_comm.mpi, self.recovery.hosts)
+
+    def specs(self):
+        """{step: {(key, part): Spec}} of every snapshot this rank holds, its own and its buddies'."""
+        if self.buddies is None:
+            return {}
+        out = {}
+        for snap in self.buddies.own:
+            out.setdefault(snap.step, {}).update(snap.specs())
+        for kept in self.buddies.kept:
+            for snap in kept.values():
+                out.setdefault(snap.step, {}).update(snap.specs())
+        return out
+
+    def arrays(self, step):
+        out = {}
+        for snap in self.buddies.own + [s for kept in self.buddies.kept for s in kept.values()]:
+            if snap.step == step:
+                out.update((kp, a) for kp, (a, _) in snap.pieces.items())
+        return out
+
+    def meta(self, step):
+        snap = next(s for s in self.buddies.own + [s for k in self.buddies.kept for s in k.values()]
+                    if s.step == step)
+        return snap.t, snap.loss_scale
+
+    # the observer's hooks
+    def open(self, first_step):
+        """A snapshot of the state the loop starts from (at the start of the job, or just rebuilt)."""
+        if self.buddies is None:
+            self.reset(self.recovery.loop.trainer)
+        if not any(s.step == first_step for s in self.buddies.own):
+            self.buddies.refresh(self.recovery.loop.trainer, first_step)
+
+    def step(self, step):
+        return contextlib.nullcontext()
+
+    def after_step(self, step, record):
+        b, every = self.buddies, self.recovery.loop.cfg.buddy_every
+        b.confirm()                       # this step's all-reduce went through: every rank holds the last copies
+        if (step + 1) % every == 0:
+            b.refresh(self.recovery.loop.trainer, step + 1)
+
+    def close(self):
+        pass
+
+    def report(self):
+        pass
+
+
+def relayout_with(choose):
+    """The recovery's layout rule from the planner's ``choose`` (plan/survivors.py): (ranks, config) or None."""
+    def relayout(mcfg, survivors, per_node, cfg):
+        def accept(tp, pp, dp):
+            try:
+                layout_config(cfg, tp, pp, dp)
+                return True
+            except UsageError:
+                return False
+        shape = None if cfg.model == "mlp" else mcfg.shape
+        seq = getattr(mcfg, "seq_len", 1)
+        pick = choose(shape, survivors, per_node, cfg.batch_size, seq, accept)
+        return None if pick is None else (pick[0], layout_config(cfg, *pick[1]))
+    return relayout
+
