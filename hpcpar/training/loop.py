@@ -233,7 +233,8 @@ class Watchdog(Observer):
 
     def open(self, first_step):
         self.first = first_step
-        self.dog = watchdog.start(self.cfg, self.loop.grid, STOP_SIGNALS)
+        recovery = self.loop.recovery
+        self.dog = watchdog.start(self.cfg, self.loop.grid, STOP_SIGNALS, recovery and recovery.origin)
 
     @contextlib.contextmanager
     def step(self, step):
