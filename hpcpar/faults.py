@@ -46,6 +46,7 @@ def check_death(point):
 
 
 def check_write(path, rank):
+    check_death("save")
     for what, who in _faults():
         if what == "write" and who == rank:
             raise OSError(errno.ENOSPC, "No space left on device (injected by HPCPAR_FAULT)", str(path))

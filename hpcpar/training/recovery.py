@@ -123,7 +123,6 @@ class Recovery:
                 self.origin = [o for r, o in enumerate(self.origin) if r not in lost]
                 self.hosts = [h for r, h in enumerate(self.hosts) if r not in lost]
                 self.world = new
-                faults.check_death("recover")
                 step = self._rebuild(old, new, made, dead, detected)
                 ulfm.agree(new)
                 break
@@ -242,11 +241,12 @@ class Recovery:
         self.records.append(rec)
         self.pending = rec
         lay = rec["layout"]
-        loop._print(f"hpcpar: {', '.join(rec['ranks'])} gone in step {rec['step'] + 1}; the {lay['world']} "
-                    f"survivors go on as tp {lay['tp']} x pp {lay['pp']} x dp {lay['dp']}"
-                    + (f" ({rec['idle']} idle)" if rec["idle"] else "")
-                    + f" from {_said(rec['source'], step)}, at step {step + 1} ({rec['replayed']} steps replayed)",
-                    err=True)
+        survivors = lay["world"] + rec["idle"]
+        loop._print(f"hpcpar: {', '.join(rec['ranks'])} gone after {rec['step']} steps; "
+                    + (f"{lay['world']} of the {survivors} survivors go on" if rec["idle"] else
+                       f"the {survivors} survivors go on")
+                    + f" as tp {lay['tp']} x pp {lay['pp']} x dp {lay['dp']} from {_said(rec['source'], step)}, "
+                    f"at step {step + 1} ({rec['replayed']} step{'' if rec['replayed'] == 1 else 's'} replayed)", err=True)
 
 
 def _death_time(loop, ranks):
