@@ -19,8 +19,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from hpcpar.checkpoint.inventory import Spec
+from hpcpar.checkpoint.inventory import Spec, holders
 from hpcpar.checkpoint.pieces import rank_tensors
+from hpcpar.checkpoint.save import write_checkpoint
 from hpcpar.nn.parameter import Shard
 
 
@@ -162,3 +163,24 @@ class MemoryReader:
         if spec.dim is None:
             return parts[0]
         return Shard(spec.dim, spec.parts, 0, spec.groups).assemble(parts, spec.full_shape)
+
+
+def save_pieces(meta, comm, directory, step, keep, held, mine):
+    """Collective over ``comm``: a checkpoint of pieces kept in memory (when no layout of the survivors can
+    take them).  ``held``: {rank: {(key, part): Spec}} of every rank; ``mine``: {(key, part): array} this
+    rank's.  Each part of each parameter is written, with its optimizer state, by its lowest holder; a rank
+    holding several parts of one tensor (its own and a buddy's) writes them into files of their own."""
+    files = []                                   # [(tensors, layout)], the parts of one tensor in different files
+    for key, part in sorted(kp for kp in held[comm.rank] if not kp[0].startswith("optimizer/")):
+        if holders(held, key, part)[0] != comm.rank:
+            continue
+        spec = held[comm.rank][(key, part)]
+        if all(key in layout for _, layout in files):
+            files.append(({}, {}))
+        tensors, layout = next(f for f in files if key not in f[1])
+        tensors[key] = mine[(key, part)]
+        tensors.update((k, a) for (k, p), a in mine.items() if p == part and k.startswith("optimizer/")
+                       and k.rsplit("/", 1)[-1] == key)
+        layout[key] = (None if spec.dim is None else Shard(spec.dim, spec.parts, part, spec.groups), spec.full_shape)
+    names = [f"rank-{comm.rank:05d}" + (f"-{j}" if j else "") + ".safetensors" for j in range(len(files))]
+    return write_checkpoint(meta, comm, directory, step, keep, dict(zip(names, files)))

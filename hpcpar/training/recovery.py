@@ -24,20 +24,24 @@ import contextlib
 import json
 import os
 import socket
+import sys
 import time
 from collections import Counter
 from dataclasses import replace
+from types import SimpleNamespace
 
 from hpcpar import faults
 from hpcpar.checkpoint import latest_checkpoint, load_checkpoint
 from hpcpar.checkpoint.consolidated import init_from
 from hpcpar.checkpoint.files import read_json
 from hpcpar.checkpoint.inventory import complete, transfers
-from hpcpar.checkpoint.memory import Buddies, MemoryReader, exchange, live_pieces
+from hpcpar.checkpoint.hf import expected_shapes
+from hpcpar.checkpoint.memory import Buddies, MemoryReader, exchange, live_pieces, save_pieces
 from hpcpar.checkpoint.pieces import apply
 from hpcpar.comm import ulfm
-from hpcpar.runtime import UsageError
+from hpcpar.runtime import EXIT_FAILURE, UsageError
 from hpcpar.training.config import check
+from hpcpar.data_parallel.zero_memory import check_budget
 from hpcpar.training.train import Trainer, model_config
 
 SOURCES = ("memory", "copies", "checkpoint", "start")     # the preference on a tie of steps
@@ -50,9 +54,10 @@ def refuse():
         raise UsageError(reason)
 
 
-def layout_config(cfg, tp, pp, dp):
+def layout_config(cfg, tp, pp, dp, mcfg):
     """The run's options on a tp x pp x dp grid, with hpcpar train's own defaults for what follows from
-    the grid (micro-batches, chunks), checked; raises UsageError when the model cannot run on it."""
+    the grid (micro-batches, chunks), checked; raises UsageError when the model (``mcfg``) cannot run on
+    it, or would hold more than --memory-budget there."""
     new = replace(cfg, tp=tp, pp=pp, dp=dp, cp=1, ep=1, microbatches=0, chunks=0, init_from="",
                   sequence_parallel=cfg.sequence_parallel and tp > 1,
                   zero=cfg.zero if dp > 1 or cfg.zero < 2 else 0,
@@ -62,6 +67,7 @@ def layout_config(cfg, tp, pp, dp):
     except UsageError:               # the schedule may need a longer pipeline: hpcpar train's default then
         checked = check(replace(new, schedule="1f1b"), tp * pp * dp)
     model_config(checked)
+    check_budget(checked, mcfg)
     return checked
 
 
@@ -150,8 +156,7 @@ class Recovery:
         per_node = max(Counter(self.hosts).values())
         pick = self.relayout(old.mcfg, new.size, per_node, cfg)
         if pick is None:
-            raise UsageError(f"no layout of the model fits the {new.size} surviving rank(s): "
-                             f"the job ends (its last checkpoint stays)")
+            self._give_up(old, new, done if live else None)
         ranks, newcfg = pick
         from mpi4py import MPI
         job = new.Split(0 if new.rank < ranks else MPI.UNDEFINED, new.rank)
@@ -204,16 +209,17 @@ class Recovery:
         options.append(("start", 0))
         return max(options, key=lambda o: (o[1], -SOURCES.index(o[0])))
 
+    def _held(self, source, step, everyone, old):
+        """(held by every survivor, this rank's arrays, (optimizer step count, loss scale)) of ``source``."""
+        if source == "memory":
+            return ({r: s["live"] for r, s in enumerate(everyone)},
+                    {kp: a for kp, (a, _) in live_pieces(old).items()}, (everyone[0]["t"], everyone[0]["scale"]))
+        return ({r: e["copies"].get(step, {}) for r, e in enumerate(everyone)}, self.copies.arrays(step),
+                self.copies.meta(step))
+
     def _from_memory(self, new, trainer, everyone, source, step, old):
         """The pieces of ``source`` at ``step`` to every rank that needs them, then each cuts its shard."""
-        if source == "memory":
-            mine = {kp: a for kp, (a, _) in live_pieces(old).items()}
-            held = {r: s["live"] for r, s in enumerate(everyone)}
-            meta = everyone[0]["t"], everyone[0]["scale"]
-        else:
-            mine = self.copies.arrays(step)
-            held = {r: e["copies"].get(step, {}) for r, e in enumerate(everyone)}
-            meta = self.copies.meta(step)
+        held, mine, meta = self._held(source, step, everyone, old)
         needs = _with_state({r: set(s["needs"]) for r, s in enumerate(everyone) if s["needs"]}, held)
         specs = {kp: spec for pieces in held.values() for kp, spec in pieces.items()}
         got = exchange(new, transfers(held, needs), mine, specs)
@@ -221,6 +227,30 @@ class Recovery:
             apply(trainer, MemoryReader(got, specs).full, _states(held))
             trainer.optimizer.t = meta[0]
             trainer.scaler.scale, trainer.scaler.good_steps = meta[1]
+
+    def _give_up(self, old, new, live_step):
+        """No layout of the model fits the survivors: the newest state they hold in memory becomes a
+        checkpoint (when it is newer than the last one), and the job ends, saying where it is."""
+        cfg = old.cfg
+        directory = cfg.save or cfg.resume
+        names = sorted(expected_shapes(old.mcfg)) if cfg.model != "mlp" else []
+        status = {"live": {kp: spec for kp, (_, spec) in live_pieces(old).items()} if live_step is not None else {},
+                  "copies": self.copies.specs() if self.copies else {}, "t": old.optimizer.t,
+                  "scale": (old.scaler.scale, old.scaler.good_steps), "needs": names if new.rank == 0 else []}
+        everyone = new.allgather(status)
+        source, step = self._source(everyone, live_step, cfg)
+        where = f"its last checkpoint stays ({directory})" if directory else "and it saved no checkpoint (--save)"
+        if source in ("memory", "copies") and directory and names:
+            held, mine, (t, (scale, good)) = self._held(source, step, everyone, old)
+            meta = SimpleNamespace(cfg=cfg, optimizer=SimpleNamespace(t=t, state_names=old.optimizer.state_names),
+                                   scaler=SimpleNamespace(scale=scale, good_steps=good))
+            path = save_pieces(meta, new, directory, step, cfg.keep, held, mine)
+            where = f"the state after step {step} is saved as {path}"
+        ulfm.agree(new)
+        if new.rank == 0:
+            print(f"hpcpar: error: no layout of the model fits the {new.size} surviving rank(s); {where}: resume "
+                  f"it on more ranks (--resume {directory or 'DIR'})", file=sys.stderr, flush=True)
+        raise SystemExit(EXIT_FAILURE)
 
     def _commit(self, step):
         """Every survivor agreed: the loop goes on with the new trainer from ``step``."""
@@ -359,13 +389,13 @@ def relayout_with(choose):
     def relayout(mcfg, survivors, per_node, cfg):
         def accept(tp, pp, dp):
             try:
-                layout_config(cfg, tp, pp, dp)
+                layout_config(cfg, tp, pp, dp, mcfg)
                 return True
             except UsageError:
                 return False
         shape = None if cfg.model == "mlp" else mcfg.shape
         seq = getattr(mcfg, "seq_len", 1)
         pick = choose(shape, survivors, per_node, cfg.batch_size, seq, accept)
-        return None if pick is None else (pick[0], layout_config(cfg, *pick[1]))
+        return None if pick is None else (pick[0], layout_config(cfg, *pick[1], mcfg))
     return relayout
 
