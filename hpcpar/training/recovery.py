@@ -24,27 +24,20 @@ import contextlib
 import json
 import os
 import socket
-import sys
 import time
 from collections import Counter
 from dataclasses import replace
-from types import SimpleNamespace
 
 from hpcpar import faults
-from hpcpar.checkpoint import latest_checkpoint, load_checkpoint
-from hpcpar.checkpoint.consolidated import init_from
 from hpcpar.checkpoint.files import read_json
-from hpcpar.checkpoint.inventory import complete, transfers
-from hpcpar.checkpoint.hf import expected_shapes
-from hpcpar.checkpoint.memory import Buddies, MemoryReader, exchange, live_pieces, save_pieces
-from hpcpar.checkpoint.pieces import apply
 from hpcpar.comm import ulfm
-from hpcpar.runtime import EXIT_FAILURE, UsageError
-from hpcpar.training.config import check
 from hpcpar.data_parallel.zero_memory import check_budget
+from hpcpar.runtime import UsageError
+from hpcpar.training import restore
+from hpcpar.training.config import check
 from hpcpar.training.train import Trainer, model_config
-
-SOURCES = ("memory", "copies", "checkpoint", "start")     # the preference on a tie of steps
+from hpcpar.watch import alarm
+from hpcpar.watch.watchdog import flight_dir
 
 
 def refuse():
@@ -83,7 +76,7 @@ class Recovery:
         self.records = []            # one per recovery: who died, when, the new layout, steps replayed
         self.graveyard = []          # the old trainers: MPI may still write into the buffers of requests
         #                              posted on the revoked communicators, so they stay alive
-        self.copies = Copies(self) if loop.cfg.buddy_every else None
+        self.copies = restore.Copies(self) if loop.cfg.buddy_every else None
         self.pending = None          # the record of the recovery whose first new step is still to come
         self.spare, self.rebuilt, self.record = False, None, None     # the attempt under way (_rebuild)
 
@@ -125,7 +118,10 @@ class Recovery:
                 made.append(new)
                 if not lost and not dead:
                     raise err                           # nobody is gone: a plain MPI error
-                dead += [(self.origin[r], where[self.origin[r]]) for r in lost]
+                gone = [self.origin[r] for r in lost]
+                dead += [(launch, where[launch]) for launch in gone]
+                if gone and new.rank == 0:      # a rank MPI counts as dead may still run (a stall): end it
+                    alarm.exclude(flight_dir(old.cfg), gone)
                 self.origin = [o for r, o in enumerate(self.origin) if r not in lost]
                 self.hosts = [h for r, h in enumerate(self.hosts) if r not in lost]
                 self.world = new
@@ -156,7 +152,7 @@ class Recovery:
         per_node = max(Counter(self.hosts).values())
         pick = self.relayout(old.mcfg, new.size, per_node, cfg)
         if pick is None:
-            self._give_up(old, new, done if live else None)
+            restore.save_and_end(old, new, done if live else None, self.copies)
         ranks, newcfg = pick
         from mpi4py import MPI
         job = new.Split(0 if new.rank < ranks else MPI.UNDEFINED, new.rank)
@@ -165,19 +161,11 @@ class Recovery:
         if trainer is not None:
             made += [job] + [c.mpi for c in trainer.communicators()]
         # 6: the newest state the survivors can rebuild
-        status = {"live": {kp: spec for kp, (_, spec) in live_pieces(old).items()} if live else {},
-                  "copies": self.copies.specs() if self.copies else {},
-                  "t": old.optimizer.t, "scale": (old.scaler.scale, old.scaler.good_steps),
-                  "needs": sorted(p.name for p in trainer.parameters()) if trainer else []}
-        everyone = new.allgather(status)
-        source, step = self._source(everyone, done if live else None, cfg)
+        needs = sorted(p.name for p in trainer.parameters()) if trainer else []
+        everyone = new.allgather(restore.status(old, live, self.copies, needs))
+        source, step = restore.choose(everyone, done if live else None, cfg.save or cfg.resume)
         faults.check_death("recover")
-        if source in ("memory", "copies"):
-            self._from_memory(new, trainer, everyone, source, step, old)
-        elif trainer is not None and source == "checkpoint":
-            load_checkpoint(trainer, cfg.save or cfg.resume)
-        elif trainer is not None and cfg.init_from:
-            init_from(trainer, cfg.init_from)
+        restore.rebuild(new, trainer, everyone, source, step, old, self.copies)
         self.rebuilt = (trainer, job, ranks)
         died = _death_time(loop, [r for _, r in dead]) or detected
         self.record = {"dead": [r for _, r in dead], "launch_ranks": [launch for launch, _ in dead], "step": done,
@@ -187,70 +175,6 @@ class Recovery:
                        "layout": {"tp": newcfg.tp, "pp": newcfg.pp, "dp": newcfg.dp, "world": ranks},
                        "idle": new.size - ranks}
         return step
-
-    def _source(self, everyone, live_step, cfg):
-        """(source, step): the newest state every piece of which a survivor holds; SOURCES breaks ties."""
-        needs = {r: set(s["needs"]) for r, s in enumerate(everyone) if s["needs"]}
-        options = []
-        if live_step is not None:
-            held = {r: s["live"] for r, s in enumerate(everyone)}
-            if complete(held, _with_state(needs, held)):
-                options.append(("memory", live_step))
-        steps = sorted({s for e in everyone for s in e["copies"]}, reverse=True)
-        for s in steps:
-            held = {r: e["copies"].get(s, {}) for r, e in enumerate(everyone)}
-            if complete(held, _with_state(needs, held)):
-                options.append(("copies", s))
-                break
-        directory = cfg.save or cfg.resume
-        latest = latest_checkpoint(directory) if directory else None
-        if latest is not None:
-            options.append(("checkpoint", read_json(latest / "manifest.json")["step"]))
-        options.append(("start", 0))
-        return max(options, key=lambda o: (o[1], -SOURCES.index(o[0])))
-
-    def _held(self, source, step, everyone, old):
-        """(held by every survivor, this rank's arrays, (optimizer step count, loss scale)) of ``source``."""
-        if source == "memory":
-            return ({r: s["live"] for r, s in enumerate(everyone)},
-                    {kp: a for kp, (a, _) in live_pieces(old).items()}, (everyone[0]["t"], everyone[0]["scale"]))
-        return ({r: e["copies"].get(step, {}) for r, e in enumerate(everyone)}, self.copies.arrays(step),
-                self.copies.meta(step))
-
-    def _from_memory(self, new, trainer, everyone, source, step, old):
-        """The pieces of ``source`` at ``step`` to every rank that needs them, then each cuts its shard."""
-        held, mine, meta = self._held(source, step, everyone, old)
-        needs = _with_state({r: set(s["needs"]) for r, s in enumerate(everyone) if s["needs"]}, held)
-        specs = {kp: spec for pieces in held.values() for kp, spec in pieces.items()}
-        got = exchange(new, transfers(held, needs), mine, specs)
-        if trainer is not None:
-            apply(trainer, MemoryReader(got, specs).full, _states(held))
-            trainer.optimizer.t = meta[0]
-            trainer.scaler.scale, trainer.scaler.good_steps = meta[1]
-
-    def _give_up(self, old, new, live_step):
-        """No layout of the model fits the survivors: the newest state they hold in memory becomes a
-        checkpoint (when it is newer than the last one), and the job ends, saying where it is."""
-        cfg = old.cfg
-        directory = cfg.save or cfg.resume
-        names = sorted(expected_shapes(old.mcfg)) if cfg.model != "mlp" else []
-        status = {"live": {kp: spec for kp, (_, spec) in live_pieces(old).items()} if live_step is not None else {},
-                  "copies": self.copies.specs() if self.copies else {}, "t": old.optimizer.t,
-                  "scale": (old.scaler.scale, old.scaler.good_steps), "needs": names if new.rank == 0 else []}
-        everyone = new.allgather(status)
-        source, step = self._source(everyone, live_step, cfg)
-        where = f"its last checkpoint stays ({directory})" if directory else "and it saved no checkpoint (--save)"
-        if source in ("memory", "copies") and directory and names:
-            held, mine, (t, (scale, good)) = self._held(source, step, everyone, old)
-            meta = SimpleNamespace(cfg=cfg, optimizer=SimpleNamespace(t=t, state_names=old.optimizer.state_names),
-                                   scaler=SimpleNamespace(scale=scale, good_steps=good))
-            path = save_pieces(meta, new, directory, step, cfg.keep, held, mine)
-            where = f"the state after step {step} is saved as {path}"
-        ulfm.agree(new)
-        if new.rank == 0:
-            print(f"hpcpar: error: no layout of the model fits the {new.size} surviving rank(s); {where}: resume "
-                  f"it on more ranks (--resume {directory or 'DIR'})", file=sys.stderr, flush=True)
-        raise SystemExit(EXIT_FAILURE)
 
     def _commit(self, step):
         """Every survivor agreed: the loop goes on with the new trainer from ``step``."""
@@ -282,7 +206,6 @@ class Recovery:
 def _death_time(loop, ranks):
     """When the first of ``ranks`` (of the old grid) died, as its guard wrote in its flight record (None:
     no record - a rank the failure detector found, or a stall)."""
-    from hpcpar.watch.watchdog import flight_dir
     times = []
     for r in ranks:
         with contextlib.suppress(OSError, ValueError, KeyError):
@@ -295,17 +218,6 @@ def _death_time(loop, ranks):
 def _said(source, step):
     return {"memory": "the replicas' memory", "copies": f"the buddies' copies of step {step}",
             "checkpoint": f"the checkpoint of step {step}", "start": "the initial weights"}[source]
-
-
-def _states(held):
-    """The optimizer states the pieces hold, in key order."""
-    return sorted({k.split("/")[1] for pieces in held.values() for k, _ in pieces if k.startswith("optimizer/")})
-
-
-def _with_state(needs, held):
-    """Each rank's needed keys: its parameters, and their optimizer state of every kind ``held`` has."""
-    states = _states(held)
-    return {r: set(keys) | {f"optimizer/{n}/{k}" for n in states for k in keys} for r, keys in needs.items()}
 
 
 def _trim_metrics(path, step):
@@ -323,65 +235,6 @@ def _trim_metrics(path, step):
         return
     with open(path, "w") as f:
         f.writelines(kept)
-
-
-class Copies:
-    """--buddy-every K: every K steps each rank's snapshot goes to its buddy on another node (checkpoint/
-    memory.py).  An observer of the loop (loop.Observer's hooks)."""
-
-    def __init__(self, recovery):
-        self.recovery = recovery
-        self.buddies = None
-
-    def reset(self, trainer):
-        self.buddies = Buddies(trainer.grid.world_comm.mpi, self.recovery.hosts)
-
-    def specs(self):
-        """{step: {(key, part): Spec}} of every snapshot this rank holds, its own and its buddies'."""
-        if self.buddies is None:
-            return {}
-        out = {}
-        for snap in self.buddies.own:
-            out.setdefault(snap.step, {}).update(snap.specs())
-        for kept in self.buddies.kept:
-            for snap in kept.values():
-                out.setdefault(snap.step, {}).update(snap.specs())
-        return out
-
-    def arrays(self, step):
-        out = {}
-        for snap in self.buddies.own + [s for kept in self.buddies.kept for s in kept.values()]:
-            if snap.step == step:
-                out.update((kp, a) for kp, (a, _) in snap.pieces.items())
-        return out
-
-    def meta(self, step):
-        snap = next(s for s in self.buddies.own + [s for k in self.buddies.kept for s in k.values()]
-                    if s.step == step)
-        return snap.t, snap.loss_scale
-
-    # the observer's hooks
-    def open(self, first_step):
-        """A snapshot of the state the loop starts from (at the start of the job, or just rebuilt)."""
-        if self.buddies is None:
-            self.reset(self.recovery.loop.trainer)
-        if not any(s.step == first_step for s in self.buddies.own):
-            self.buddies.refresh(self.recovery.loop.trainer, first_step)
-
-    def step(self, step):
-        return contextlib.nullcontext()
-
-    def after_step(self, step, record):
-        b, every = self.buddies, self.recovery.loop.cfg.buddy_every
-        b.confirm()                       # this step's all-reduce went through: every rank holds the last copies
-        if (step + 1) % every == 0:
-            b.refresh(self.recovery.loop.trainer, step + 1)
-
-    def close(self):
-        pass
-
-    def report(self):
-        pass
 
 
 def relayout_with(choose):
