@@ -15,6 +15,7 @@ The pieces are named like a checkpoint's (inventory.py), so the same resharding 
 receives every part of the tensors it needs (``exchange``), ``MemoryReader.full`` assembles them, and
 pieces.apply cuts this rank's shard out - exactly as loading a checkpoint written by the old layout.
 """
+import time
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -86,16 +87,16 @@ class Buddies:
         self.comm = comm                    # mpi4py communicator of the world
         self.to = buddies(hosts)
         self.own, self.kept = [], []        # [Snapshot]; [{origin rank: Snapshot}]
-        self.seconds = self.bytes = 0.0     # the refreshes' cost, for the summary and the bench
+        self.refreshes, self.seconds, self.bytes = 0, 0.0, 0      # their cost, for the summary and the bench
 
     def refresh(self, trainer, step):
         """Collective: snapshot this rank's state and swap copies with the buddies."""
-        import time
         start = time.perf_counter()
         mine = snapshot(trainer, step)
         self.own.append(mine)
         self.kept.append(self._swap(mine))
         self.seconds += time.perf_counter() - start
+        self.refreshes += 1
 
     def confirm(self):
         self.own, self.kept = self.own[-1:], self.kept[-1:]

@@ -150,6 +150,12 @@ class Copies:
                 out.update((kp, a) for kp, (a, _) in snap.pieces.items())
         return out
 
+    def figures(self):
+        """What the refreshes cost this rank, each on average."""
+        b = self.buddies
+        n = max(1, b.refreshes)
+        return {"refreshes": b.refreshes, "seconds_per_refresh": b.seconds / n, "bytes_per_refresh": b.bytes / n}
+
     def meta(self, step):
         snap = next(s for s in self.buddies.own + [s for k in self.buddies.kept for s in k.values()]
                     if s.step == step)

@@ -92,6 +92,8 @@ def summarize(loop, peak):
         figures["experts"] = t.experts
     if loop.recovery is not None:
         figures["recoveries"] = loop.recovery.records
+        if loop.recovery.copies is not None:
+            figures["copies"] = loop.recovery.copies.figures()
     if cfg.summary_json:
         with open(cfg.summary_json, "w") as f:
             json.dump(figures, f, indent=1)
