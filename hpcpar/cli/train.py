@@ -39,6 +39,9 @@ def run(args):
     from hpcpar.watch.watchdog import flight_dir
     cfg = config_from(args)
     shrink = cfg.on_failure == "shrink"
+    if shrink:
+        from hpcpar.comm import ulfm
+        ulfm.prepare()                     # before MPI starts
     rank_guard.split(flight_dir(cfg), shrink)      # under a launcher: a parent that names this rank if it dies
     from hpcpar.training.loop import Loop
     relayout = None

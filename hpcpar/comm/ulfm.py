@@ -21,6 +21,18 @@ agreement.  MPICH (the default wheel here) has no ULFM in its ch4 device: ``refu
 """
 import os
 
+# What each rank sets before MPI starts (a value the user set wins).  MPI_Finalize begins with a fence of
+# every process the job started - the dead ones too: on one node their daemon answers for them, across
+# nodes the survivors waited there for ever (the Slurm test cluster).  The fence guards against lost
+# acknowledgements on unreliable transports, which TCP and shared memory are not.
+BEFORE_INIT = {"OMPI_MCA_async_mpi_finalize": "1"}
+
+
+def prepare(environ=os.environ):
+    """Before MPI starts in this rank: its settings for a job that goes on after a death."""
+    for var, value in BEFORE_INIT.items():
+        environ.setdefault(var, value)
+
 
 def refusal(environ=os.environ):
     """None when this job can survive a dead rank, else one line saying why not and what to use.

@@ -29,7 +29,6 @@ from collections import Counter
 from dataclasses import replace
 
 from hpcpar import faults
-from hpcpar.checkpoint.files import read_json
 from hpcpar.comm import ulfm
 from hpcpar.data_parallel.zero_memory import check_budget
 from hpcpar.runtime import UsageError
@@ -208,8 +207,9 @@ def _death_time(loop, ranks):
     no record - a rank the failure detector found, or a stall)."""
     times = []
     for r in ranks:
-        with contextlib.suppress(OSError, ValueError, KeyError):
-            record = read_json(os.path.join(flight_dir(loop.cfg), f"rank-{r}.json"))
+        with contextlib.suppress(OSError, ValueError, KeyError):      # none yet, or half written
+            with open(os.path.join(flight_dir(loop.cfg), f"rank-{r}.json")) as f:
+                record = json.load(f)
             if record.get("dead"):
                 times.append(record["time"])
     return min(times, default=None)
