@@ -78,6 +78,7 @@ class Recovery:
         self.copies = restore.Copies(self) if loop.cfg.buddy_every else None
         self.pending = None          # the record of the recovery whose first new step is still to come
         self.spare, self.rebuilt, self.record = False, None, None     # the attempt under way (_rebuild)
+        self.marks = {}              # when it reached each phase (time.time()), for the record
 
     # --- the loop's side ---------------------------------------------------------------------------
 
@@ -113,7 +114,9 @@ class Recovery:
         while True:
             made = []                                   # what this attempt creates: revoked if it fails
             try:
+                self.marks = {"revoked": time.time()}
                 new, lost = ulfm.shrink(self.world)
+                self.marks["shrunk"] = time.time()
                 made.append(new)
                 if not lost and not dead:
                     raise err                           # nobody is gone: a plain MPI error
@@ -125,7 +128,9 @@ class Recovery:
                 self.hosts = [h for r, h in enumerate(self.hosts) if r not in lost]
                 self.world = new
                 step = self._rebuild(old, new, made, dead, detected)
+                self.record["error"] = str(err).splitlines()[0] if str(err) else type(err).__name__
                 ulfm.agree(new)
+                self.marks["agreed"] = time.time()
                 break
             except Exception as again:                  # noqa: BLE001 - only MPI's are retried
                 if not ulfm.is_failure(again):
@@ -161,11 +166,13 @@ class Recovery:
             made += [job] + [c.mpi for c in trainer.communicators()]
         # 6: the newest state the survivors can rebuild
         needs = sorted(p.name for p in trainer.parameters()) if trainer else []
+        self.marks["built"] = time.time()
         everyone = new.allgather(restore.status(old, live, self.copies, needs))
         source, step = restore.choose(everyone, done if live else None, cfg.save or cfg.resume)
         faults.check_death("recover")
         restore.rebuild(new, trainer, everyone, source, step, old, self.copies)
         self.rebuilt = (trainer, job, ranks)
+        self.marks["restored"] = time.time()
         died = _death_time(loop, [r for _, r in dead]) or detected
         self.record = {"dead": [r for _, r in dead], "launch_ranks": [launch for launch, _ in dead], "step": done,
                        "ranks": [f"rank {r} ({old.grid.coord(r).words()})" for _, r in dead],
@@ -191,6 +198,9 @@ class Recovery:
             self.copies.reset(t)
         if loop.root and loop.cfg.metrics:
             _trim_metrics(loop.cfg.metrics, step)
+        m, names = self.marks, ("revoked", "shrunk", "built", "restored", "agreed")
+        rec["seconds"] = {"detect": rec["seconds_to_detect"], "revoke": round(m["revoked"] - rec["failed_at"], 3)}
+        rec["seconds"].update((b, round(m[b] - m[a], 3)) for a, b in zip(names, names[1:]))
         self.records.append(rec)
         self.pending = rec
         lay = rec["layout"]
