@@ -205,11 +205,11 @@ class Recovery:
         self.pending = rec
         lay = rec["layout"]
         survivors = lay["world"] + rec["idle"]
-        loop._print(f"hpcpar: {', '.join(rec['ranks'])} gone after {rec['step']} steps; "
+        loop._print(f"hpcpar: {', '.join(rec['ranks'])} gone after {_steps(rec['step'])}; "
                     + (f"{lay['world']} of the {survivors} survivors go on" if rec["idle"] else
                        f"the {survivors} survivors go on")
                     + f" as tp {lay['tp']} x pp {lay['pp']} x dp {lay['dp']} from {_said(rec['source'], step)}, "
-                    f"at step {step + 1} ({rec['replayed']} step{'' if rec['replayed'] == 1 else 's'} replayed)", err=True)
+                    f"at step {step + 1} ({_steps(rec['replayed'])} replayed)", err=True)
 
 
 def _death_time(loop, ranks):
@@ -223,6 +223,10 @@ def _death_time(loop, ranks):
             if record.get("dead"):
                 times.append(record["time"])
     return min(times, default=None)
+
+
+def _steps(n):
+    return f"{n} step{'' if n == 1 else 's'}"
 
 
 def _said(source, step):

@@ -106,7 +106,7 @@ def _recoveries(loop):
     for r in loop.recovery.records if loop.recovery is not None else ():
         lay = r["layout"]
         first = r.get("seconds_to_first_step")
-        lines.append(f"  recovered   {', '.join(r['ranks'])} gone after {r['step']} steps: tp {lay['tp']} x pp "
+        lines.append(f"  recovered   {', '.join(r['ranks'])} gone after step {r['step']}: tp {lay['tp']} x pp "
                      f"{lay['pp']} x dp {lay['dp']} on {lay['world']} ranks from {r['source']} (step {r['from_step']}), "
                      f"{r['replayed']} replayed" + (f", first new step {first:.2f} s after the failure" if first else ""))
     return lines

@@ -387,7 +387,7 @@ check_lost_node_ranks_shrink() {
     expect_line "^step +$STEPS/$STEPS "
     seconds=$(sed -nE 's/^hpcpar: first new step ([0-9.]+) s after the failure.*/\1/p' "$OUT")
     echo "    from the ranks' death to the first new step: $seconds s (in the same allocation, no relaunch)"
-    read -r tp pp dp k < <(sed -nE 's/^hpcpar: .* gone after [0-9]+ steps; the 4 survivors go on as tp ([0-9]+) x pp ([0-9]+) x dp ([0-9]+) from .*, at step ([0-9]+) .*/\1 \2 \3 \4/p' "$OUT") || true
+    read -r tp pp dp k < <(sed -nE 's/^hpcpar: .* gone after [0-9]+ steps?; the 4 survivors go on as tp ([0-9]+) x pp ([0-9]+) x dp ([0-9]+) from .*, at step ([0-9]+) .*/\1 \2 \3 \4/p' "$OUT") || true
     [[ -n ${k:-} ]] || bad "no line 'hpcpar: ... gone after N steps; the 4 survivors go on as tp T x pp P x dp D ...'"
     k=$(( k - 1 ))
     mkdir -p "$ref"
