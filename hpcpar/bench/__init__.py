@@ -71,6 +71,8 @@ BENCHMARKS = {
                  "step against ZeRO-1's and the gathers prefetching hides (2 and 8 ranks)", ranks=(2, 8),
                  quick_ranks=(2,), timeout=900),
     "watchdog": Spec("wd", "watchdog", "Watchdog and flight recorder: their share of a 2x2x2 step", ranks=(8,)),
+    "shrink": Spec("sh", "shrink", "A dead rank under --on-failure shrink (Open MPI, ULFM): SIGKILL to the first "
+                   "new step at 4 and 8 ranks against a relaunch; the buddies' in-memory copies per step", timeout=2400),
     "threads": Spec("th", "threads", "The README's first run: hpcpar's BLAS thread choice against one thread, "
                     "idle and with six busy processes", timeout=1200),
 }

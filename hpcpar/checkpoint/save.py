@@ -33,16 +33,24 @@ def _attempt(fn):
 def save_checkpoint(trainer, directory, step, keep=3, run=None):
     """Collective: write the state after ``step`` completed steps to DIR/step-<step>.  ``run``: the id of
     the run saving (rotation deletes only its steps); ``keep`` 0: delete nothing (the stop path)."""
-    comm, rank = trainer.grid.world_comm.mpi, trainer.grid.rank_id
+    tensors, layout = rank_tensors(trainer)
+    mine = {f"rank-{trainer.grid.rank_id:05d}.safetensors": (tensors, layout)} if tensors else {}
+    return write_checkpoint(trainer, trainer.grid.world_comm.mpi, directory, step, keep, mine, run)
+
+
+def write_checkpoint(meta, comm, directory, step, keep, mine, run=None):
+    """Collective over ``comm``: the protocol above, for this rank's files ``mine`` {file name: (tensors,
+    layout)} (several when it writes pieces kept in memory, checkpoint/memory.py).  ``meta``: the Trainer,
+    or anything with its cfg, mcfg, optimizer and scaler, for the manifest."""
+    rank = comm.rank
     root = Path(directory)
     partial = root / (step_name(step) + ".partial")
 
-    tensors, layout = rank_tensors(trainer)
-
     def check():
-        for name, array in tensors.items():
-            finite(name, array, f"not saving step {step} to {root}: its weights are not finite (a checkpoint of "
-                                f"them would poison every resume; the steps saved before stay)")
+        for tensors, _ in mine.values():
+            for name, array in tensors.items():
+                finite(name, array, f"not saving step {step} to {root}: its weights are not finite (a checkpoint "
+                                    f"of them would poison every resume; the steps saved before stay)")
     agree(comm, _attempt(check))
 
     def prepare():
@@ -52,26 +60,25 @@ def save_checkpoint(trainer, directory, step, keep=3, run=None):
         partial.mkdir()
     agree(comm, _attempt(prepare) if rank == 0 else None)
 
-    state_names = sorted({k.split("/")[1] for k in tensors if k.startswith("optimizer/")})
-    state_names = [n for n in trainer.optimizer.state_names if n in state_names]
-    rank_file = f"rank-{rank:05d}.safetensors"
+    names = {k.split("/")[1] for tensors, _ in mine.values() for k in tensors if k.startswith("optimizer/")}
+    state_names = [n for n in meta.optimizer.state_names if n in names]
     info = {}
 
     def write():
-        data = safetensors_bytes(tensors, metadata={"format": FORMAT, "step": str(step)})
-        write_atomic(partial / rank_file, data, rank)
-        info.update(sha256=sha256(partial / rank_file), bytes=len(data))
-    agree(comm, _attempt(write) if tensors else None)
+        for rank_file, (tensors, _) in mine.items():
+            data = safetensors_bytes(tensors, metadata={"format": FORMAT, "step": str(step)})
+            write_atomic(partial / rank_file, data, rank)
+            info[rank_file] = dict(sha256=sha256(partial / rank_file), bytes=len(data))
+    agree(comm, _attempt(write) if mine else None)
 
-    everyone = comm.gather((rank_file if tensors else None, info,
-                            {n: (s, shape, str(tensors[n].dtype)) for n, (s, shape) in layout.items()},
-                            state_names), root=0)
+    everyone = comm.gather(([(f, info[f], {n: (s, shape, str(tensors[n].dtype)) for n, (s, shape) in layout.items()})
+                             for f, (tensors, layout) in mine.items()], state_names), root=0)
 
     def put_in_place():
-        files = {f: i for f, i, _, _ in everyone if f}
-        names = max((s for *_, s in everyone), key=len)
-        write_json(partial / "manifest.json",
-                   manifest(trainer, step, [(f, lay) for f, _, lay, _ in everyone if f], files, names, run))
+        written = [entry for files, _ in everyone for entry in files]
+        names = max((s for _, s in everyone), key=len)
+        write_json(partial / "manifest.json", manifest(meta, step, [(f, lay) for f, _, lay in written],
+                                                       {f: i for f, i, _ in written}, names, run))
         fsync_dir(partial)
         publish(root, partial, step)
         if keep:

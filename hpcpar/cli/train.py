@@ -41,6 +41,18 @@ def run(args):
     from hpcpar.training.config import config_from
     from hpcpar.watch.watchdog import flight_dir
     cfg = config_from(args)
-    rank_guard.split(flight_dir(cfg))      # under a launcher: a parent that names this rank if it dies
+    shrink = cfg.on_failure == "shrink"
+    if shrink:
+        from hpcpar.comm import ulfm
+        ulfm.prepare()                     # before MPI starts
+    rank_guard.split(flight_dir(cfg), shrink)      # under a launcher: a parent that names this rank if it dies
     from hpcpar.training.loop import Loop
-    return Loop(cfg).run()
+    relayout = None
+    if shrink:
+        from hpcpar.plan.survivors import choose
+        from hpcpar.training.recovery import relayout_with
+        relayout = relayout_with(choose)   # the planner's layout for the survivors of a failure
+    try:
+        return Loop(cfg, relayout=relayout).run()
+    finally:
+        rank_guard.leaving()               # whatever status follows is the job's, not a death

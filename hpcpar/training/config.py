@@ -208,6 +208,11 @@ class TrainConfig:
                                      "least 3 x the slowest step; 0 disables)", group="watch", bound="natural")
     shutdown_timeout: float = opt(20.0, "after SIGTERM/SIGUSR1, end the job if the checkpoint and exit take "
                                         "longer (seconds; 0 disables)", group="watch", bound="natural")
+    on_failure: str = opt("abort", "when a rank dies: abort (end the job, relaunch from the last checkpoint) or "
+                                   "shrink (the survivors go on in the same job: Open MPI 5 with mpiexec --with-ft ulfm; "
+                                   "docs/reliability.md)", ["abort", "shrink"], "watch")
+    buddy_every: int = opt(0, "--on-failure shrink: copy each rank's state to a rank on another node every K steps, "
+                              "for a failure no replica survives (0: never)", group="watch", bound="natural")
 
 
 DEFAULT_MODEL = "tiny"          # --model when neither the flag nor an --init-from file names one
@@ -437,6 +442,20 @@ def _check_model(cfg, world):
         raise UsageError(f"--window-layers {cfg.window_layers} chooses the layers of --window: give --window W")
 
 
+def _experts(cfg):
+    from hpcpar.nn.gpt import preset
+    from hpcpar.nn.moe import moe_options
+    return preset(cfg.model, **moe_options(cfg)).n_expert
+
+
+def _check_watch(cfg, world):
+    if cfg.buddy_every and cfg.on_failure != "shrink":
+        raise UsageError(f"--buddy-every {cfg.buddy_every} keeps copies for --on-failure shrink: give that too")
+    if cfg.on_failure == "shrink" and cfg.model != "mlp" and _experts(cfg):
+        raise UsageError("--on-failure shrink does not yet go on with a mixture of experts (the routing's all-reduce "
+                         "after the update is a second commit point): use --on-failure abort")
+
+
 # the rules between options, by group (GROUPS), in the order they are checked
 GROUP_CHECKS = {"run": _check_run, "layout": _check_layout, "optim": _check_optim, "data": _check_data,
-                "model": _check_model}
+                "model": _check_model, "watch": _check_watch}

@@ -23,7 +23,7 @@ from hpcpar.pipeline.bubble import engine_window
 from hpcpar.precision import grads_overflowed
 from hpcpar.training.profiler import Profiler, report as profile_report
 from hpcpar.runtime import EXIT_FAILURE, EXIT_PREEMPTED, RunFault
-from hpcpar.training import outputs
+from hpcpar.training import outputs, recovery
 from hpcpar.training.summary import summarize
 from hpcpar.training.text import tokenizer_of
 from hpcpar.training.train import Trainer
@@ -32,7 +32,9 @@ STOP_SIGNALS = (signal.SIGTERM, signal.SIGUSR1)
 
 
 class Loop:
-    def __init__(self, cfg, comm=None, out=None):
+    def __init__(self, cfg, comm=None, out=None, relayout=None):
+        if cfg.on_failure == "shrink":
+            recovery.refuse()      # an MPI that cannot go on after a rank dies: one line, before any collective
         self.trainer = Trainer(cfg, comm)
         self.cfg, self.out = self.trainer.cfg, out or sys.stdout     # (the stdout of now, not of the import)
         self.grid = self.trainer.grid
@@ -40,6 +42,10 @@ class Loop:
         self.history = []          # (step, loss, grad_norm, lr, seconds)
         self.timelines = []        # this rank's engine timelines (steps after the first)
         self.windows = []          # (tp, dp, step, start, end, busy) of this rank's steps
+        self.peak = None           # the GEMM rate of all ranks, measured once
+        # --on-failure shrink: the survivors of a failure rebuild the job and go on (recovery.py);
+        # ``relayout`` is the planner's rule for their layout (the command line passes it)
+        self.recovery = recovery.Recovery(self, relayout) if self.cfg.on_failure == "shrink" else None
 
     def measure_gemm_rate(self):
         """Aggregate GEMM FLOP/s of all ranks running at once (they share the machine's cores)."""
@@ -81,24 +87,41 @@ class Loop:
             signal.signal(sig, handler)
 
     def run(self):
-        """The run: its outputs probed and its checkpoint directory locked first (outputs.py)."""
+        """The run: its outputs probed and its checkpoint directory locked first (outputs.py); with
+        --on-failure shrink, begun again from the step a failure interrupted (recovery.py)."""
         held = outputs.claim(self.cfg, self.grid)
         try:
-            return self._run()
+            return self._recovering()
         finally:
             outputs.release(held)
 
-    def _run(self):
-        cfg, t = self.cfg, self.trainer
+    def _recovering(self):
         start_step = self.start()
+        while True:
+            try:
+                return self._run_from(start_step)
+            except Exception as err:            # noqa: BLE001 - a failure MPI reports, with --on-failure shrink
+                if self.recovery is None or not self.recovery.handles(err):
+                    raise
+                start_step = self.recovery.recover(err)
+                if start_step is None:          # a survivor the new layout leaves idle
+                    return 0
+
+    def _run_from(self, start_step):
+        cfg, t = self.cfg, self.trainer
         self._stop_handler()
         self.watch = Watchdog(self)
         self.watch.open(start_step)                 # the GEMM measurement below is watched too
-        peak = self.measure_gemm_rate()
+        if self.peak is None:
+            self.peak = self.measure_gemm_rate()
+        peak = self.peak
         for c in self.trainer.communicators():
             c.stats.reset()
         self.observers = [self.watch, Tracing(self), Profiling(self), Evaluation(self), Metrics(self),
                           Progress(self)]
+        if self.recovery is not None:
+            self.recovery.started(start_step)
+            self.observers += [self.recovery.copies] if self.recovery.copies else []
         for o in self.observers[1:]:
             o.open(start_step)
         status, skips = 0, 0             # skips: steps skipped in a row for a non-finite loss or gradient
@@ -123,6 +146,8 @@ class Loop:
                     record["loss_scale"] = scale
                 if t.mtp_loss is not None:              # the MTP modules' lambda-weighted mean (nn/mtp.py)
                     record["mtp_loss"] = t.mtp_loss
+                if self.recovery is not None:           # this rank's state has completed the step
+                    self.recovery.after_step(step, record)
                 if t.experts is not None:               # the routing of this step (expert_load.py)
                     record["experts"] = {k: v for k, v in t.experts.items() if k != "collapsed_layer"}
                     warning = t.expert_load.warning(t.experts, step)
@@ -150,7 +175,7 @@ class Loop:
                 if cfg.save_every and (step + 1) % cfg.save_every == 0 and step + 1 < cfg.steps:
                     self.save(step + 1)
             else:
-                if start_step < cfg.steps:
+                if self.history and self.history[-1][0] == cfg.steps - 1:    # (not a finished run resumed)
                     self.save(cfg.steps)
                 if cfg.export:
                     export(t, cfg.export, tokenizer_of(cfg.data))
@@ -211,7 +236,8 @@ class Watchdog(Observer):
 
     def open(self, first_step):
         self.first = first_step
-        self.dog = watchdog.start(self.cfg, self.loop.grid, STOP_SIGNALS)
+        recovery = self.loop.recovery
+        self.dog = watchdog.start(self.cfg, self.loop.grid, STOP_SIGNALS, recovery and recovery.origin)
 
     @contextlib.contextmanager
     def step(self, step):

@@ -81,6 +81,7 @@ def summarize(loop, peak):
         *([_experts_line(t.experts)] if t.experts else []),
         f"  threads     {_threads()}",
         f"  gemm        {_gemm(cfg)}",
+        *_recoveries(loop),
     ]
     loop._print("\n".join(lines))
     figures = {"loss": loss, "entropy_floor": floor, "step_time_s": step_time,
@@ -94,10 +95,26 @@ def summarize(loop, peak):
                "tokens_per_step": t.tokens_per_step, "step_times_s": times}
     if t.experts:
         figures["experts"] = t.experts
+    if loop.recovery is not None:
+        figures["recoveries"] = loop.recovery.records
+        if loop.recovery.copies is not None:
+            figures["copies"] = loop.recovery.copies.figures()
     if cfg.summary_json:
         with open(cfg.summary_json, "w") as f:
             json.dump(figures, f, indent=1)
     return figures
+
+
+def _recoveries(loop):
+    """--on-failure shrink: a line per failure the job went on after (training/recovery.py)."""
+    lines = []
+    for r in loop.recovery.records if loop.recovery is not None else ():
+        lay = r["layout"]
+        first = r.get("seconds_to_first_step")
+        lines.append(f"  recovered   {', '.join(r['ranks'])} gone after step {r['step']}: tp {lay['tp']} x pp "
+                     f"{lay['pp']} x dp {lay['dp']} on {lay['world']} ranks from {r['source']} (step {r['from_step']}), "
+                     f"{r['replayed']} replayed" + (f", first new step {first:.2f} s after the failure" if first else ""))
+    return lines
 
 
 def _experts_line(e):

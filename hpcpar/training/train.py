@@ -220,6 +220,7 @@ class Trainer:
         self.doc_figures = DocumentFigures(mcfg.seq_len, cfg.cp, g.cp_rank, cfg.cp_kind == "ring",
                                            engine_block(self.xp.empty((mcfg.seq_len, 1)))) if cfg.documents else None
         self.mtp_loss = None                            # the last step's MTP loss (nn/mtp.py), with --mtp
+        self.reducing = self.totals = None              # the step whose totals were asked for; (step, totals)
 
     # --- construction -------------------------------------------------------------------------
 
@@ -334,10 +335,19 @@ class Trainer:
 
     def update(self, step, losses, stop_requested=False):
         """The second half of ``step``, after ``gradients``: norm, clipping, the optimizer step."""
-        cfg, g = self.cfg, self.grid
         slices = self.dp.slices()
         norm_sq = self.dp.norm_sq(slices)              # each parameter counted on one rank of its replicas
-        loss, norm, stop, self.mtp_loss = self.world_totals(losses, norm_sq, stop_requested)
+        # a failure inside the world's all-reduce may let some ranks through with the totals and stop
+        # others: those keep their final gradients and take the totals from a survivor (training/recovery.py)
+        self.reducing = step
+        self.totals = (step, self.world_totals(losses, norm_sq, stop_requested))
+        return self.apply(step, self.totals[1], slices)
+
+    def apply(self, step, totals, slices):
+        """Clip and apply this rank's final gradients, given the step's (loss, norm, stop, MTP loss) of
+        world_totals."""
+        cfg = self.cfg
+        loss, norm, stop, self.mtp_loss = totals
         scale = self.scaler.scale
         norm /= scale                                   # the norm of the unscaled gradients
         lr = learning_rate(step, cfg.lr, cfg.min_lr, cfg.warmup, cfg.steps)
