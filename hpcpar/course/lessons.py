@@ -54,7 +54,7 @@ LESSONS = [
          "The 1F1B bubble, (p - 1) / (m + p - 1) = 1/3 of the pipeline's device time, shows as time a stage "
          "waits in a receive ('comm pp' in the profile); dp 2 computes all the time and pays one gradient "
          "all-reduce, small for the tiny model."),)),
-    Lesson(9, "09-context-parallel.md", "context parallelism", 150, "09-causal-balance.png", (
+    Lesson(9, "09-context-parallel.md", "context parallelism, and documents", 150, "09-causal-balance.png", (
         ("Why does every rank take one early and one late chunk of the sequence?",
          "Causal attention's work grows with the position: a rank holding only the late chunk would do "
          "almost all of it. Chunks j and 2cp - 1 - j together cost the same on every rank."),
@@ -66,7 +66,7 @@ LESSONS = [
          "The target of a document's last token, its <|endoftext|>: the next document's first token. The "
          "input sees only the document that ended, which says nothing about the unrelated one that follows "
          "in the shuffled stream. The end-of-text token itself stays a target: a text's end is predictable."))),
-    Lesson(10, "10-llama.md", "Llama blocks", 120, "", (
+    Lesson(10, "10-llama.md", "Llama blocks, and latent attention", 120, "", (
         ("Why does tensor parallelism need no communication inside grouped-query attention, and why must tp "
          "divide the number of K/V heads?",
          "Each rank's query heads attend only with K/V heads of their own groups, and cutting both by "
@@ -85,7 +85,7 @@ LESSONS = [
          "An overflow wastes a whole step (it is skipped), so the scale must drop at the first one; a scale "
          "a little too small costs only some precision in the smallest gradients, so growth can wait until "
          "a run of clean steps says the larger scale is probably safe."),)),
-    Lesson(12, "12-hangs.md", "debugging a hang", 105, "", (
+    Lesson(12, "12-hangs.md", "debugging a hang, going on without a rank", 105, "", (
         ("Why must every survivor compute the same transfer list, in the same order - and how can they, "
          "without a message more than the one that tells everyone what everyone holds?",
          "The exchange posts a receive and a send for each entry, tagged with its place in the list: a rank "
