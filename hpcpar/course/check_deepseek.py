@@ -74,9 +74,10 @@ def pipeline_ends(pp, schedule, chunks, mtp):
     """Reference: (where the MTP modules sit: (rank, chunk) or None, {name: pp ranks} of the gradients summed
     between pipeline ranks, the pp ranks whose copy of the token embedding the gradient norm counts)."""
     plan = build(schedule, pp, 2 * pp, chunks)
-    (first, _), (last, last_chunk) = plan.holders()[0], plan.holders()[pp * chunks - 1]
+    held = plan.holders()                                  # virtual stage -> (rank, chunk)
+    (first, _), (last, last_chunk) = held[0], held[len(held) - 1]
     cfg, head_first, head_last = _ends(mtp, first == last)
-    assert head_last.head.mtp is not None or not mtp
+    assert (head_last.head.mtp is not None) == bool(mtp)   # the last stage's chunk is the one with the modules
     summed = plan.embedding_ranks(bool(cfg.tied or cfg.mtp_depth))
     tokens = cfg.parts.tokens
     counted = {r for r, chunk in ((first, head_first), (last, head_last))
@@ -97,9 +98,10 @@ def check_pipeline_ends(f):
         if at != want[0]:
             raise Wrong(f"{where}: the MTP modules sit at {at}, expected (rank, chunk) {want[0]}")
         summed = {str(k): tuple(int(r) for r in v) for k, v in dict(summed).items()}
-        for name in sorted(set(summed) - set(want[1])):
-            raise Wrong(f"{where}: {name} is summed between pipeline ranks - it sits on one stage only, or one rank "
-                        f"holds it whole")
+        extra = sorted(set(summed) - set(want[1]))
+        if extra:
+            raise Wrong(f"{where}: {extra[0]} is summed between pipeline ranks - it sits on one stage only, or one "
+                        f"rank holds it whole")
         for name, ranks in want[1].items():
             if summed.get(name) != ranks:
                 said = f"over pp ranks {summed[name]}" if name in summed else "nowhere"

@@ -77,9 +77,10 @@ def check_recovery_plan(f):
         places, want = recovery_plan(old, dead, new, tensors, stage_of, 0)
         survivors = sorted(places)
         held = _held(old, survivors, tensors, stage_of)
+        # each case keeps a replica of every piece: the state comes from memory, not a copy or a checkpoint
         assert complete(held, {i: {k for _, d, k, _ in want if d == i} for i in range(len(survivors))})
         answers = [f(old, list(dead), new, dict(tensors), stage_of, me) for me in range(len(survivors))]
-        for me, (got_places, _) in enumerate(answers):
+        for got_places, _ in answers:
             got = {int(r): (int(n), None if at is None else tuple(int(x) for x in at))
                    for r, (n, at) in dict(got_places).items()}
             if got != places:
