@@ -392,14 +392,14 @@ def test_no_lesson_or_hint_hands_over_its_answer(exercise):
                 assert not re.search(rf"(?<![\w.]){re.escape(f'{n:g}')}(?![\w.])", text), f"{exercise.lesson} prints {n:g}"
 
 
-# --- exercises 34-38: documents, DeepSeek-V3, going on without a rank ------------------------------------
+# --- exercises 37-41: documents, DeepSeek-V3, going on without a rank ------------------------------------
 
 def test_the_new_checks_name_what_is_wrong(tmp_path):
-    said = {(34, 3): "the second beginning with id 0", (35, 1): "the block of another rank",
-            (36, 5): "counted for one layer", (37, 4): "zb-v, 2 chunks", (37, 5): "counts the token embedding",
-            (38, 0): "which it already holds", (38, 1): "which does not hold it", (38, 2): "nothing gives new rank",
-            (38, 3): "the fewest pieces to send", (38, 4): "no optimizer state travels",
-            (38, 6): "computes another list"}
+    said = {(37, 3): "the second beginning with id 0", (38, 1): "the block of another rank",
+            (39, 5): "counted for one layer", (40, 4): "zb-v, 2 chunks", (40, 5): "counts the token embedding",
+            (41, 0): "which it already holds", (41, 1): "which does not hold it", (41, 2): "nothing gives new rank",
+            (41, 3): "the fewest pieces to send", (41, 4): "no optimizer state travels",
+            (41, 6): "computes another list"}
     for (number, i), text in said.items():
         ok, message = _verdict(tmp_path, number, WRONG[number][i])
         assert not ok and text in message, (number, i, message)

@@ -246,7 +246,7 @@ EXERCISES = [
           "faster layout, and the cause among the choices the template lists"),
       after="Read where pp 2's time went: its profile's 'comm pp' line is mostly the bubble - time a stage "
             "waits in a receive for its neighbour"),
-    E(34, "09-context-parallel.md", "documents", "a packed window's positions, and the targets kept in the loss",
+    E(37, "09-context-parallel.md", "documents", "a packed window's positions, and the targets kept in the loss",
       "packed_window", check_documents.check_packed_window, check_documents.packed_window,
       hidden=("hpcpar.ops.masks",), hints=(
           "a document's first token has read nothing of its document before it: it sits where a fresh "
@@ -256,7 +256,7 @@ EXERCISES = [
           "method: walk each sequence - 0 at its start and wherever the id differs from the previous input's, "
           "else one more than the previous position; a target stays when its id equals its input's id, the "
           "window's last target included")),
-    E(35, "09-context-parallel.md", "CP", "the key/value blocks ring attention skips for a window of documents",
+    E(38, "09-context-parallel.md", "CP", "the key/value blocks ring attention skips for a window of documents",
       "ring_plan", check_documents.check_ring_plan, check_documents.ring_plan,
       hidden=CP + ("hpcpar.ops.masks",), hints=(
           "a query sees nothing of a block whose keys all lie after it or in other documents: the rule of one "
@@ -266,7 +266,7 @@ EXERCISES = [
           "method: for rank r at step s take the block of rank (r - s) mod cp, test every query-key pair with "
           "the three conditions, and count the queries that see at least one key and the keys seen by at least "
           "one query")),
-    E(36, "10-llama.md", "DeepSeek", "MLA's KV cache a token against grouped-query attention's", "kv_cache_bytes",
+    E(39, "10-llama.md", "DeepSeek", "MLA's KV cache a token against grouped-query attention's", "kv_cache_bytes",
       check_deepseek.check_kv_cache_bytes, check_deepseek.kv_cache_bytes,
       hidden=("hpcpar.shape", "hpcpar.plan", "hpcpar.nn", "hpcpar.ops.mla", "hpcpar.training.generate"), hints=(
           "the keys and values of every head are a function of what MLA keeps of a token: keep that, not them",
@@ -275,7 +275,7 @@ EXERCISES = [
           "method: per layer and token grouped-query attention keeps a key and a value of head_dim per K/V head, "
           "MLA its latent and its rotary key; every head's own would be a key of head_dim and a value of "
           "v_head_dim per query head; times the layers and the bytes of a number")),
-    E(37, "15-v-pipelines.md", "PP", "where the MTP modules sit, and which gradients the pipeline's ends sum",
+    E(40, "15-v-pipelines.md", "PP", "where the MTP modules sit, and which gradients the pipeline's ends sum",
       "pipeline_ends", check_deepseek.check_pipeline_ends, check_deepseek.pipeline_ends,
       hidden=PP + ("hpcpar.nn", "hpcpar.training"), hints=(
           "the MTP modules read the model's last hidden state and share its head: they go where the loss is",
@@ -284,7 +284,7 @@ EXERCISES = [
           "method: find the rank and chunk of the last virtual stage; sum only the embedding's gradient, over "
           "the first and last stage's ranks when they differ and MTP modules exist; the norm counts the first "
           "stage's copy alone")),
-    E(38, "12-hangs.md", "reliability", "going on without a rank: the survivors' places and the transfers",
+    E(41, "12-hangs.md", "reliability", "going on without a rank: the survivors' places and the transfers",
       "recovery_plan", check_recovery.check_recovery_plan, check_recovery.recovery_plan,
       hidden=("hpcpar.checkpoint", "hpcpar.training.restore", "hpcpar.training.recovery", "hpcpar.comm.grid"),
       hints=(

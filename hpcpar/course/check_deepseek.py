@@ -51,7 +51,7 @@ def check_kv_cache_bytes(f):
                             f"a token - {why}")
 
 
-# --- exercise 37: the ends of a pipeline, with multi-token prediction -------------------------------------
+# --- exercise 40: the ends of a pipeline, with multi-token prediction -------------------------------------
 
 CASES = [(pp, "1f1b", 1, 1) for pp in (2, 3, 4)] + [(pp, "interleaved", 2, 1) for pp in (2, 3, 4)] + \
     [(2, "interleaved", 3, 2)] + [(pp, "zb-v", 2, 1) for pp in (2, 3, 4)] + [(3, "dualpipev", 2, 1)] + \

@@ -55,7 +55,7 @@ def check_packed_window(f):
                 raise Wrong(f"{where}: {name}[{b}, {t}] is {g[b, t]}, expected {w[b, t]}")
 
 
-# --- exercise 35: the ring's plan for a window of documents -----------------------------------------------
+# --- exercise 38: the ring's plan for a window of documents -----------------------------------------------
 
 def _plans():
     """(cp, docs (T,), window): the worked examples of context_parallel.md, then windows and cp sizes that

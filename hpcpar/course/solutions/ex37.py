@@ -1,13 +1,15 @@
-"""Exercise 37, a solution: where the MTP modules sit, and which gradients the pipeline's ends sum."""
+"""Exercise 37, a solution: a packed window's positions, and the targets kept."""
+import numpy as np
 
 
-def pipeline_ends(pp, schedule, chunks, mtp):
-    if schedule in ("zb-v", "dualpipev"):           # the V comes back: rank 0 holds the last stage too
-        first, last, last_chunk = 0, 0, 1
-    else:                                           # the last virtual stage is the last rank's last chunk
-        first, last, last_chunk = 0, pp - 1, chunks - 1
-    at = (last, last_chunk) if mtp else None
-    # the modules look tokens up in the embedding: a copy on the last stage, its gradient summed with the
-    # first stage's, unless one rank holds both ends; the copy is not counted in the norm
-    summed = {"embed_tokens.weight": (first, last)} if mtp and first != last else {}
-    return at, summed, (first,)
+def packed_window(docs):
+    docs = np.asarray(docs)
+    inputs = docs[:, :-1]
+    B, T = inputs.shape
+    positions = np.zeros((B, T), dtype=np.int64)
+    for b in range(B):
+        for t in range(1, T):
+            # a document's first token is at 0; the window's first piece counts from the window's start
+            positions[b, t] = 0 if inputs[b, t] != inputs[b, t - 1] else positions[b, t - 1] + 1
+    kept = docs[:, 1:] == docs[:, :-1]          # the token asked for is in the predicting input's document
+    return positions, kept

@@ -1,28 +1,25 @@
-"""Exercise 37 (docs/course/15-v-pipelines.md): the ends of a pipeline with multi-token prediction.
+"""Exercise 37 (docs/course/09-context-parallel.md): a packed window's positions, and the targets kept.
 
-DeepSeek-V3's MTP modules (`--mtp D`) predict tokens further ahead from the model's last hidden state,
-through the model's own token embedding and output head.  The model is deepseek-tiny (an untied head);
-its parameters at the ends of the model are named
+`hpcpar data prepare` ends every document with its <|endoftext|> token and joins them into one stream;
+training cuts windows of T tokens out of it wherever they fall, so a window may hold the end of one
+document and the start of others.  With --documents every micro-batch carries the document id of each of
+its tokens: `docs` (B, T + 1) int, docs[b, :T] the ids of sequence b's T inputs and docs[b, T] the id of
+its last target (the target of input t is token t + 1).  Ids are counted from 0 at each window's start
+and never decrease along a window: a piece of a document is a run of equal ids.
 
-    embed_tokens.weight    the token embedding          lm_head.weight     the output head
-    norm.weight            the final norm               layers.N.*         MTP module k (N = layers + k - 1)
+Return (positions, kept), both (B, T):
 
-A pipeline of `pp` ranks runs the schedule `schedule` with `chunks` model chunks a rank: the model is cut
-into pp x chunks consecutive virtual stages.  1f1b: rank r holds stage r; interleaved: chunk c of rank r is
-stage c pp + r; zb-v and dualpipev: rank r holds stage r as its chunk 0 and stage 2 pp - 1 - r as its
-chunk 1 (a V).  `mtp` is the number of MTP modules (0: none).
+    positions[b, t]   the position the position table and RoPE read for input t of sequence b, as
+                      --documents gives it (the reading: docs/own_data.md, section 4)
+    kept[b, t]        bool: does target t stay in the loss?
 
-Return (at, summed, counted):
-
-    at        (rank, chunk) that holds the MTP modules, or None without them
-    summed    {parameter name: the pp ranks over which its gradient is summed every step}, for each
-              gradient summed between pipeline ranks ({} if none)
-    counted   the pp ranks whose copy of embed_tokens.weight the gradient norm counts (a tuple)
+numpy only.
 
 Check: .venv/bin/hpcpar course check 37
 """
+import numpy as np  # noqa: F401
 
 
-def pipeline_ends(pp, schedule, chunks, mtp):
-    """-> (at, summed, counted)"""
+def packed_window(docs):
+    """docs (B, T + 1) -> (positions (B, T) int, kept (B, T) bool)"""
     raise NotImplementedError

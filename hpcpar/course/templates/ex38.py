@@ -1,35 +1,23 @@
-"""Exercise 38 (docs/course/12-hangs.md): going on without a rank - the survivors' places, and who sends whom
-which piece of the model state.
+"""Exercise 38 (docs/course/09-context-parallel.md): the blocks ring attention skips for a window of documents.
 
-A job ran on tp x pp x dp = `old` ranks in hpcpar's order (exercise 8: rank = tp_i + tp (dp_i + dp pp_i)),
-with AdamW and ZeRO 0, when the ranks `dead` died.  The survivors shrink the world: they keep their order
-and are numbered 0, 1, ... again (their new ranks); the first of them take the layout `new` = (tp, pp, dp)
-that the planner chose, in the same order, and any left over wait idle.
+Ring attention over cp ranks, the sequence of T tokens cut by the causal balance (exercise 17: rank j
+holds chunks j and 2 cp - 1 - j of T / (2 cp) positions each); at step s rank r holds the key/value block
+of rank (r - s) mod cp.  With --documents, `docs` (T,) gives each position of the window its document id
+(non-decreasing), and the query at window position q sees the key at window position k only if
 
-The state is named as in a checkpoint: a piece is (key, part).  A key is a tensor's name, or
-"optimizer/exp_avg/" or "optimizer/exp_avg_sq/" and the name for its two AdamW moments.  `tensors` maps each
-name to whether tensor parallelism cuts it: then tp_i of the old grid holds part tp_i (of the old tp parts),
-of the weight and of its moments alike; a tensor it does not cut is part 0 (of 1) on every tp rank.  A rank
-holds the tensors of its pipeline stage: `stage(name, pp)` is the stage that holds `name` when the model is
-cut into pp stages.  Every rank of the new layout needs every part of every key of its new stage (it
-assembles each whole tensor and cuts its own shard, as a resume would).
+    k <= q,    docs[k] == docs[q],    and, with a sliding window of W keys (window > 0), q - k < W
 
-Return (places, plan):
+At each step a rank computes its queries that see some key of the block it holds against the keys that
+some of them see (the block trimmed to them), or skips the block when no query of it sees any of its keys.
 
-    places  {old rank of each survivor: (new rank, (tp_i, pp_i, dp_i) in the new grid, or None when idle)}
-    plan    [(source, destination, key, part)], sources and destinations new ranks: one entry for each
-            piece each rank of the new layout needs - destinations in increasing order, then keys in sorted
-            order, then parts in increasing order; the source is the destination itself when it holds the
-            piece, else the survivor holding it that is the source of the fewest entries so far (an entry
-            to itself not counted; the lower new rank on a tie)
-
-`me` is the new rank computing the plan: every survivor calls the function, and the exchange that carries
-out the plan tags each message with its place in the list.
+Return plan: cp lists, one a rank, each of cp tuples, one a step: plan[r][s] = (j, queries, keys) - rank r
+holds rank j's block at step s, and computes `queries` of its own T / cp queries against `keys` of the
+block's T / cp keys; (j, 0, 0) when it skips the block.
 
 Check: .venv/bin/hpcpar course check 38
 """
 
 
-def recovery_plan(old, dead, new, tensors, stage, me):
-    """-> (places, plan)"""
+def ring_plan(docs, cp, window=0):
+    """docs: T document ids; -> plan[rank][step] = (j, queries, keys)"""
     raise NotImplementedError

@@ -1,4 +1,4 @@
-"""Exercise 36, a solution: MLA's KV cache against grouped-query attention's, bytes a token."""
+"""Exercise 39, a solution: MLA's KV cache against grouped-query attention's, bytes a token."""
 
 
 def kv_cache_bytes(model, itemsize):

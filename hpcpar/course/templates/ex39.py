@@ -1,4 +1,4 @@
-"""Exercise 36 (docs/course/10-llama.md): what a token costs the KV cache, latent attention against grouped-query.
+"""Exercise 39 (docs/course/10-llama.md): what a token costs the KV cache, latent attention against grouped-query.
 
 Generating text, a model keeps for every token it has read what its attention needs of it later (the KV
 cache), in every layer.  `model` describes the attention of one model, a dict of
@@ -16,7 +16,7 @@ and `itemsize` the bytes of one number (2 for bf16).  Return, in bytes a token o
     (what the model's KV cache holds - as `hpcpar generate` keeps it,
      what a cache of every head's own key and value would hold)
 
-Check: .venv/bin/hpcpar course check 36
+Check: .venv/bin/hpcpar course check 39
 """
 
 
