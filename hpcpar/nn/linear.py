@@ -11,6 +11,8 @@ from hpcpar.ops.linear import linear_backward_input, linear_backward_weight, lin
 
 
 class Linear(Module):
+    mm = None               # its quantised GEMMs under an FP8/FP4 recipe (training/low_precision.py)
+
     def __init__(self, name, d_in, d_out, std, seed, dtype, bias=True):
         self.name = name
         self.weight = Parameter(f"{name}.weight", init_full(f"{name}.weight", (d_in, d_out), std, seed, dtype))
@@ -19,18 +21,18 @@ class Linear(Module):
 
     def forward(self, x, ctx=None):
         """x (..., in) -> y (..., out); the cache is x itself (all dW needs)."""
-        y = linear_forward(x, self.weight.data, self.bias.data if self.bias else None)
+        y = linear_forward(x, self.weight.data, self.bias.data if self.bias else None, self.mm)
         progress.poll()
         return y, x
 
     def backward(self, dy, x, defer=None):
         run_or_defer(lambda: self.accumulate_weight_grad(dy, x), defer)
-        dx = linear_backward_input(dy, self.weight.data)
+        dx = linear_backward_input(dy, self.weight.data, self.mm)
         progress.poll()
         return dx
 
     def accumulate_weight_grad(self, dy, x):
-        dw, db = linear_backward_weight(dy, x, bias=self.bias is not None)
+        dw, db = linear_backward_weight(dy, x, bias=self.bias is not None, mm=self.mm)
         self.weight.grad += dw
         if self.bias is not None:
             self.bias.grad += db

@@ -32,6 +32,8 @@ def replicate(params, comm, sequence_parallel):
 
 
 class ColumnParallelLinear(Module):
+    mm = None               # its quantised GEMMs under an FP8/FP4 recipe (training/low_precision.py)
+
     def __init__(self, linear, comm, sequence_parallel=False, groups=1):
         self.comm, self.region, self.sp = comm, input_region(sequence_parallel), sequence_parallel
         self.weight = linear.weight.shard_(Shard(1, comm.size, comm.rank, groups))     # (in, out/tp)
@@ -50,17 +52,17 @@ class ColumnParallelLinear(Module):
     # --- the local GEMMs, between the region crossings ------------------------------------------
 
     def local_forward(self, full):
-        return linear_forward(full, self.weight.data, self.bias and self.bias.data)    # (B, T, out/tp)
+        return linear_forward(full, self.weight.data, self.bias and self.bias.data, self.mm)    # (B, T, out/tp)
 
     def local_backward(self, dy, full, defer):
         """This rank's term of dL/dx (B, T, in), before the group sums it; the weight gradient."""
         def weight_grad():
-            dw, db = linear_backward_weight(dy, full, bias=self.bias is not None)
+            dw, db = linear_backward_weight(dy, full, bias=self.bias is not None, mm=self.mm)
             self.weight.grad += dw
             if self.bias is not None:
                 self.bias.grad += db
         run_or_defer(weight_grad, defer)
-        return linear_backward_input(dy, self.weight.data)
+        return linear_backward_input(dy, self.weight.data, self.mm)
 
 
 class ColumnParallelProjections(Module):
@@ -85,6 +87,8 @@ class ColumnParallelProjections(Module):
 
 
 class RowParallelLinear(Module):
+    mm = None
+
     def __init__(self, linear, comm, sequence_parallel=False):
         self.comm, self.region = comm, output_region(sequence_parallel)
         self.weight = linear.weight.shard_(Shard(0, comm.size, comm.rank))             # (in/tp, out)
@@ -92,7 +96,7 @@ class RowParallelLinear(Module):
         replicate([self.bias] if self.bias else [], comm, sequence_parallel)
 
     def forward(self, x, ctx=None):
-        y = self.region.forward(self.comm, linear_forward(x, self.weight.data))   # sum of partial products
+        y = self.region.forward(self.comm, linear_forward(x, self.weight.data, mm=self.mm))   # sum of partials
         if self.bias is not None:
             y += self.bias.data                                   # once, after the sum
         return y, x
@@ -101,11 +105,11 @@ class RowParallelLinear(Module):
         dy_local = self.region.backward(self.comm, dy)            # identity, or the sequence all-gather
 
         def weight_grad():
-            self.weight.grad += linear_backward_weight(dy_local, x, bias=False)[0]    # its bias: below
+            self.weight.grad += linear_backward_weight(dy_local, x, bias=False, mm=self.mm)[0]    # bias: below
             if self.bias is not None:
                 self.bias.grad += bias_backward(dy)
         run_or_defer(weight_grad, defer)
-        return linear_backward_input(dy_local, self.weight.data)   # (B, T, in/tp): stays parallel
+        return linear_backward_input(dy_local, self.weight.data, self.mm)   # (B, T, in/tp): stays parallel
 
 
 class VocabParallelEmbedding(Embedding):

@@ -21,6 +21,7 @@ from hpcpar.checkpoint.consolidated import export, init_from
 from hpcpar.gemm_speed import gemm_throughput
 from hpcpar.pipeline.bubble import engine_window
 from hpcpar.precision import grads_overflowed
+from hpcpar.training.low_precision import Fp8Report
 from hpcpar.training.profiler import Profiler, report as profile_report
 from hpcpar.runtime import EXIT_FAILURE, EXIT_PREEMPTED
 from hpcpar.training.summary import summarize
@@ -100,8 +101,8 @@ class Loop:
         peak = self.measure_gemm_rate()
         for c in self.trainer.communicators():
             c.stats.reset()
-        self.observers = [self.watch, Tracing(self), Profiling(self), Evaluation(self), Metrics(self),
-                          Progress(self)]
+        self.observers = [self.watch, Tracing(self), Profiling(self), Evaluation(self), Fp8Report(self),
+                          Metrics(self), Progress(self)]
         for o in self.observers[1:]:
             o.open(start_step)
         status = 0
