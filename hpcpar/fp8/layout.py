@@ -60,11 +60,11 @@ def refusal(recipe, mcfg, tp, cp, documents=False):
                 if edge and extent % edge:
                     return (f"--precision {recipe.name}: --tp {tp} leaves {extent} of {what} on each rank, not a "
                             f"multiple of the {edge}-wide scaling blocks, which would straddle two ranks "
-                            f"(a smaller --tp, or --fp8-block)")
+                            f"(a smaller --tp" + (", or --fp8-block)" if recipe.name == "fp8-blockwise" else ")"))
     edge = max(blocks_along(recipe, "weight", o, "N") for o, _ in OPERANDS["weight"])
     run = token_run(getattr(mcfg, "seq_len", 0), cp, documents)
     if cp > 1 and edge and run % edge:
         return (f"--precision {recipe.name}: --cp {cp} gives each rank runs of {run} positions, not a multiple "
                 f"of the {edge}-token scaling blocks of the weight gradient, which would straddle two ranks "
-                f"(a longer --seq-len, a smaller --cp, or --fp8-block)")
+                f"(a longer --seq-len, a smaller --cp" + (", or --fp8-block)" if recipe.name == "fp8-blockwise" else ")"))
     return None
