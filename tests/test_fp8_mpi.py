@@ -1,5 +1,6 @@
 """FP8/FP4 recipes in every kind of layout: with --dtype float64 (the GEMM inputs quantised, float64
-everywhere else) the losses of two steps (the second under delayed scaling from the first one's amax) equal one rank's to 1e-10.
+everywhere else) the losses of two steps (the second, under delayed scaling, from the first one's
+amax) equal one rank's to 1e-10.
 
 One rank runs the same micro-batches: a data-parallel replica's micro-batch is a tensor of its own
 (its scales are its own, as on a GPU), so the reference takes dp x microbatches of them; tensor and
