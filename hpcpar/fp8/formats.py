@@ -36,6 +36,12 @@ class Format:
     emax: int          # exponent of the largest power of two <= max (the OCP MX spec's emax_elem)
 
     @property
+    def saturates_above(self):
+        """Beyond this a value would round past the largest: saturation changes it (the largest plus
+        half the spacing there; below it, rounding alone gives the largest)."""
+        return self.max + 2.0 ** (self.emax - self.mantissa - 1)
+
+    @property
     def smallest(self):
         """The smallest positive value (subnormal)."""
         return 2.0 ** (self.emin - self.mantissa)

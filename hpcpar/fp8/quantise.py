@@ -26,8 +26,8 @@ layouts where they would are refused: fp8/layout.py), so theirs is local.  Hence
 computes the scales one rank computes.
 
 Besides the values: what the rounding cost (``Figures``): the squared error and the squared values
-(their ratio is the relative error), how many values saturated (|t s| > fmt.max: only with delayed
-scaling, or a clamped scale), how many nonzero values flushed to zero, the range of the decode scales
+(their ratio is the relative error), how many values saturated (|t s| beyond the largest value and half
+a spacing: only with delayed scaling, or a clamped scale), how many nonzero values flushed to zero, the range of the decode scales
 (what a code is multiplied by: 1 / s), the amax.
 """
 from dataclasses import dataclass
@@ -174,6 +174,6 @@ def _figures(t, values, y, q, scaling, decode, mag, clamped):
     xp = array_module(t)
     err = values - t
     return Figures(err2=float((err * err).sum()), ref2=float((t * t).sum()), n=int(t.size),
-                   overflow=int((abs(y) > scaling.fmt.max).sum()), flushed=int(((q == 0) & (t != 0)).sum()),
+                   overflow=int((abs(y) > scaling.fmt.saturates_above).sum()), flushed=int(((q == 0) & (t != 0)).sum()),
                    scale_lo=float(xp.min(decode)), scale_hi=float(xp.max(decode)), amax=float(xp.max(mag)),
                    clamped=clamped)
