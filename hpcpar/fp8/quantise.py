@@ -172,8 +172,10 @@ def _spread(s, shape, scaling, segment):
 
 def _figures(t, values, y, q, scaling, decode, mag, clamped):
     xp = array_module(t)
-    err = values - t
-    return Figures(err2=float((err * err).sum()), ref2=float((t * t).sum()), n=int(t.size),
-                   overflow=int((abs(y) > scaling.fmt.saturates_above).sum()), flushed=int(((q == 0) & (t != 0)).sum()),
-                   scale_lo=float(xp.min(decode)), scale_hi=float(xp.max(decode)), amax=float(xp.max(mag)),
+    err = (values - t).ravel()
+    flat = t.ravel()
+    return Figures(err2=float(xp.vdot(err, err)), ref2=float(xp.vdot(flat, flat)), n=int(t.size),
+                   overflow=int(xp.count_nonzero(abs(y) > scaling.fmt.saturates_above)),
+                   flushed=int(xp.count_nonzero(t) - xp.count_nonzero(q)),        # q != 0 only where t != 0
+                   scale_lo=float(decode.min()), scale_hi=float(decode.max()), amax=float(mag.max()),
                    clamped=clamped)

@@ -13,7 +13,7 @@ again, so the relative error of the merge is that of the whole operand on one ra
 import math
 
 from hpcpar.fp8.quantise import Figures
-from hpcpar.fp8.recipes import GEMMS
+from hpcpar.fp8.recipes import OPERANDS
 
 
 def merge(per_rank):
@@ -75,11 +75,11 @@ def table(recipe, scalings, merged):
              f"{'flushed':>8}  scales"]
     for layer in sorted(merged, key=_layer_order):
         ops = merged[layer]
-        for gemm in GEMMS:
-            for (g, o), f in sorted(ops.items()):
-                if g != gemm:
+        for g, operands in OPERANDS.items():
+            for o, _ in operands:
+                if (g, o) not in ops:
                     continue
-                r = row(f)
+                r = row(ops[(g, o)])
                 lines.append(f"  {layer:<22} {g:<8} {o:<8} {scalings[o]:<18} {100 * r['rel_err']:>7.3f}% "
                              f"{100 * r['saturated']:>9.4f}% {100 * r['flushed']:>7.3f}%  "
                              f"{r['scale_min']:.3g}..{r['scale_max']:.3g}")
