@@ -188,14 +188,15 @@ class FullyShardedDataParallel:
     zero, sharded = 3, True
 
     def __init__(self, chunks, comm, uses=None, compute_dtype=None, alone=(), blocks_per_unit=1,
-                 reshard_after_forward=True, comm_of=None, whole=()):
+                 reshard_after_forward=True, comm_of=None, whole=(), fp8=(), fp8_unit=None):
         """``alone``: parameters that get a unit of their own (the tied embedding: its two copies'
         slices must line up); so does a parameter two modules share.  ``uses``: as DataParallel's.
         ``comm_of(p)``: the group a parameter's replicas sit on, when not ``comm`` (an expert's, under
         expert parallelism): a module's parameters of another group form a unit of their own, sliced,
         gathered and reduce-scattered over it - and gathered and freed with the module's other units.
         ``whole``: parameters every rank keeps whole (moved by a rule, module docstring): a module's
-        form a resident unit over a group of one rank."""
+        form a resident unit over a group of one rank.  ``fp8``: weights gathered as FP8 codes
+        (--fp8-param-gather): a module's form a unit of their own, of class ``fp8_unit`` (fp8_gather.py)."""
         self.comm, self.reshard = comm, reshard_after_forward
         kept = {id(p) for p in whole}
         one = Communicator(MPI.COMM_SELF, "self") if kept else None
@@ -210,12 +211,14 @@ class FullyShardedDataParallel:
         alone = {id(p) for p in alone} | {k for k, v in holders.items() if v > 1}
         self.units, self._unit_of = [], {}
 
+        coded = {id(p) for p in fp8}
+
         def add(params):
             groups = {}                                 # the parameters of each group, in their order
             for p in params:
-                groups.setdefault(id(comm_of(p)), (comm_of(p), []))[1].append(p)
-            for group, mine in groups.values():
-                self.units.append(Unit(mine, group, compute_dtype))
+                groups.setdefault((id(comm_of(p)), id(p) in coded), (comm_of(p), []))[1].append(p)
+            for (_, in_fp8), (group, mine) in groups.items():
+                self.units.append((fp8_unit if in_fp8 else Unit)(mine, group, compute_dtype))
                 self._unit_of.update((id(p), self.units[-1]) for p in mine)
         for chunk in chunks:
             for group in module_groups(chunk, blocks_per_unit):

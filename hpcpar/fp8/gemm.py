@@ -63,6 +63,8 @@ class QuantisedGemms:
         self.recipe, self.groups, self.history = recipe, groups or {}, history
         self.accumulator_bits = accumulator_bits
         self.figures = {}
+        self.weight = None          # --fp8-param-gather: the Parameter, gathered already quantised when
+        #                             its fp8_scale is set (data_parallel/fp8_gather.py)
 
     def __call__(self, which, a, b, segment=0):
         (name_a, _), (name_b, _) = OPERANDS[which]
@@ -77,6 +79,8 @@ class QuantisedGemms:
         return y if y.dtype == a.dtype else y.astype(a.dtype)
 
     def quantise(self, which, operand, t, contraction, segment):
+        if operand == "w" and getattr(self.weight, "fp8_scale", None) is not None:
+            return t                                            # on the grid of its own scale already
         key = (which, operand)
         scaling = self.recipe.scaling(operand)
         amax = None

@@ -79,7 +79,7 @@ def quantise(a, scaling, contraction, groups=(None, None), segment=0, amax=None)
         mag = abs(t).max(axis=1, keepdims=True) if kind == "row" else abs(t).max(keepdims=True)
         if amax is None:
             mag = _reduce(mag, along, across if kind == "tensor" else None)
-        s = _fp8_scale(mag if amax is None else array_module(t).full((1, 1), amax), scaling)
+        s = fp8_scale(mag if amax is None else array_module(t).full((1, 1), amax), scaling.fmt, scaling.pow2)
         decode, clamped = 1 / s, 0
     elif kind == "nvfp4":
         s, decode, clamped, mag = _nvfp4_scales(t, scaling, segment, along, across)
@@ -88,7 +88,7 @@ def quantise(a, scaling, contraction, groups=(None, None), segment=0, amax=None)
         if kind == "mx":
             s, clamped = _e8m0_scale(mag, scaling)
         else:
-            s, clamped = _fp8_scale(mag, scaling), 0
+            s, clamped = fp8_scale(mag, scaling.fmt, scaling.pow2), 0
         decode = 1 / s
         s = _spread(s, t.shape, scaling, segment)
     y = t * s.astype(t.dtype)
@@ -106,12 +106,12 @@ def _reduce(mag, along, across):
     return mag
 
 
-def _fp8_scale(mag, scaling):
+def fp8_scale(mag, fmt, pow2=False):
     """s = fmt.max / amax in fp32 (computed in float64 first, as torchao does), a power of two below it
     for ``pow2``."""
     xp = array_module(mag)
-    s = (scaling.fmt.max / xp.maximum(mag.astype(np.float64), EPS)).astype(np.float32)
-    if scaling.pow2:
+    s = (fmt.max / xp.maximum(mag.astype(np.float64), EPS)).astype(np.float32)
+    if pow2:
         _, e = xp.frexp(s)
         s = xp.ldexp(xp.ones_like(s), e - 1)
     return s

@@ -328,9 +328,9 @@ def _check_fp8(cfg):
                          f"{cfg.precision} scales smaller pieces from their own amax (use fp8-tensorwise)")
     if cfg.fp8_block and cfg.precision != "fp8-blockwise":
         raise UsageError(f"--fp8-block sets fp8-blockwise's tiles; {cfg.precision}'s blocks are its format's")
-    if cfg.fp8_param_gather and (cfg.precision != "fp8-tensorwise" or cfg.zero != 3):
+    if cfg.fp8_param_gather and (cfg.precision != "fp8-tensorwise" or cfg.zero != 3 or cfg.fp8_amax_history):
         raise UsageError("--fp8-param-gather gathers ZeRO-3's weights with one scale each, known before the "
-                         "gather: it needs --zero 3 and --precision fp8-tensorwise")
+                         "gather: it needs --zero 3 and --precision fp8-tensorwise (current scaling)")
 
 
 def _check_layout(cfg, world):

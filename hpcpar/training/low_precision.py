@@ -67,8 +67,28 @@ class LowPrecision:
                               for g, operands in OPERANDS.items() for o, _ in operands}
                     history = AmaxHistory(cfg.fp8_amax_history) if cfg.fp8_amax_history else None
                     layer.mm = self.layers[name] = QuantisedGemms(recipe, groups, history, cfg.fp8_accumulator_bits)
+                    if cfg.fp8_param_gather:                    # ZeRO-3 gathers it quantised (fp8_gather.py)
+                        layer.mm.weight = layer.weight
+        self.tp_comm = grid.tp_comm
         # the ranks that ran the same layers this step: their amax make the history's
         self.replicas = grid.comm_over("tp", "dp", "cp") if cfg.fp8_amax_history else None
+
+    def weights(self):
+        """The weights of the quantised layers (--fp8-param-gather: ZeRO-3 gathers them as FP8 codes)."""
+        return [q.weight for q in self.layers.values() if q.weight is not None]
+
+    def start_step(self, sharding):
+        """--fp8-param-gather: every FP8 unit's weights' scales, from their amax over the ZeRO group and
+        tp (collective: two all-reduces for all of them; fp8_gather.py)."""
+        units = [u for u in getattr(sharding, "units", ()) if hasattr(u, "set_scales")]
+        if not units:
+            return
+        amax = units[0].comm.all_reduce(np.concatenate([u.local_amax() for u in units]), op="max")
+        amax = self.tp_comm.all_reduce(amax, op="max")
+        at = 0
+        for u in units:
+            u.set_scales(amax[at:at + len(u.params)])
+            at += len(u.params)
 
     def end_step(self):
         """Delayed scaling: this step's amax of every operand, reduced over the layer's replicas, into its

@@ -31,6 +31,7 @@ from hpcpar.context_parallel import check_context_parallel, parallelize_context
 from hpcpar.data import MarkovLanguage, Regression, TokenFile, validation_file
 from hpcpar.data_parallel.replicas import DataParallel
 from hpcpar.data_parallel.fsdp import FullyShardedDataParallel
+from hpcpar.data_parallel.fp8_gather import Fp8Unit
 from hpcpar.comm.grid import ParallelGrid
 from hpcpar.nn import GPT, Context, MLPConfig, MLPModel
 from hpcpar.training import plug
@@ -189,7 +190,9 @@ class Trainer:
             self.dp = FullyShardedDataParallel(self.chunks, g.dp_cp_comm, uses, self.compute, alone=self.tied,
                                                blocks_per_unit=cfg.fsdp_blocks,
                                                reshard_after_forward=cfg.reshard_after_forward,
-                                               comm_of=self.replica_comm, whole=biases)
+                                               comm_of=self.replica_comm, whole=biases,
+                                               fp8=self.low_precision.weights() if cfg.fp8_param_gather else (),
+                                               fp8_unit=Fp8Unit)
         else:
             self.dp = DataParallel(params, g.dp_cp_comm, cfg.bucket_mb, cfg.zero, late=self.tied + partial,
                                    uses=uses, compute_dtype=self.compute, groups=self._grad_groups(),
@@ -306,6 +309,8 @@ class Trainer:
         if start:
             trace.active().span("data", "data", start, time.perf_counter())
         self.dp.start_step()
+        if self.low_precision is not None:
+            self.low_precision.start_step(self.dp)          # --fp8-param-gather: the weights' scales
         dloss = self.scaler.scale / self.loss_terms         # fp16: the loss scaled up (precision.py)
         losses = self.engine.run(inputs, targets, contexts, dloss, self.dp.grads_ready)
         self.dp.finish(self._late_sums())
