@@ -20,19 +20,20 @@ formula does (zero_memory.gathered_number_bytes).
 import numpy as np
 
 from hpcpar import backend
-from hpcpar.data_parallel.fsdp import Unit
+from hpcpar.data_parallel.flat import FlatBuffer
 from hpcpar.fp8.formats import E4M3, codes, from_codes, round_to
 from hpcpar.fp8.quantise import fp8_scale
 from hpcpar.precision import accumulator
 
 
-class Fp8Unit(Unit):
+class Fp8Unit(FlatBuffer):
+    """A ZeRO-3 unit (flat.py's FlatBuffer, gathered) of weights that travel as E4M3 codes."""
     fmt = E4M3
 
-    def __init__(self, params, comm, compute_dtype):
-        super().__init__(params, comm, compute_dtype)
+    def __init__(self, params, shard, compute_dtype=None, across=None, gathered=True, whole_tensors=False):
+        super().__init__(params, shard, compute_dtype, across, gathered, whole_tensors)
         self.acc = accumulator(self.compute_dtype)
-        self.scales = None                      # (len(params),) fp32: each weight's multiplier s this step
+        self.scales = None                      # (len(params),) fp32: each segment's multiplier s this step
         self.codes = None                       # (size,) uint8 while gathered
 
     def _pieces(self):
@@ -44,11 +45,11 @@ class Fp8Unit(Unit):
 
     def _values(self):
         """This rank's slice as the GEMM would see it: rounded to the compute dtype, in the accumulator's."""
-        return self.shard.astype(self.compute_dtype).astype(self.acc)
+        return self.master.astype(self.compute_dtype).astype(self.acc)
 
     def local_amax(self):
-        xp = backend.array_module(self.shard)
-        v, out = self._values(), np.zeros(len(self.params))
+        xp = backend.array_module(self.master)
+        v, out = self._values(), np.zeros(len(self.segments))
         for i, a, b in self._pieces():
             out[i] = float(xp.abs(v[a:b]).max())
         return out
@@ -67,26 +68,26 @@ class Fp8Unit(Unit):
         return s
 
     def start_gather(self):
-        xp = backend.array_module(self.shard)
+        xp = backend.array_module(self.master)
         q = round_to(self.fmt, self._values() * xp.asarray(self._per_value(self.lo, self.hi), dtype=self.acc))
         self.codes = xp.empty(self.size, dtype=np.uint8)
         self.codes[self.lo:self.hi] = xp.asarray(codes(self.fmt, backend.to_numpy(q)))
-        self.full = xp.empty(self.size, dtype=self.acc)         # gathered: decoded when the codes are in
+        self.compute = xp.empty(self.size, dtype=self.acc)      # gathered: decoded when the codes are in
         self.decoded = False
-        self.gathering = self.comm.iall_gather_(self.codes)
+        self.gathering = self.shard.iall_gather_(self.codes)
 
     def finish_gather(self):
         if self.gathering is not None:
             self.gathering.wait()
             self.gathering = None
         if not self.decoded:
-            xp = backend.array_module(self.shard)
+            xp = backend.array_module(self.master)
             q = xp.asarray(from_codes(self.fmt, backend.to_numpy(self.codes), self.acc))
-            self.full[...] = q / xp.asarray(self._per_value(0, self.size), dtype=self.acc)
+            self.compute[...] = q / xp.asarray(self._per_value(0, self.size), dtype=self.acc)
             self.decoded = True
-            for (p, _, _), s in zip(self.segments, self.scales):
-                p.fp8_scale = float(s)
-        self._view()
+        for i, (p, a, b) in enumerate(self.segments):
+            p.data = self.compute[a:b].reshape(p.data.shape)
+            p.fp8_scale = float(self.scales[i])
 
     def free(self):
         super().free()

@@ -53,6 +53,9 @@ def token_run(seq_len, cp, documents):
 
 def refusal(recipe, mcfg, tp, cp, documents=False):
     """One line if a tile or block of ``recipe`` would straddle two ranks in this layout, else None."""
+    if getattr(mcfg, "kv_lora_rank", 0):
+        return (f"--precision {recipe.name}: latent attention's projections (MLA) have no FP8 recipe here yet; "
+                f"use --precision bf16 with this model")
     for what, extent in cut_extents(mcfg, tp).items():
         for gemm, operands in OPERANDS.items():
             for operand, dims in operands:

@@ -81,7 +81,7 @@ class Parameter:
                  the ep group, hpcpar/expert_parallel/), and the copies of that shard sit on the (dp x cp) / ep
                  ranks of its expert-data-parallel group, over which its gradient is summed
     master       under mixed precision the fp32 values the optimizer updates (``data`` is then their
-                 low-precision compute copy, hpcpar/data_parallel/buckets.py); None otherwise
+                 low-precision compute copy, hpcpar/data_parallel/flat.py); None otherwise
     """
 
     def __init__(self, name, data, decay=None):

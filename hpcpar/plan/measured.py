@@ -48,7 +48,7 @@ def planner_view(trainer_cfg, model_cfg):
               dtype=DTYPES[c.dtype], engine=replace(train_engine(), fp8_param_gather=c.fp8_param_gather))
     layout = Layout(c.tp, c.pp, c.dp, mb=c.batch_size // (c.dp * c.microbatches), v=c.chunks,
                     schedule=c.schedule, recompute=recompute_policy(c), zero=zero_stage(c),
-                    sp=c.sequence_parallel, cp=c.cp, ep=c.ep)
+                    sp=c.sequence_parallel, cp=c.cp, ep=c.ep, dp_shard=c.dp_shard)
     return job, layout
 
 

@@ -80,15 +80,15 @@ class LowPrecision:
     def start_step(self, sharding):
         """--fp8-param-gather: every FP8 unit's weights' scales, from their amax over the ZeRO group and
         tp (collective: two all-reduces for all of them; fp8_gather.py)."""
-        units = [u for u in getattr(sharding, "units", ()) if hasattr(u, "set_scales")]
+        units = [u for u in getattr(sharding, "flats", ()) if hasattr(u, "set_scales")]
         if not units:
             return
-        amax = units[0].comm.all_reduce(np.concatenate([u.local_amax() for u in units]), op="max")
+        amax = units[0].shard.all_reduce(np.concatenate([u.local_amax() for u in units]), op="max")
         amax = self.tp_comm.all_reduce(amax, op="max")
         at = 0
         for u in units:
-            u.set_scales(amax[at:at + len(u.params)])
-            at += len(u.params)
+            u.set_scales(amax[at:at + len(u.segments)])
+            at += len(u.segments)
 
     def end_step(self):
         """Delayed scaling: this step's amax of every operand, reduced over the layer's replicas, into its
