@@ -101,7 +101,7 @@ class Loop:
         peak = self.measure_gemm_rate()
         for c in self.trainer.communicators():
             c.stats.reset()
-        self.observers = [self.watch, Tracing(self), Profiling(self), Evaluation(self), Fp8Report(self),
+        self.observers = [self.watch, Tracing(self), Profiling(self), Fp8Report(self), Evaluation(self),
                           Metrics(self), Progress(self)]
         for o in self.observers[1:]:
             o.open(start_step)

@@ -78,8 +78,13 @@ class LowPrecision:
         return [q.weight for q in self.layers.values() if q.weight is not None]
 
     def start_step(self, sharding):
-        """--fp8-param-gather: every FP8 unit's weights' scales, from their amax over the ZeRO group and
-        tp (collective: two all-reduces for all of them; fp8_gather.py)."""
+        """Before the step's first forward: forget what an evaluation quantised since the last step (its
+        figures, its amax); with --fp8-param-gather, every FP8 unit's weights' scales, from their amax over
+        the ZeRO group and tp (collective: two all-reduces for all of them; fp8_gather.py)."""
+        for q in self.layers.values():
+            q.take_figures()
+            if q.history is not None:
+                q.history.pending.clear()
         units = [u for u in getattr(sharding, "flats", ()) if hasattr(u, "set_scales")]
         if not units:
             return
