@@ -31,8 +31,8 @@ LAYOUTS = {
         ("cp2.ulysses.dp2.zero3", "nvfp4", LLAMA, dict(cp=2, cp_kind="ulysses", dp=2, zero=3, seq_len=64))],
     8: [("tp2.pp2.dp2.zero1", "fp8-rowwise", GPT, dict(tp=2, pp=2, dp=2, microbatches=2, zero1=True)),
         ("tp2.cp2.dp2.zero3", "mxfp8", LONG, dict(tp=2, cp=2, dp=2, zero=3)),
-        ("tp2.pp4.interleaved", "nvfp4", LLAMA, dict(tp=2, pp=4, schedule="interleaved", microbatches=4, chunks=2,
-                                                      layers=8))],
+        ("pp2.interleaved.dp4", "nvfp4", LLAMA, dict(pp=2, dp=4, schedule="interleaved", microbatches=2, chunks=2,
+                                                      layers=4, batch_size=8))],
 }
 
 
@@ -40,7 +40,7 @@ def one_rank(precision, dims, layout):
     """The single-rank run of the same micro-batches."""
     lay = dict(layout)
     micro = lay.get("dp", 1) * (lay.get("microbatches") or lay.get("pp", 1))
-    keep = {k: lay[k] for k in ("fp8_block", "fp8_amax_history", "layers", "seq_len") if k in lay}
+    keep = {k: lay[k] for k in ("fp8_block", "fp8_amax_history", "layers", "seq_len", "batch_size") if k in lay}
     return trainer(MPI.COMM_SELF, dims=dims, precision=precision, microbatches=micro, **keep)
 
 

@@ -22,11 +22,11 @@ def trainer(**kw):
 
 @pytest.mark.parametrize("precision", FP8)
 def test_every_recipe_trains(precision):
-    """20 steps of a 2-block model on a language of 8 tokens, 2 choices each: the loss falls from 1.91
-    to 0.4-0.8 in every recipe (measured), as in fp32."""
-    t = trainer(precision=precision, steps=20)
-    losses = [t.step(s).loss for s in range(20)]
-    assert np.mean(losses[-5:]) < 0.7 * losses[0], losses
+    """12 steps of a 2-block model on a language of 8 tokens, 2 choices each: the mean of the last 4
+    losses is 0.48-0.64 of the first (1.91) in every recipe (measured)."""
+    t = trainer(precision=precision, steps=12)
+    losses = [t.step(s).loss for s in range(12)]
+    assert np.mean(losses[-4:]) < 0.75 * losses[0], losses
 
 
 def test_which_layers_are_quantised():
