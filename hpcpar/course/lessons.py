@@ -66,11 +66,17 @@ LESSONS = [
         ("Why is a tensor-parallel rank's QK-norm gain gradient only a partial sum?",
          "The gain is shared by all heads, and each rank holds only its heads: the full dg sums every rank's "
          "share (an all-reduce over tp)."))),
-    Lesson(11, "11-mixed-precision.md", "mixed precision", 40, "", (
+    Lesson(11, "11-mixed-precision.md", "mixed precision", 95, "", (
         ("Why halve at once but grow only after many clean steps?",
          "An overflow wastes a whole step (it is skipped), so the scale must drop at the first one; a scale "
          "a little too small costs only some precision in the smallest gradients, so growth can wait until "
-         "a run of clean steps says the larger scale is probably safe."),)),
+         "a run of clean steps says the larger scale is probably safe."),
+        ("Why does one rank's amax of a row-parallel layer's activations give other losses than one rank alone?",
+         "Its row is only part of the row one rank holds: its maximum can be smaller, its scale larger, and "
+         "every value is rounded on another grid; the max over the tp group restores the whole row's scale."),
+        ("Why do data-parallel replicas not all-reduce their activations' amax?",
+         "Each replica's micro-batch is a tensor of its own, scaled on its own as on one GPU; the equality "
+         "holds against one rank that runs the same micro-batches one after the other."))),
     Lesson(12, "12-hangs.md", "debugging a hang", 45, "", ()),
     Lesson(13, "13-recomputation.md", "recomputation", 40, "", ()),
     Lesson(14, "14-zero.md", "ZeRO-3", 60, "", ()),
