@@ -21,6 +21,15 @@ the CPU the run's GEMM provider's (hpcpar/blas: oneMKL or oneDNN on a CPU with b
 AVX512-BF16 - else numpy's fp32 BLAS on the inputs cast to fp32: the same numbers to fp32 round-off;
 ``ml_dtypes.bfloat16`` supplies the dtype).
 
+FP8 and FP4 (``--precision fp8-tensorwise | fp8-rowwise | fp8-blockwise | mxfp8 | nvfp4``, hpcpar/fp8/):
+
+    fp8/fp4  the inputs of the linear layers' GEMMs inside the blocks, quantised with the recipe's
+             scales (the embedding, the output head and the MoE layers are not: they stay in the
+             compute dtype, as in torchao, Transformer Engine and DeepSeek-V3), multiplied with fp32
+             (or float64) accumulation, the output rounded once to the compute dtype
+    rest     everything else: ``--fp8-rest fp32`` the master dtype (float32 or float64: then only the
+             quantisation differs from a plain run), ``bf16`` the bf16 table above (the real recipe)
+
 fp16 has 5 exponent bits: gradients below about 6e-8 flush to zero.  So the loss is multiplied by a
 scale before the backward (``LossScaler``: start at 2^16, halve and skip the step when a gradient
 overflows, double after ``growth_interval`` good steps), and the gradients are divided by it again in
@@ -32,9 +41,17 @@ import numpy as np
 
 from hpcpar import blas
 from hpcpar.backend import array_module, is_device_array
+from hpcpar.fp8.recipes import RECIPES
 from hpcpar.runtime import UsageError
 
-PRECISIONS = ("fp32", "fp16", "bf16")
+FP8 = tuple(RECIPES)                        # the quantised recipes (hpcpar/fp8/recipes.py)
+PRECISIONS = ("fp32", "fp16", "bf16") + FP8
+
+
+def elsewhere(precision, rest="fp32"):
+    """The precision of every number but the quantised GEMMs' inputs: ``rest`` under a recipe (fp32:
+    the master dtype), else ``precision`` itself."""
+    return rest if precision in FP8 else precision
 
 
 def bfloat16(xp):

@@ -411,6 +411,27 @@ ADDED = {
 for _number, _codes in ADDED.items():
     WRONG.setdefault(_number, []).extend(_codes)
 
+# exercises 34-36 (FP8): the key's answers with one plausible change each
+TILE = (SOLUTIONS / "ex34.py").read_text()
+E8M0 = "import math\nimport numpy as np\ndef e8m0_exponent(block):\n    amax = float(np.abs(block).max())\n"
+AMAX = (SOLUTIONS / "ex36.py").read_text()
+WRONG[34] = [TILE.replace("s = np.float32(448 / amax)", "s = np.float32(amax / 448)"),          # the scale inverted
+             TILE.replace("np.maximum(e - 1, -6) - 3", "e - 1 - 3"),                              # no subnormals
+             TILE.replace("np.rint(y / spacing)", "np.trunc(y / spacing)"),                       # truncated
+             TILE.replace("np.rint(y / spacing)", "np.floor(y / spacing + 0.5)"),                 # ties away from even
+             TILE.replace("max(float(np.abs(tile).max()), 1e-12)", "float(tile.max())"),          # the signed max
+             TILE.replace("s = np.float32(448 / amax)", "s = 448 / amax")]                        # a float64 scale
+WRONG[35] = [E8M0 + "    return int(math.floor(math.log2(amax))) - 8 if amax else -127\n",          # OCP's floor rule
+             E8M0 + "    return max(-127, min(127, round(math.log2(amax / 448)))) if amax else -127\n",  # rounded
+             E8M0 + "    return max(-127, min(127, math.ceil(math.log2(amax / 256)))) if amax else -127\n",  # 2^8, not 448
+             E8M0 + "    return math.ceil(math.log2(amax / 448)) if amax else -127\n",                # E8M0's range ignored
+             E8M0 + "    return max(-127, min(127, math.ceil(math.log2(amax / 448)) + 1)) if amax else -127\n"]
+WRONG[36] = [AMAX.replace('cut = "tp" if (layer == "row" or scaling == "tensor") else None', 'cut = "tp"'),   # rowwise
+             AMAX.replace('cut = "tp" if (layer == "row" or scaling == "tensor") else None',
+                          'cut = "tp" if layer == "row" else None'),                  # a column layer's tensor alone
+             AMAX.replace('{"dp", "cp"} if fp8_gather', '{"dp"} if fp8_gather'),         # cp's slices forgotten
+             AMAX.replace('{"dp", "cp"} if fp8_gather', '{"dp", "cp", "pp"} if fp8_gather'),   # other stages' weights
+             AMAX.replace('spread = {cut} - {None}', 'spread = {cut, "dp"} - {None}')]     # the replicas' maxima too
 
 # exercises 37-41 (documents, DeepSeek-V3, in-job recovery): the key's answer (hpcpar/course/solutions/) with
 # one line changed

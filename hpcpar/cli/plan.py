@@ -4,7 +4,7 @@
               --global-batch 1536 --seq-len 2048 [--top 10] [--explain top] [--plot plan.png]
               [--tp 8] [--pp N] [--cp 16 [--cp-kind ring|ulysses]] [--ep 8] [--zero 1|2|3]
               [--recompute none|selective|full] [--schedule gpipe|1f1b|interleaved|zb-h1|zb-h2|zb-v|dualpipev]
-              [--overlap-tp | --no-overlap-tp] [--fp8] [--cp-allgather]
+              [--overlap-tp | --no-overlap-tp] [--fp8] [--fp8-param-gather] [--cp-allgather]
               [--intra-gbps 450 --inter-gbps 50 --memory-gib 80]
   hpcpar plan --validate [MATCH]               predicted vs published runs (hpcpar/plan/runs/*.toml)
   hpcpar plan calibrate [--out local.toml]      measure this machine into a hardware profile
@@ -46,6 +46,8 @@ def add_arguments(p):
     p.add_argument("--overlap-tp", action=argparse.BooleanOptionalAction, default=False,
                    help="TP collectives overlapped with the GEMMs (--no-overlap-tp: exposed, the default)")
     p.add_argument("--fp8", action="store_true", help="linear-layer GEMMs in fp8 (needs an fp8 peak)")
+    p.add_argument("--fp8-param-gather", action="store_true",
+                   help="ZeRO-3 gathers the quantised weights as FP8 codes, one byte a number")
     p.add_argument("--zero", type=int, choices=[0, 1, 2, 3], help="pin the ZeRO stage (3: FSDP)")
     p.add_argument("--dp-shard", type=int, metavar="N",
                    help="pin HSDP: ZeRO over groups of N dp ranks, replicated across them (0: over every dp rank; "
@@ -108,7 +110,8 @@ def _job(args):
     hw.peak(dtype)     # refuses a dtype the profile has no rate for
     return Job(load_model(args.model), hw, args.gpus, min(gpn, args.gpus), args.global_batch, args.seq_len,
                dtype=dtype, engine=Engine(flash_attention=args.flash_attention, overlap_tp=args.overlap_tp,
-                                          fp8=args.fp8, cp_allgather=args.cp_allgather),
+                                          fp8=args.fp8, cp_allgather=args.cp_allgather,
+                                          fp8_param_gather=args.fp8_param_gather),
                keys=packed_keys(args.seq_len, args.doc_len, args.window))
 
 

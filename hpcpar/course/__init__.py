@@ -31,6 +31,7 @@ exercise: the rules".
 * check_cp.py        context parallelism: merging partials, the ring's blocks, the ring in the trainer
 * check_llama.py     Llama: the RoPE backward, grouped-query heads under TP, QK-norm's input gradient
 * check_precision.py mixed precision: the loss-scale rule
+* check_fp8.py       FP8: a 1 x 128 tile quantised, an MX block's E8M0 scale, a sharded weight's amax ranks
 * check_hangs.py     hangs: culprits and waits from flight records
 * check_memory.py    recomputation: what a block keeps and runs again, measured
 * check_measure.py   measuring: two layouts of one job, the faster predicted and explained

@@ -1,9 +1,9 @@
 """The exercises (docs/course/): what each asks, its check, its reference, the modules that hold its
 answer (hidden from the student's file) and its hints.  Numbered in the order they joined the course;
 lessons.py says which lesson holds which.  How to add one: the package docstring (__init__.py)."""
-from hpcpar.course import (check_3d, check_a2a, check_attention, check_cp, check_dp, check_hangs, check_llama,
-                           check_measure, check_memory, check_pp, check_precision, check_state, check_tp, check_v,
-                           check_zero)
+from hpcpar.course import (check_3d, check_a2a, check_attention, check_cp, check_dp, check_fp8, check_hangs,
+                           check_llama, check_measure, check_memory, check_pp, check_precision, check_state, check_tp,
+                           check_v, check_zero)
 from hpcpar.course import check_deepseek, check_documents, check_recovery
 from hpcpar.course.collectives import ring_allreduce
 from hpcpar.course.exercise import Exercise as E
@@ -246,6 +246,29 @@ EXERCISES = [
           "faster layout, and the cause among the choices the template lists"),
       after="Read where pp 2's time went: its profile's 'comm pp' line is mostly the bubble - time a stage "
             "waits in a receive for its neighbour"),
+    E(34, "11-mixed-precision.md", "precision", "quantise a 1 x 128 tile to FP8 (E4M3) with its scale",
+      "quantise_tile", check_fp8.check_quantise_tile, check_fp8.quantise_tile, hidden=("hpcpar.fp8",), hints=(
+          "the scale sends the tile's largest magnitude to the format's largest number; everything else "
+          "follows it",
+          "E4M3 keeps 3 bits after the leading one: between 2^e and 2^(e+1) its numbers are 2^(e-3) apart, and "
+          "below 2^-6 they stay 2^-9 apart (the subnormals)",
+          "method: s = 448 / max(amax, 1e-12) as an fp32 number; multiply, round each product to the nearest "
+          "multiple of its spacing (ties to even: numpy's rint does that), clip to 448, divide by s")),
+    E(35, "11-mixed-precision.md", "precision", "pick the E8M0 scale of an MX 32-block", "e8m0_exponent",
+      check_fp8.check_e8m0_exponent, check_fp8.e8m0_exponent, hidden=("hpcpar.fp8",), hints=(
+          "only the block's largest magnitude matters: it is the one that must not pass 448",
+          "a power of two that is too large wastes precision, one too small saturates: there is exactly one "
+          "right k, and exact powers of two sit on the boundary",
+          "method: k is the ceiling of log2(amax / 448), checked by multiplying back (a logarithm rounds), "
+          "clamped to [-127, 127], and -127 for a block of zeros")),
+    E(36, "11-mixed-precision.md", "precision", "which ranks' maxima make a sharded weight's amax", "amax_ranks",
+      check_fp8.check_amax_ranks, check_fp8.amax_ranks,
+      hidden=("hpcpar.fp8", "hpcpar.comm.grid", "hpcpar.training.low_precision"), hints=(
+          "an amax covers some dimensions of W: which of them does tensor parallelism cut in each kind of layer?",
+          "a per-column scale runs along K only: a column-parallel rank holds whole columns; a row-parallel "
+          "one holds a part of every column",
+          "method: the axes to combine are tp when the amax covers the cut dimension, plus dp and cp when "
+          "ZeRO-3 quantises slices; the ranks are those that differ from this one only along those axes")),
     E(37, "09-context-parallel.md", "documents", "a packed window's positions, and the targets kept in the loss",
       "packed_window", check_documents.check_packed_window, check_documents.packed_window,
       hidden=("hpcpar.ops.masks",), hints=(

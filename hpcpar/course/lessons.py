@@ -80,11 +80,17 @@ LESSONS = [
          "only if nothing depending on the key's position sits between the latent and the score. A rotation "
          "of the up-projected key would, so the position goes into a small key of its own (64 numbers in V3), "
          "rotated once, cached as is and shared by every head."))),
-    Lesson(11, "11-mixed-precision.md", "mixed precision", 40, "", (
+    Lesson(11, "11-mixed-precision.md", "mixed precision", 95, "", (
         ("Why halve at once but grow only after many clean steps?",
          "An overflow wastes a whole step (it is skipped), so the scale must drop at the first one; a scale "
          "a little too small costs only some precision in the smallest gradients, so growth can wait until "
-         "a run of clean steps says the larger scale is probably safe."),)),
+         "a run of clean steps says the larger scale is probably safe."),
+        ("Why does one rank's amax of a row-parallel layer's activations give other losses than one rank alone?",
+         "Its row is only part of the row one rank holds: its maximum can be smaller, its scale larger, and "
+         "every value is rounded on another grid; the max over the tp group restores the whole row's scale."),
+        ("Why do data-parallel replicas not all-reduce their activations' amax?",
+         "Each replica's micro-batch is a tensor of its own, scaled on its own as on one GPU; the equality "
+         "holds against one rank that runs the same micro-batches one after the other."))),
     Lesson(12, "12-hangs.md", "debugging a hang, going on without a rank", 105, "", (
         ("Why must every survivor compute the same transfer list, in the same order - and how can they, "
          "without a message more than the one that tells everyone what everyone holds?",

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 
 from hpcpar.pipeline.choice import file_chunks, schedule_for
+from hpcpar.precision import FP8, PRECISIONS, elsewhere
 from hpcpar.pipeline.schedules import KINDS, SCHEDULES
 from hpcpar.runtime import UsageError
 
@@ -172,7 +173,20 @@ class TrainConfig:
     # --- numerics and backend ---------------------------------------------------------------
     dtype: str = opt("float32", "parameter and activation dtype", ["float32", "float64"], "run")
     precision: str = opt("fp32", "fp16/bf16: activations and GEMMs in that dtype, fp32 master weights and "
-                         "gradients (fp16 with dynamic loss scaling)", ["fp32", "fp16", "bf16"], "run")
+                         "gradients (fp16 with dynamic loss scaling); fp8-tensorwise, fp8-rowwise, fp8-blockwise, "
+                         "mxfp8, nvfp4: the blocks' linear-layer GEMM inputs quantised by that recipe, the rest as "
+                         "--fp8-rest (docs/precision.md)", list(PRECISIONS), "run")
+    fp8_rest: str = opt("fp32", "under an FP8/FP4 --precision, every number outside the quantised GEMMs: fp32 (the "
+                                "--dtype, float64 too) or bf16 (with fp32 master weights)", ["fp32", "bf16"], "run")
+    fp8_amax_history: int = opt(0, "--precision fp8-tensorwise: delayed scaling, each scale from the largest amax "
+                                   "of the last K steps (0: this step's own amax)", group="run", bound="natural")
+    fp8_block: int = opt(0, "--precision fp8-blockwise: the edge of its tiles and blocks (0: DeepSeek-V3's 128)",
+                         group="run", bound="natural")
+    fp8_accumulator_bits: int = opt(0, "FP8/FP4 GEMMs: sum in an accumulator of this many mantissa bits (14: "
+                                       "DeepSeek-V3's H800), promoted to fp32 every 128 K-elements under "
+                                       "fp8-blockwise (0: fp32)", group="run", bound="natural")
+    fp8_param_gather: bool = opt(False, "--zero 3 and --precision fp8-tensorwise: all-gather the quantised layers' "
+                                        "weights in FP8, one byte a number (docs/precision.md)", group="layout")
     tf32: bool = opt(False, "GPU, fp32: let cuBLAS multiply float32 matrices on TF32 tensor cores", group="run")
     seed: int = opt(0, "seed of the initialisation, the data order and dropout", group="run", bound="natural")
     backend: str = opt("", "array backend: numpy or cupy (default: $HPCPAR_BACKEND, else numpy)", group="run")
@@ -318,8 +332,10 @@ def _check_run(cfg, world):
         cfg.backend = os.environ.get("HPCPAR_BACKEND", "numpy")
     if cfg.backend not in ("numpy", "cupy"):
         raise UsageError(f"--backend must be numpy or cupy, not {cfg.backend!r}")
-    if cfg.precision != "fp32" and cfg.dtype != "float32":
-        raise UsageError(f"--precision {cfg.precision} keeps float32 master weights: use --dtype float32")
+    if elsewhere(cfg.precision, cfg.fp8_rest) != "fp32" and cfg.dtype != "float32":
+        what = "--fp8-rest bf16" if cfg.precision in FP8 else f"--precision {cfg.precision}"
+        raise UsageError(f"{what} keeps float32 master weights: use --dtype float32")
+    _check_fp8(cfg)
     if cfg.plug and not Path(cfg.plug).is_file():
         raise UsageError(f"--plug: {cfg.plug} not found")
     from hpcpar import blas
@@ -329,6 +345,27 @@ def _check_run(cfg, world):
     if cfg.tf32 and (cfg.backend != "cupy" or cfg.precision != "fp32" or cfg.dtype != "float32"):
         raise UsageError("--tf32 applies to float32 GEMMs on a GPU only: it needs --backend cupy, "
                          "--dtype float32 and --precision fp32")
+
+
+def _check_fp8(cfg):
+    """The FP8/FP4 options against --precision (the layout's blocks: fp8/layout.py, once the model is known)."""
+    given = [name for name in ("fp8_amax_history", "fp8_block", "fp8_accumulator_bits", "fp8_param_gather")
+             if getattr(cfg, name)] + (["fp8_rest"] if cfg.fp8_rest != "fp32" else [])
+    if cfg.precision not in FP8:
+        if given:
+            raise UsageError(f"{_flag(given[0])} shapes FP8/FP4 training: it needs --precision " + ", ".join(FP8))
+        return
+    if cfg.backend == "numpy":
+        from hpcpar.fp8.formats import require
+        require(f"--precision {cfg.precision}")
+    if cfg.fp8_amax_history and cfg.precision != "fp8-tensorwise":
+        raise UsageError(f"--fp8-amax-history: delayed scaling keeps one scale per tensor; --precision "
+                         f"{cfg.precision} scales smaller pieces from their own amax (use fp8-tensorwise)")
+    if cfg.fp8_block and cfg.precision != "fp8-blockwise":
+        raise UsageError(f"--fp8-block sets fp8-blockwise's tiles; {cfg.precision}'s blocks are its format's")
+    if cfg.fp8_param_gather and (cfg.precision != "fp8-tensorwise" or cfg.zero != 3 or cfg.fp8_amax_history):
+        raise UsageError("--fp8-param-gather gathers ZeRO-3's weights with one scale each, known before the "
+                         "gather: it needs --zero 3 and --precision fp8-tensorwise (current scaling)")
 
 
 def _check_layout(cfg, world):
@@ -366,9 +403,9 @@ def _check_layout(cfg, world):
         if cfg.dropout:
             raise UsageError(f"--cp {cfg.cp}: {cfg.cp_kind} attention has no dropout on the attention probabilities; "
                              f"use --dropout 0")
-        if cfg.precision != "fp32":
+        if elsewhere(cfg.precision, cfg.fp8_rest) != "fp32":
             raise UsageError(f"--cp {cfg.cp}: {cfg.cp_kind} attention computes in the parameters' dtype; "
-                             f"use --precision fp32")
+                             f"use --precision fp32" + (" or --fp8-rest fp32" if cfg.precision in FP8 else ""))
     schedule_for(cfg)                                                     # a hang refused before launch
     check_zero(cfg)
 

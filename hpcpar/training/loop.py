@@ -21,6 +21,7 @@ from hpcpar.checkpoint.consolidated import export, init_from
 from hpcpar.gemm_speed import gemm_throughput
 from hpcpar.pipeline.bubble import engine_window
 from hpcpar.precision import grads_overflowed
+from hpcpar.training.low_precision import Fp8Report
 from hpcpar.training.profiler import Profiler, report as profile_report
 from hpcpar.runtime import EXIT_FAILURE, EXIT_PREEMPTED, RunFault
 from hpcpar.training import outputs, recovery
@@ -117,8 +118,8 @@ class Loop:
         peak = self.peak
         for c in self.trainer.communicators():
             c.stats.reset()
-        self.observers = [self.watch, Tracing(self), Profiling(self), Evaluation(self), Metrics(self),
-                          Progress(self)]
+        self.observers = [self.watch, Tracing(self), Profiling(self), Fp8Report(self), Evaluation(self),
+                          Metrics(self), Progress(self)]
         if self.recovery is not None:
             self.recovery.started(start_step)
             self.observers += [self.recovery.copies] if self.recovery.copies else []

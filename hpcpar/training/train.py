@@ -32,11 +32,14 @@ from hpcpar.data import MarkovLanguage, Regression, TokenFile, validation_file
 from hpcpar.data_parallel.protocol import shard_groups
 from hpcpar.data_parallel.replicas import DataParallel
 from hpcpar.data_parallel.fsdp import FullyShardedDataParallel
+from hpcpar.data_parallel.fp8_gather import Fp8Unit
 from hpcpar.comm.grid import ParallelGrid
 from hpcpar.nn import GPT, Context, MLPConfig, MLPModel
 from hpcpar.training import plug
 from hpcpar.training.documents import DocumentFigures
 from hpcpar.training.expert_load import ExpertLoad, moe_layers
+from hpcpar.training.low_precision import LowPrecision, recipe_of
+from hpcpar.fp8.layout import refusal as fp8_refusal
 from hpcpar.expert_parallel.dispatch import expert_groups, parallelize_experts
 from hpcpar.nn.dims import parse_dims
 from hpcpar.nn.gpt import preset
@@ -125,6 +128,10 @@ def model_config(cfg):
     check_divisible(mcfg, cfg.tp, cfg.sequence_parallel, getattr(mcfg, "seq_len", None))
     check_context_parallel(cfg.cp, getattr(mcfg, "seq_len", 0), cfg.tp, cfg.sequence_parallel, cfg.cp_kind,
                            getattr(mcfg, "n_head", 0), getattr(mcfg, "n_kv_head", 0))
+    if cfg.precision in precision.FP8:                  # no scaling block may straddle two ranks
+        refused = fp8_refusal(recipe_of(cfg), mcfg, cfg.tp, cfg.cp, cfg.documents)
+        if refused:
+            raise UsageError(refused)
     return mcfg
 
 
@@ -148,7 +155,8 @@ class Trainer:
         self.cfg = cfg = check(cfg, comm.size)
         self.xp = backend.use(cfg.backend)
         self.dtype = backend.resolve_dtype(cfg.dtype)                           # master weights, gradients
-        self.compute = precision.compute_dtype(cfg.precision, self.xp, self.dtype)   # activations, GEMMs
+        self.compute = precision.compute_dtype(precision.elsewhere(cfg.precision, cfg.fp8_rest), self.xp,
+                                               self.dtype)                      # activations, GEMMs
         self.scaler = precision.LossScaler(dynamic=cfg.precision == "fp16")
         mcfg = model_config(cfg)
         self.data = make_data(cfg, getattr(mcfg, "seq_len", 0))
@@ -171,6 +179,9 @@ class Trainer:
         first, last = self.schedule.ends()
         self.reads_inputs, self.computes_loss = g.pp_rank == first, g.pp_rank == last
         self.chunks = self._build_chunks()
+        # FP8/FP4: the blocks' linear layers get their quantised GEMMs (low_precision.py)
+        self.low_precision = LowPrecision(cfg, g, self.chunks, mcfg.n_layer) if cfg.precision in precision.FP8 \
+            else None
         params = self.parameters()
         # both copies of a tied embedding (or the one the MTP modules look up), when the two ends sit on two
         # pipeline ranks; their gradients are summed over those two ranks (one rank holding both ends ties
@@ -195,7 +206,9 @@ class Trainer:
                                                blocks_per_unit=cfg.fsdp_blocks,
                                                reshard_after_forward=cfg.reshard_after_forward,
                                                groups_of=self.groups_of, whole=biases,
-                                               whole_tensors=cfg.whole_tensors)
+                                               whole_tensors=cfg.whole_tensors,
+                                               fp8=self.low_precision.weights() if cfg.fp8_param_gather else (),
+                                               fp8_unit=Fp8Unit)
         else:
             self.dp = DataParallel(params, g.dp_cp_comm, cfg.bucket_mb, cfg.zero, late=self.tied + partial,
                                    uses=uses, compute_dtype=self.compute, groups=self._grad_groups(),
@@ -317,9 +330,13 @@ class Trainer:
         if start:
             trace.active().span("data", "data", start, time.perf_counter())
         self.dp.start_step()
+        if self.low_precision is not None:
+            self.low_precision.start_step(self.dp)          # --fp8-param-gather: the weights' scales
         dloss = self.scaler.scale / self.loss_terms         # fp16: the loss scaled up (precision.py)
         losses = self.engine.run(inputs, targets, contexts, dloss)
         self.dp.finish(self._late_sums())
+        if self.low_precision is not None:
+            self.low_precision.end_step()                   # delayed scaling's amax history
         return losses
 
     def step(self, step, stop_requested=False):
