@@ -16,8 +16,8 @@ given (Qwen3) Q, the output projection and the attention core are NH*HS wide ins
 token goes through the router (C x E) and k + shared experts' MLPs: the active FLOPs.  The per-token
 counts are the model shape's (hpcpar/shape.py), which the planner counts with as well.
 
-``Gemm`` is one matrix multiply: the planner counts a layer's GEMMs (plan/flops.py) and the benchmarks
-time them (bench/gemm.py).
+``Gemm`` is one matrix multiply: the planner counts a layer's GEMMs (tools/plan/flops.py) and the benchmarks
+time them (tools/bench/gemm.py).
 """
 from dataclasses import dataclass
 

@@ -14,7 +14,7 @@ import pytest
 
 import hpcpar.examples
 from docs_session import docs_session
-from hpcpar.quotes.blocks import blocks
+from hpcpar.tools.quotes.blocks import blocks
 from mpitools import run, run_mpi
 
 EXAMPLES = sorted(m.name for m in pkgutil.iter_modules(hpcpar.examples.__path__) if not m.name.startswith("_"))
@@ -73,7 +73,7 @@ def test_every_example_is_tested_and_documented():
 @pytest.mark.parametrize("name", sorted(QUOTED_IN))
 def test_docs_quote_the_current_output(name):
     """The chapter quotes the example in a console block, which tests/test_docs.py checks against its
-    output (to the tolerance of hpcpar/quotes/compare.py: round-off and timings are not text)."""
+    output (to the tolerance of hpcpar/tools/quotes/compare.py: round-off and timings are not text)."""
     quoted = [q.command for b in blocks(DOCS / QUOTED_IN[name]) for q in b.quotes]
     assert command(name) in quoted, f"docs/{QUOTED_IN[name]} has no console block '$ {command(name)}'"
     example(name)

@@ -15,9 +15,9 @@ from hpcpar.flops import gpt_block_forward_flops, gpt_head_forward_flops
 from hpcpar.nn.gpt import GPT, PRESETS, preset
 from hpcpar.nn.mlp_model import MLPConfig, MLPModel
 from hpcpar.pipeline.partition import partition
-from hpcpar.plan.flops import layer_gemms, logits_gemm
-from hpcpar.plan.memory import stage_params
-from hpcpar.plan.measured import planner_view
+from hpcpar.tools.plan.flops import layer_gemms, logits_gemm
+from hpcpar.tools.plan.memory import stage_params
+from hpcpar.tools.plan.measured import planner_view
 
 ROOT = Path(__file__).resolve().parent.parent
 LAYERS = 6
@@ -128,7 +128,7 @@ def test_planner_zero_terms_are_the_engines_formula(world, options):
     optimizer state and ZeRO working set of every pipeline stage are the engine's formula, which the
     engine's own arrays are held to (tests/test_zero_mpi.py, hpcpar bench --only zero)."""
     from hpcpar.data_parallel.zero_memory import TERMS, formula
-    from hpcpar.plan.memory import stage_memory
+    from hpcpar.tools.plan.memory import stage_memory
     cfg = engine_cfg("tiny")
     c = run(world, model="tiny", batch_size=8, **options)
     job, layout = planner_view(c, cfg)

@@ -10,8 +10,8 @@ import json
 import pytest
 
 from hpcpar.runtime import UsageError
-from hpcpar.scaling import layouts, sweep
-from hpcpar.scaling.report import PLOTS, derive, karp_flatt
+from hpcpar.tools.scaling import layouts, sweep
+from hpcpar.tools.scaling.report import PLOTS, derive, karp_flatt
 from mpitools import hpcpar, run
 
 PNG = b"\x89PNG\r\n\x1a\n"

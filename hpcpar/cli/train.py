@@ -49,7 +49,7 @@ def run(args):
     from hpcpar.training.loop import Loop
     relayout = None
     if shrink:
-        from hpcpar.plan.survivors import choose
+        from hpcpar.tools.plan.survivors import choose
         from hpcpar.training.recovery import relayout_with
         relayout = relayout_with(choose)   # the planner's layout for the survivors of a failure
     try:

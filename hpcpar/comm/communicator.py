@@ -18,7 +18,7 @@ from mpi4py import MPI
 
 from hpcpar import backend
 from hpcpar.comm import flight
-from hpcpar.trace import tracer as trace
+from hpcpar import tracer as trace
 from hpcpar.comm import hooks
 from hpcpar.comm.buffers import IN_PLACE, Buffers
 from hpcpar.comm.requests import Request

@@ -25,7 +25,7 @@ each block on the compute track (``tracer.span``); waits that were not hidden la
 """
 import time
 
-from hpcpar.trace import tracer as trace
+from hpcpar import tracer as trace
 from hpcpar.backend import array_module
 from hpcpar.comm import wait_all
 from hpcpar.ops.gqa import repeat_kv_backward, repeat_kv_forward

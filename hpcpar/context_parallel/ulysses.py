@@ -24,7 +24,7 @@ from hpcpar.context_parallel.transpose import seq_to_heads_backward, seq_to_head
 from hpcpar.nn.attention_core import core_backward, core_forward
 from hpcpar.ops.gqa import repeat_kv_backward, repeat_kv_forward
 from hpcpar.ops.ring_attention import cp_positions
-from hpcpar.trace import tracer as trace
+from hpcpar import tracer as trace
 
 
 def ulysses_bytes(batch, seq_len, cp, head_size, heads, kv_heads, itemsize):

@@ -85,13 +85,13 @@ EXERCISES = [
           "the new number of parts, and make new piece i from part i of every group - along dim, which need "
           "not be the last axis")),
     E(11, "08-tracing.md", "tracing", "the bubble of a traced step", "bubble", check_state.check_bubble,
-      check_state.bubble, hidden=("hpcpar.pipeline.bubble", "hpcpar.trace"), hints=(
+      check_state.bubble, hidden=("hpcpar.pipeline.bubble", "hpcpar.tools.trace"), hints=(
           "idle time is the device time nobody computed, over the whole pipeline",
           "the step does not start at 0, and every rank is counted from the pipeline's first start to its "
           "last end",
           "method: 1 minus the sum of all intervals' lengths over p times (latest end minus earliest start)")),
     E(12, "08-tracing.md", "tracing", "the share of communication hidden behind compute", "hidden_share",
-      check_state.check_hidden_share, check_state.hidden_share, hidden=("hpcpar.trace",), hints=(
+      check_state.check_hidden_share, check_state.hidden_share, hidden=("hpcpar.tools.trace",), hints=(
           "a moment counts once, however many transfers or computations cover it",
           "turn each kind into a union of disjoint intervals first",
           "method: merge the sorted intervals of each kind, add up the overlaps of every merged communication "

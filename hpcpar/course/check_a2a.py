@@ -1,7 +1,7 @@
 """All-to-all exercises: the MoE's dispatch and combine (hpcpar/ops/moe.py, expert_parallel/dispatch.py,
 docs/moe.md), the Ulysses transpose, the sequence cut of a cp group turned into a head cut
 (hpcpar/context_parallel/transpose.py, docs/context_parallel.md), and the bytes of expert parallelism's
-all-to-alls as the planner counts them (hpcpar/plan/experts.py)."""
+all-to-alls as the planner counts them (hpcpar/tools/plan/experts.py)."""
 import numpy as np
 
 from hpcpar.context_parallel.transpose import simulate_seq_to_heads
@@ -83,8 +83,8 @@ def ep_rows_bytes():
     rank's tokens x top_k rows of d_model numbers, its own included)."""
     from dataclasses import replace
 
-    from hpcpar.plan.experts import dispatch_bytes
-    from hpcpar.plan.measured import planner_view
+    from hpcpar.tools.plan.experts import dispatch_bytes
+    from hpcpar.tools.plan.measured import planner_view
     from hpcpar.training.config import TrainConfig, check
     from hpcpar.training.train import model_config
     out = []

@@ -45,8 +45,8 @@ ranges: the sums commute.
 """
 import time
 
-from hpcpar import backend, progress
-from hpcpar.trace import tracer as trace
+from hpcpar import backend, inflight
+from hpcpar import tracer as trace
 from hpcpar.data_parallel.flat import FlatBuffer
 from hpcpar.data_parallel.protocol import Replicas, self_group
 from hpcpar.comm import test_all, wait_all
@@ -202,7 +202,7 @@ class FullyShardedDataParallel(Replicas):
     def start_step(self):
         super().start_step()
         self.gathers, self.waits = 0, []
-        progress.install(self._poll)
+        inflight.install(self._poll)
 
     def grads_ready(self, params):
         super().grads_ready(params)
@@ -220,11 +220,11 @@ class FullyShardedDataParallel(Replicas):
 
     def _launch(self, i):
         u = self.flats[i]
-        if super()._launch(i) and (u.shard.size > 1 or u.across is not None):     # something to send
+        if super()._launch(i) and (u.group.size > 1 or u.across is not None):     # something to send
             self._posted["reduce", id(u)] = time.perf_counter()
 
     def _poll(self):
-        """MPICH moves non-blocking collectives on only inside MPI calls (progress.py): between the
+        """MPICH moves non-blocking collectives on only inside MPI calls (inflight.py): between the
         GEMMs, test the gathers and reduce-scatters in flight."""
         test_all([u.gathering for u in self.flats if u.gathering is not None] + self.sums.requests())
 
@@ -234,7 +234,7 @@ class FullyShardedDataParallel(Replicas):
         for i in range(len(self.flats)):
             self._launch(i)
         start = time.perf_counter()
-        progress.install(None)
+        inflight.install(None)
         wait_all(self.sums.requests())
         self._reap(keep=0)
         for u in self.flats:

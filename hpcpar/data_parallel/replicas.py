@@ -31,8 +31,8 @@ summed and reduced in ``finish``.
 """
 import time
 
-from hpcpar import progress
-from hpcpar.trace import tracer as trace
+from hpcpar import inflight
+from hpcpar import tracer as trace
 from hpcpar.data_parallel.flat import FlatBuffer
 from hpcpar.data_parallel.protocol import Replicas, self_group
 from hpcpar.comm import test_all, wait_all
@@ -102,11 +102,11 @@ class DataParallel(Replicas):
                 self.lates.append(flats[-1])
         super().__init__(flats, uses)
         # HSDP: a sum's all-reduce across follows its reduce-scatter, posted by a poll that sees it done
-        self._two_phases = any(f.shard.size > 1 and f.across is not None for f in flats)
+        self._two_phases = any(f.group.size > 1 and f.across is not None for f in flats)
         self.launch_times = []          # perf_counter() of each bucket launch (overlap is measurable)
         # MPICH moves a non-blocking all-reduce on only inside MPI calls, and it needs several of them
         # (one per round of its algorithm): the buckets in flight are tested (MPI_Testall) so that
-        # they progress during the backward too - "gemms": between the backward's GEMMs (progress.py)
+        # they progress during the backward too - "gemms": between the backward's GEMMs (inflight.py)
         # and whenever it reports gradients; "reports": only when it reports; "off": never
         self.poll = "gemms"
         self.start_step()
@@ -121,9 +121,9 @@ class DataParallel(Replicas):
     def grads_ready(self, params):
         super().grads_ready([p for p in params if id(p) not in self._late_ids])
         if self.poll != "off":
-            self._progress()
+            self._poll()
 
-    def _progress(self):
+    def _poll(self):
         test_all(self.sums.requests())
         if self._two_phases:
             self.sums.poll()
@@ -132,7 +132,7 @@ class DataParallel(Replicas):
         if super()._launch(i):
             self.launch_times.append(time.perf_counter())
             if self.poll == "gemms":
-                progress.install(self._progress)
+                inflight.install(self._poll)
 
     def _late_grads(self, params):
         """The late buckets' gradients of ``params``: one view per run of them lying side by side."""
@@ -157,7 +157,7 @@ class DataParallel(Replicas):
         for i in range(len(self.flats)):
             self._launch(i)
         start = time.perf_counter()
-        progress.install(None)
+        inflight.install(None)
         wait_all(self.sums.requests())
         self.sums.poll(keep=0)                          # HSDP: the all-reduces across, in order
         tracer = trace.active()

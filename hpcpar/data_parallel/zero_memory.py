@@ -1,5 +1,5 @@
 """The model state a rank holds under ZeRO 0-3: the one table of it (``per_rank``, which the planner's
-plan/memory.py uses too), the engine's run put into it (``formula``: what --memory-budget checks before
+tools/plan/memory.py uses too), the engine's run put into it (``formula``: what --memory-budget checks before
 anything is allocated), and the same counted from the engine's own arrays (``held``).
 
 Per rank, P numbers of its pipeline stage (its TP shard), n = dp x cp the ranks ZeRO cuts the state
@@ -143,7 +143,7 @@ def with_experts(zero, n, ep, params, experts, unit, resident=0, **numbers):
     them kept whole on every rank even under ZeRO-3: the routing biases) and ``experts`` routed-expert
     numbers over their own group, the n / ep ranks holding the same experts.  Under ZeRO-3 ``unit``
     counts a block's gathered experts already; over a group of one rank they stay whole, as under ZeRO-0
-    (flat.FlatBuffer.resident).  The engine's formula and the planner (plan/experts.py) both."""
+    (flat.FlatBuffer.resident).  The engine's formula and the planner (tools/plan/experts.py) both."""
     parts = [per_rank(zero, n, params - resident, unit, **numbers), per_rank(0, n, resident, 0, **numbers)] \
         if zero == 3 and resident else [per_rank(zero, n, params, unit, **numbers)]
     if experts:

@@ -18,7 +18,7 @@ class StageHooks:
     final.  This default does nothing; data parallelism's two implementations
     (hpcpar/data_parallel/protocol.py ``Replicas``) override it: DataParallel starts each bucket's sum in
     ``grads_ready``, FullyShardedDataParallel also gathers and frees its units around each module.  The
-    one other way in is a global, for the communication in flight between GEMMs: hpcpar/progress.py."""
+    one other way in is a global, for the communication in flight between GEMMs: hpcpar/inflight.py."""
 
     def before_forward(self, modules, i):
         pass

@@ -15,7 +15,7 @@ import time
 import numpy as np
 
 from hpcpar import checkpoint
-from hpcpar.trace import tracer as trace
+from hpcpar import tracer as trace
 from hpcpar.watch import watchdog
 from hpcpar.checkpoint.consolidated import export, init_from
 from hpcpar.gemm_speed import gemm_throughput

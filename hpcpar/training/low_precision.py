@@ -88,7 +88,7 @@ class LowPrecision:
         units = [u for u in getattr(sharding, "flats", ()) if hasattr(u, "set_scales")]
         if not units:
             return
-        amax = units[0].shard.all_reduce(np.concatenate([u.local_amax() for u in units]), op="max")
+        amax = units[0].group.all_reduce(np.concatenate([u.local_amax() for u in units]), op="max")
         amax = self.tp_comm.all_reduce(amax, op="max")
         at = 0
         for u in units:

@@ -6,7 +6,7 @@ The loop (loop.py) runs its steps; when MPI reports a failure in any call, every
  2. shrink the world to the survivors; their launch ranks and hosts, and how far each had got
  3. finish the interrupted step where it can: a survivor the world's all-reduce of step k let through has
     applied it; one it stopped holds its final gradients and applies step k with the survivor's totals
- 4. the planner's layout for the survivors (plan/survivors.py, the rule of jobs/resilient.sbatch);
+ 4. the planner's layout for the survivors (tools/plan/survivors.py, the rule of jobs/resilient.sbatch);
     survivors no layout uses wait, idle, for the job to end
  5. a Trainer for that layout on the shrunken world: every communicator of the grid made anew by
     comm/grid.py, the model built for its shard
@@ -252,7 +252,7 @@ def _trim_metrics(path, step):
 
 
 def relayout_with(choose):
-    """The recovery's layout rule from the planner's ``choose`` (plan/survivors.py): (ranks, config) or None."""
+    """The recovery's layout rule from the planner's ``choose`` (tools/plan/survivors.py): (ranks, config) or None."""
     def relayout(mcfg, survivors, per_node, cfg):
         def accept(tp, pp, dp):
             try:

@@ -23,7 +23,7 @@ from collections import namedtuple
 import numpy as np
 
 from hpcpar import backend, blas, faults, precision
-from hpcpar.trace import tracer as trace
+from hpcpar import tracer as trace
 from hpcpar.checkpoint.hf import family as hf_family
 from hpcpar.comm.device import select_device
 from hpcpar.training.config import check
