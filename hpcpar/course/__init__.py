@@ -40,6 +40,9 @@ exercise: the rules".
 * check_a2a.py       all-to-alls: dispatch and combine, the Ulysses transpose, expert-parallel bytes,
                      the experts' all-to-alls in the trainer
 * check_attention.py attention in causal query blocks: only the keys each block of queries sees
+* check_documents.py documents in a packed window: positions and kept targets, the blocks the ring skips
+* check_deepseek.py  DeepSeek-V3: MLA's KV cache against GQA's, where the MTP modules sit on a pipeline
+* check_recovery.py  going on without a rank: the survivors' places and the transfers of the state
 * collectives.py     alpha-beta costs of the collectives and the ring all-reduce (docs/collectives.md)
 * templates/         the blank exercise files
 * solutions/         the instructor key's answers, each passing its check

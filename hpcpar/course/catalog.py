@@ -4,6 +4,7 @@ lessons.py says which lesson holds which.  How to add one: the package docstring
 from hpcpar.course import (check_3d, check_a2a, check_attention, check_cp, check_dp, check_fp8, check_hangs,
                            check_llama, check_measure, check_memory, check_pp, check_precision, check_state, check_tp,
                            check_v, check_zero)
+from hpcpar.course import check_deepseek, check_documents, check_recovery
 from hpcpar.course.collectives import ring_allreduce
 from hpcpar.course.exercise import Exercise as E
 from hpcpar.ops.ring_attention import merge
@@ -268,5 +269,53 @@ EXERCISES = [
           "one holds a part of every column",
           "method: the axes to combine are tp when the amax covers the cut dimension, plus dp and cp when "
           "ZeRO-3 quantises slices; the ranks are those that differ from this one only along those axes")),
+    E(37, "09-context-parallel.md", "documents", "a packed window's positions, and the targets kept in the loss",
+      "packed_window", check_documents.check_packed_window, check_documents.packed_window,
+      hidden=("hpcpar.ops.masks",), hints=(
+          "a document's first token has read nothing of its document before it: it sits where a fresh "
+          "sequence begins",
+          "each sequence of the batch is a window of its own; the end-of-text token is the last token of the "
+          "document it ends; a target is the next token, whose id may be another document's",
+          "method: walk each sequence - 0 at its start and wherever the id differs from the previous input's, "
+          "else one more than the previous position; a target stays when its id equals its input's id, the "
+          "window's last target included")),
+    E(38, "09-context-parallel.md", "CP", "the key/value blocks ring attention skips for a window of documents",
+      "ring_plan", check_documents.check_ring_plan, check_documents.ring_plan,
+      hidden=CP + ("hpcpar.ops.masks",), hints=(
+          "a query sees nothing of a block whose keys all lie after it or in other documents: the rule of one "
+          "rank, applied by window position",
+          "a rank's queries and the block's keys sit in the two chunks of the causal balance, wherever the ring "
+          "has carried the block: compare ids at those window positions, not at indexes within a rank",
+          "method: for rank r at step s take the block of rank (r - s) mod cp, test every query-key pair with "
+          "the three conditions, and count the queries that see at least one key and the keys seen by at least "
+          "one query")),
+    E(39, "10-llama.md", "DeepSeek", "MLA's KV cache a token against grouped-query attention's", "kv_cache_bytes",
+      check_deepseek.check_kv_cache_bytes, check_deepseek.kv_cache_bytes,
+      hidden=("hpcpar.shape", "hpcpar.plan", "hpcpar.nn", "hpcpar.ops.mla", "hpcpar.training.generate"), hints=(
+          "the keys and values of every head are a function of what MLA keeps of a token: keep that, not them",
+          "the latent makes the keys and the values alike; the rotary key is not made from it, and one serves "
+          "every head",
+          "method: per layer and token grouped-query attention keeps a key and a value of head_dim per K/V head, "
+          "MLA its latent and its rotary key; every head's own would be a key of head_dim and a value of "
+          "v_head_dim per query head; times the layers and the bytes of a number")),
+    E(40, "15-v-pipelines.md", "PP", "where the MTP modules sit, and which gradients the pipeline's ends sum",
+      "pipeline_ends", check_deepseek.check_pipeline_ends, check_deepseek.pipeline_ends,
+      hidden=PP + ("hpcpar.nn", "hpcpar.training"), hints=(
+          "the MTP modules read the model's last hidden state and share its head: they go where the loss is",
+          "the last stage looks tokens up in the embedding only for the modules; the first stage owns it, so "
+          "two ranks hold copies that must stay equal - unless they are one rank",
+          "method: find the rank and chunk of the last virtual stage; sum only the embedding's gradient, over "
+          "the first and last stage's ranks when they differ and MTP modules exist; the norm counts the first "
+          "stage's copy alone")),
+    E(41, "12-hangs.md", "reliability", "going on without a rank: the survivors' places and the transfers",
+      "recovery_plan", check_recovery.check_recovery_plan, check_recovery.recovery_plan,
+      hidden=("hpcpar.checkpoint", "hpcpar.training.restore", "hpcpar.training.recovery", "hpcpar.comm.grid"),
+      hints=(
+          "only what a survivor holds exists: a piece travels from one of them, and never to a rank that has it",
+          "a rank of the new layout cuts its shard from whole tensors: it needs every part the old tp cut made, "
+          "the optimizer's moments with them; the idle survivors hold pieces too",
+          "method: renumber the survivors in order, place the first ones on the new grid, list what each holds "
+          "(its old stage's keys, the part of its old tp index), then walk destinations, sorted keys and parts, "
+          "taking each piece from the destination or the least-used holder")),
 ]
 BY_NUMBER = {e.number: e for e in EXERCISES}

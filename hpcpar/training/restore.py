@@ -45,11 +45,11 @@ def choose(everyone, live_step, directory):
     options = []
     if live_step is not None:
         held = {r: s["live"] for r, s in enumerate(everyone)}
-        if complete(held, _with_state(needs, held)):
+        if complete(held, with_state(needs, held)):
             options.append(("memory", live_step))
     for step in sorted({s for e in everyone for s in e["copies"]}, reverse=True):
         held = {r: e["copies"].get(step, {}) for r, e in enumerate(everyone)}
-        if complete(held, _with_state(needs, held)):
+        if complete(held, with_state(needs, held)):
             options.append(("copies", step))
             break
     latest = latest_checkpoint(directory) if directory else None
@@ -74,7 +74,7 @@ def rebuild(comm, trainer, everyone, source, step, old, copies):
     cfg = old.cfg
     if source in ("memory", "copies"):
         pieces, mine, (t, loss_scale) = held(source, step, everyone, old, copies)
-        needs = _with_state({r: set(s["needs"]) for r, s in enumerate(everyone) if s["needs"]}, pieces)
+        needs = with_state({r: set(s["needs"]) for r, s in enumerate(everyone) if s["needs"]}, pieces)
         specs = {kp: spec for on in pieces.values() for kp, spec in on.items()}
         got = exchange(comm, transfers(pieces, needs), mine, specs)
         if trainer is not None:
@@ -114,7 +114,7 @@ def _states(pieces):
     return sorted({k.split("/")[1] for on in pieces.values() for k, _ in on if k.startswith("optimizer/")})
 
 
-def _with_state(needs, pieces):
+def with_state(needs, pieces):
     """Each rank's needed keys: its parameters, and their optimizer state of every kind ``pieces`` hold."""
     states = _states(pieces)
     return {r: set(keys) | {f"optimizer/{n}/{k}" for n in states for k in keys} for r, keys in needs.items()}

@@ -186,8 +186,8 @@ class Trainer:
         # both copies of a tied embedding (or the one the MTP modules look up), when the two ends sit on two
         # pipeline ranks; their gradients are summed over those two ranks (one rank holding both ends ties
         # them in _build_chunks)
-        split_ends = first != last and cfg.model != "mlp" and (mcfg.tied or mcfg.mtp_depth)
-        self.embed_comm = g.comm_among("pp", (first, last), "embed") if split_ends else None
+        summed = self.schedule.embedding_ranks(cfg.model != "mlp" and bool(mcfg.tied or mcfg.mtp_depth))
+        self.embed_comm = g.comm_among("pp", summed, "embed") if summed else None
         self.tied = [p for p in params if self.embed_comm and p.name == mcfg.parts.tokens]
         partial = [p for p in params if p.tp_partial]
         uses = {}
