@@ -291,7 +291,7 @@ EXERCISES = [
           "one query")),
     E(39, "10-llama.md", "DeepSeek", "MLA's KV cache a token against grouped-query attention's", "kv_cache_bytes",
       check_deepseek.check_kv_cache_bytes, check_deepseek.kv_cache_bytes,
-      hidden=("hpcpar.shape", "hpcpar.plan", "hpcpar.nn", "hpcpar.ops.mla", "hpcpar.training.generate"), hints=(
+      hidden=("hpcpar.shape", "hpcpar.tools.plan", "hpcpar.nn", "hpcpar.ops.mla", "hpcpar.training.generate"), hints=(
           "the keys and values of every head are a function of what MLA keeps of a token: keep that, not them",
           "the latent makes the keys and the values alike; the rotary key is not made from it, and one serves "
           "every head",

@@ -8,7 +8,7 @@ from functools import lru_cache
 from hpcpar.course.wrong import Wrong
 from hpcpar.nn.gpt import GPT, preset
 from hpcpar.pipeline.schedules import build
-from hpcpar.plan.models import load_model
+from hpcpar.tools.plan.models import load_model
 from hpcpar.shape import ModelShape
 
 FIELDS = ("layers", "heads", "kv_heads", "head_dim", "v_head_dim", "kv_lora_rank", "qk_rope_dim")
