@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from fractions import Fraction
 from math import ceil, gcd
 
-from hpcpar.pipeline.schedules import COMPUTE, Action
+from hpcpar.pipeline.actions import COMPUTE, Action
 
 
 @dataclass

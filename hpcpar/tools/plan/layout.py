@@ -31,7 +31,8 @@ from functools import lru_cache
 
 from hpcpar.data_parallel.zero_memory import shard_size
 from hpcpar.pipeline.partition import partition
-from hpcpar.pipeline.schedules import KINDS, SCHEDULES, ends, holders
+from hpcpar.pipeline.actions import ends, holders
+from hpcpar.pipeline.schedules import KINDS, SCHEDULES
 from hpcpar.runtime import UsageError
 
 RECOMPUTE = {"": "none", "rcsel": "selective", "rcfull": "full"}
