@@ -10,7 +10,8 @@ from hpcpar.tools.plan.hardware import load_hardware
 from hpcpar.tools.plan.job import Engine, Job
 from hpcpar.tools.plan.layout import Layout, parse_layout
 from hpcpar.tools.plan.measured import planner_view
-from hpcpar.tools.plan.memory import layer_activation_bytes, layer_activation_terms, stage_memory
+from hpcpar.tools.plan.activations import layer_activation_bytes, layer_activation_terms
+from hpcpar.tools.plan.memory import stage_memory
 from hpcpar.tools.plan.models import load_model
 from hpcpar.tools.plan.network import ep_all_to_all_seconds
 from hpcpar.tools.plan.published import RUNS

@@ -5,9 +5,9 @@ import pytest
 from hpcpar.tools.plan.hardware import load_hardware
 from hpcpar.tools.plan.job import Engine, Job
 from hpcpar.tools.plan.layout import Layout, stage_layers
-from hpcpar.tools.plan.memory import (analytic_inflight, comm_buffer_bytes, layer_activation_bytes,
-                                layer_activation_terms, stage_memory, stage_params, state_bytes_per_param,
-                                workspace_bytes)
+from hpcpar.tools.plan.activations import layer_activation_bytes, layer_activation_terms
+from hpcpar.tools.plan.memory import (analytic_inflight, comm_buffer_bytes, stage_memory, stage_params,
+                                      state_bytes_per_param, workspace_bytes)
 from hpcpar.tools.plan.models import load_model, parse_dims
 
 GPT = parse_dims("l=24,h=2048,a=16,V=51200,dropout=1")

@@ -39,7 +39,7 @@ from dataclasses import dataclass, field, replace
 
 from hpcpar.tools.plan import experts
 from hpcpar.tools.plan.flops import layer_gemms, logits_gemm
-from hpcpar.tools.plan.memory import tokens_per_rank
+from hpcpar.tools.plan.activations import tokens_per_rank
 from hpcpar.tools.plan.network import cp_all_to_all_seconds, cp_allgather_seconds, cp_ring_seconds, tp_all_reduce
 
 

@@ -14,7 +14,8 @@ from hpcpar.tools.plan import experts
 from hpcpar.tools.plan.compute import elementwise_bytes, gemm_rate, gemm_seconds, layout_engine_job
 from hpcpar.tools.plan.flops import layer_gemms, narayanan_flops, step_flops
 from hpcpar.data_parallel.zero_memory import experts_stage
-from hpcpar.tools.plan.memory import layer_activation_terms, stage_params, state_bytes_per_param
+from hpcpar.tools.plan.activations import layer_activation_terms
+from hpcpar.tools.plan.memory import stage_params, state_bytes_per_param
 from hpcpar.tools.plan.network import (cp_all_to_all_seconds, cp_allgather_seconds, cp_chunk_bytes, cp_ring_crosses_nodes,
                                  cp_ring_seconds, ep_all_to_all_seconds, group_link, members_per_node,
                                  ulysses_message_bytes)
