@@ -12,8 +12,6 @@ the layer (tp x cp x dp: every replica and micro-batch of the step) and appends 
 (fp8/stats.py) - into the metrics record (``fp8``), into a warning the first time an operand's amax
 leaves its format's range, and at the end into a summary line and, with ``--profile``, the table.
 """
-import contextlib
-
 import numpy as np
 
 from hpcpar.fp8 import stats
@@ -24,6 +22,7 @@ from hpcpar.nn.linear import Linear, Projections
 from hpcpar.nn.module import Module
 from hpcpar.nn.moe import MoE
 from hpcpar.tensor_parallel.layers import ColumnParallelLinear, ColumnParallelProjections, RowParallelLinear
+from hpcpar.training.observers import Observer
 
 KINDS = ((ColumnParallelLinear, "column"), (RowParallelLinear, "row"), (Linear, "serial"))
 
@@ -116,19 +115,13 @@ class LowPrecision:
         return {o: self.recipe.scaling(o).describe() for o in ("x", "w", "dy")}
 
 
-class Fp8Report:
-    """An observer of the loop (training/loop.py's hooks): the quantisation figures of every step."""
+class Fp8Report(Observer):
+    """An observer of the loop (observers.py): the quantisation figures of every step."""
 
     def __init__(self, loop):
-        self.loop, self.cfg = loop, loop.cfg
+        super().__init__(loop)
         self.low = loop.trainer.low_precision
         self.seen, self.run = set(), {}
-
-    def open(self, first_step):
-        pass
-
-    def step(self, step):
-        return contextlib.nullcontext()
 
     def after_step(self, step, record):
         """Collective: every rank's figures of the step, merged on rank 0."""
@@ -142,9 +135,6 @@ class Fp8Report:
         record["fp8"] = stats.metrics(merged)
         for line in stats.warnings(merged, self.seen):
             self.loop._print(line, err=True)
-
-    def close(self):
-        pass
 
     def report(self):
         if self.low is None or not self.loop.root or not self.run:

@@ -45,7 +45,7 @@ def run(quick):
     from hpcpar.comm import flight
     from hpcpar.watch import watchdog
     from hpcpar.training.config import TrainConfig
-    from hpcpar.training.loop import STOP_SIGNALS
+    from hpcpar.training.observers import STOP_SIGNALS
     from hpcpar.training.train import Trainer
     world = MPI.COMM_WORLD
     dims = QUICK_MODEL if quick else BENCH_MODEL
