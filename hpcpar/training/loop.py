@@ -18,10 +18,9 @@ from hpcpar.checkpoint.consolidated import export, init_from
 from hpcpar.gemm_speed import gemm_throughput
 from hpcpar.pipeline.bubble import engine_window
 from hpcpar.precision import grads_overflowed
-from hpcpar.training.low_precision import Fp8Report
 from hpcpar.runtime import EXIT_FAILURE, EXIT_PREEMPTED
 from hpcpar.training import outputs, recovery
-from hpcpar.training.observers import (STOP_SIGNALS, Evaluation, Metrics, Profiling, Progress, Tracing,
+from hpcpar.training.observers import (STOP_SIGNALS, Evaluation, Fp8Report, Metrics, Profiling, Progress, Tracing,
                                        Watchdog)
 from hpcpar.training.summary import summarize
 from hpcpar.training.text import tokenizer_of

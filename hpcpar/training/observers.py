@@ -3,9 +3,8 @@
 An observer sees the loop through five hooks - before the first step, around each step, after each
 step (with the step's record, to which it may add), when the loop ends however it ends, and after it
 before the summary - and does nothing where it has nothing to do.  The watchdog, the tracer, the
-profiler, the evaluation on validation data, the metrics file and the progress bar are here; the FP8
-figures (low_precision.py) and the recovery's copies on another node (restore.py) beside their own
-subject.
+profiler, the FP8 figures, the evaluation on validation data, the metrics file and the progress bar are
+here; the recovery's copies on another node beside their subject (restore.Copies).
 """
 import contextlib
 import json
@@ -13,6 +12,7 @@ import signal
 import sys
 
 from hpcpar import tracer as trace
+from hpcpar.fp8 import stats
 from hpcpar.runtime import RunFault
 from hpcpar.training.profiler import Profiler, report as profile_report
 from hpcpar.watch import watchdog
@@ -125,6 +125,36 @@ class Profiling(Observer):
             if self.loop.root:
                 docs = self.loop.trainer.doc_figures
                 self.loop._print(profile_report(per_rank) + ("\n" + docs.work_line() if docs else ""))
+
+
+class Fp8Report(Observer):
+    """FP8/FP4 (training/low_precision.py): the quantisation figures of every step, a summary line at the
+    end (the table with --profile)."""
+
+    def __init__(self, loop):
+        super().__init__(loop)
+        self.low = loop.trainer.low_precision
+        self.seen, self.run = set(), {}
+
+    def after_step(self, step, record):
+        """Collective: every rank's figures of the step, merged on rank 0."""
+        if self.low is None:
+            return
+        everyone = self.loop.grid.world_comm.mpi.gather(self.low.take_figures(), root=0)
+        if not self.loop.root:
+            return
+        merged = stats.merge(everyone)
+        self.run = stats.merge([self.run, merged])
+        record["fp8"] = stats.metrics(merged)
+        for line in stats.warnings(merged, self.seen):
+            self.loop._print(line, err=True)
+
+    def report(self):
+        if self.low is None or not self.loop.root or not self.run:
+            return
+        self.loop._print(stats.summary_line(self.cfg.precision, self.run))
+        if self.cfg.profile:
+            self.loop._print(stats.table(self.cfg.precision, self.low.scalings(), self.run))
 
 
 class Evaluation(Observer):
