@@ -8,7 +8,8 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from hpcpar.data import MarkovLanguage, TokenFile, starts_file
+from hpcpar.data import MarkovLanguage, TokenFile
+from hpcpar.data.tokens import starts_file
 from hpcpar.nn import GPT, Context
 from hpcpar.nn.gpt import preset
 from hpcpar.nn.mtp import mtp_targets

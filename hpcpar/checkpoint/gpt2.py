@@ -14,7 +14,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from hpcpar.data import read_optional_json
+from hpcpar.data.values import read_optional_json
 from hpcpar.nn.gpt import ARCHITECTURES
 from hpcpar.runtime import UsageError
 
