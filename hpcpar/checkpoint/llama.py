@@ -16,7 +16,7 @@ import re
 
 from hpcpar.checkpoint.gpt2 import Architecture, check_tensors, read_config_json, read_header, weights_file
 from hpcpar.data.values import check_value
-from hpcpar.nn.gpt import ARCHITECTURES
+from hpcpar.nn.architectures import ARCHITECTURES
 from hpcpar.runtime import UsageError
 
 PREFIX = ARCHITECTURES["llama"].hf_prefix

@@ -14,7 +14,7 @@ dq = dn + dr (qk_nope_head_dim + qk_rope_head_dim, our ``head_size``), dv = v_he
 stored interleaved (``rope_interleave``) and its frequencies may be YaRN's (ops/yarn.py).  The heads'
 assembly and its backward are ops/mla.py's; everything else is a Linear or an RMSNorm.
 
-Tensor parallelism cuts the heads (``Parts.tp`` in nn/gpt.py): the up-projections q_b_proj (or q_proj) and
+Tensor parallelism cuts the heads (``Parts.tp`` in nn/architectures.py): the up-projections q_b_proj (or q_proj) and
 kv_b_proj by columns, o_proj by rows; the down-projections and the latent norms stay whole on every rank.
 The region is entered once, on x (``enter``: f, or sequence parallelism's all-gather; its backward the
 one all-reduce or reduce-scatter of dx), so every rank computes the same latents and then its own heads
