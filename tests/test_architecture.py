@@ -281,3 +281,22 @@ def test_the_readme_names_every_parallelism_first():
                    "expert_parallel/", "training/"):
         assert folder in reading, f"hpcpar/__init__.py's reading order leaves out {folder}"
     assert "3D" not in reading
+
+
+LONGEST = 300          # lines of a file of hpcpar/, unless docs/architecture.md names it with its reason
+
+
+def named_long_files():
+    """{path: reason} of the map's section "Files over 300 lines" (rows ``* `hpcpar/x.py`: why``)."""
+    section = MAP.read_text().split("## Files over 300 lines", 1)[1].split("\n## ", 1)[0]
+    return dict(re.findall(r"^\* `(hpcpar/[\w/]+\.py)`: (.+)$", section, re.M))
+
+
+def test_files_stay_under_300_lines_unless_the_map_says_why():
+    named = named_long_files()
+    lines = {str(p.relative_to(ROOT)): len(p.read_text().splitlines()) for p in PACKAGE.rglob("*.py")}
+    long = sorted(f"{path} ({n} lines)" for path, n in lines.items() if n > LONGEST and path not in named)
+    assert not long, "cut these along their ideas, or name them with the reason in docs/architecture.md:\n" + \
+        "\n".join(long)
+    stale = sorted(path for path in named if lines.get(path, 0) <= LONGEST)
+    assert not stale, f"docs/architecture.md names files that are not over {LONGEST} lines: {stale}"
