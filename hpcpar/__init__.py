@@ -13,7 +13,7 @@ Reading order for students, one idea a step (README.md's table names a file and 
                           buckets and ZeRO 1-2 (replicas.py), ZeRO-3 (fsdp.py), HSDP's shard groups
  7. context_parallel/     context parallelism: ring attention (ring.py, ops/ring_attention.py), Ulysses
  8. expert_parallel/      expert parallelism: the experts' all-to-alls (dispatch.py)
- 9. training/train.py     all of it at once: one step on the grid; loop.py runs the steps and watches them
+ 9. training/step.py     all of it at once: one step on the grid; loop.py runs the steps and watches them
 
 training/text.py and training/generate.py take real text in and sampled text out; tools/ holds the
 planner, the benchmarks, the scaling sweeps, the trace reports and the docs' quotes, built on all of it.

@@ -146,7 +146,7 @@ def test_planner_zero_terms_are_the_engines_formula(world, options):
 def test_planner_ranks_hold_what_the_schedule_places(name, schedule, pp):
     """A rank holds the virtual stages its schedule places there (a V: stage r and 2p-1-r, so rank 0 has
     the embedding and the head, tied in memory rather than copied): the planner's layers and parameters
-    per rank are the arrays of the chunks the engine builds there (training/train.py's _build_chunks)."""
+    per rank are the arrays of the chunks the engine builds there (training/step.py's _build_chunks)."""
     from hpcpar.pipeline.schedules import build
     cfg = engine_cfg(name)
     c = run(pp, model=name, pp=pp, schedule=schedule, microbatches=2 * pp, batch_size=4 * pp)

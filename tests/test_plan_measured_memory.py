@@ -36,7 +36,7 @@ def _label(kw):
 
 
 def _check(comm, kw, tolerance=TOLERANCE):
-    from hpcpar.training.train import Trainer
+    from hpcpar.training.step import Trainer
     cfg = TrainConfig(**kw, steps=2)
     measured = measure_peak(cfg, comm)
     trainer = Trainer(cfg, comm)

@@ -14,7 +14,7 @@ micro-batch, each handing MPI a buffer of B (T/n) HS x (heads moved) elements:
     forward  (NH + 2 NKV) + NH,   backward  NH + (NH + 2 NKV)   ->   4 B (T/n) HS (NH + NKV) elements
 
 (``ulysses_bytes``; the ring's are ring.py's.)  Every all-to-all is a span on the "cp" track carrying
-its bytes; the positions of this rank's tokens are train.py's (the causal balance, or with documents the
+its bytes; the positions of this rank's tokens are training/batches.py's (the causal balance, or with documents the
 micro-batch's deal), put back in sequence order by the transpose - where the core sees the whole window
 in order and applies ops/masks.py's rule (documents, window) as one rank would.
 """

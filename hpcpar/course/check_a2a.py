@@ -86,7 +86,7 @@ def ep_rows_bytes():
     from hpcpar.tools.plan.experts import dispatch_bytes
     from hpcpar.tools.plan.measured import planner_view
     from hpcpar.training.config import TrainConfig, check
-    from hpcpar.training.train import model_config
+    from hpcpar.training.models import model_config
     out = []
     for ep in (2, 4):
         cfg = check(TrainConfig(**EP_RUN, ep=ep), 4)

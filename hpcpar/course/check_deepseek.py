@@ -1,7 +1,7 @@
 """DeepSeek-V3: what multi-head latent attention caches a token against grouped-query attention
 (hpcpar/shape.py, docs/deepseek.md "What generation caches"), and where a pipeline puts the multi-token
 prediction modules and which gradients it sums between its ends (pipeline/schedules.py, nn/gpt.py,
-training/train.py; docs/deepseek.md "Multi-token prediction")."""
+training/step.py; docs/deepseek.md "Multi-token prediction")."""
 from dataclasses import replace
 from functools import lru_cache
 

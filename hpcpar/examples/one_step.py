@@ -188,7 +188,7 @@ def main(argv=None):
 
     # the same step through the Trainer (flat buckets, the pipeline engine with one stage, AdamW)
     from hpcpar.training.config import TrainConfig
-    from hpcpar.training.train import Trainer
+    from hpcpar.training.step import Trainer
     t = Trainer(TrainConfig(model="tiny", dtype="float64", steps=100, progress=False, seed=SEED))
     r0, r1 = t.step(0), t.step(1)
     print(f"check    Trainer: step 0 loss {r0.loss:.12f}, grad norm {r0.grad_norm:.6f}; step 1 loss {r1.loss:.12f}")

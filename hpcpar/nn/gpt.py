@@ -184,7 +184,7 @@ class GPT(Stage):
         if last:
             # the last stage of a pipeline holds its own copy of a tied embedding (the head's weight, and
             # the MTP modules' lookup); the two copies start equal and stay equal because their gradients
-            # are summed every step (train.py)
+            # are summed every step (training/gradient_sums.py)
             copy = None if first or not (cfg.tied or cfg.mtp_depth) else embedding_copy(cfg, seed, dtype)
             wte = self.embed.wte if first else copy
             if not cfg.tied:

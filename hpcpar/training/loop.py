@@ -24,7 +24,7 @@ from hpcpar.training.observers import (STOP_SIGNALS, Evaluation, Fp8Report, Metr
                                        Watchdog)
 from hpcpar.training.summary import summarize
 from hpcpar.training.text import tokenizer_of
-from hpcpar.training.train import Trainer
+from hpcpar.training.step import Trainer
 
 
 class Loop:

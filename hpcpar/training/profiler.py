@@ -157,7 +157,7 @@ class Profiler:
         wrapped[precision.gemm] = self._gemm(precision.gemm)
         wait_all = requests.wait_all
         wrapped[wait_all] = self._timed(wait_all, lambda args: _axis_of_requests(args[0]))
-        from hpcpar.training.train import Trainer
+        from hpcpar.training.step import Trainer
         wrapped[Trainer._contexts_and_batches] = self._timed(Trainer._contexts_and_batches, "data")
         for name, module in list(sys.modules.items()):
             if name.startswith("hpcpar") and module is not None:

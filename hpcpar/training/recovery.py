@@ -33,8 +33,9 @@ from hpcpar.comm import ulfm
 from hpcpar.data_parallel.zero_memory import check_budget
 from hpcpar.runtime import UsageError
 from hpcpar.training import restore
-from hpcpar.training.config import check
-from hpcpar.training.train import Trainer, model_config
+from hpcpar.training.config import check_options
+from hpcpar.training.models import kind_of, model_config
+from hpcpar.training.step import Trainer
 from hpcpar.watch import alarm
 from hpcpar.watch.watchdog import flight_dir
 
@@ -55,10 +56,10 @@ def layout_config(cfg, tp, pp, dp, mcfg):
                   zero=cfg.zero if dp > 1 or cfg.zero < 2 else 0,
                   partition=cfg.partition if cfg.partition in ("uniform", "params", "flops") else "uniform")
     try:
-        checked = check(replace(new), tp * pp * dp)
+        checked = check_options(replace(new), tp * pp * dp)
     except UsageError:               # the schedule may need a longer pipeline: hpcpar train's default then
-        checked = check(replace(new, schedule="1f1b"), tp * pp * dp)
-    model_config(checked)
+        checked = check_options(replace(new, schedule="1f1b"), tp * pp * dp)
+    model_config(checked)            # the data and the files are the run's, checked when it started
     check_budget(checked, mcfg)
     return checked
 
@@ -260,7 +261,7 @@ def relayout_with(choose):
                 return True
             except UsageError:
                 return False
-        shape = None if cfg.model == "mlp" else mcfg.shape
+        shape = kind_of(cfg).shape(mcfg)
         seq = getattr(mcfg, "seq_len", 1)
         pick = choose(shape, survivors, per_node, cfg.batch_size, seq, accept)
         return None if pick is None else (pick[0], layout_config(cfg, *pick[1], mcfg))

@@ -92,7 +92,7 @@ def save_and_end(old, comm, live_step, copies, run=None):
     checkpoint (when it is newer than the last one; as run ``run``'s), and the job ends, saying where it is."""
     cfg = old.cfg
     directory = cfg.save or cfg.resume
-    names = sorted(expected_shapes(old.mcfg)) if cfg.model != "mlp" else []
+    names = sorted(expected_shapes(old.mcfg)) if old.kind.sequences else []      # the MLP's: not a family's
     everyone = comm.allgather(status(old, live_step is not None, copies, names if comm.rank == 0 else []))
     source, step = choose(everyone, live_step, directory)
     where = f"its last checkpoint stays ({directory})" if directory else "and it saved no checkpoint (--save)"

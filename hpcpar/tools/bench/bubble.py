@@ -47,7 +47,7 @@ def predicted(schedule, ranks, latency):
 
 def run(quick):
     from hpcpar.training.config import TrainConfig
-    from hpcpar.training.train import Trainer
+    from hpcpar.training.step import Trainer
     world = MPI.COMM_WORLD
     dims = QUICK_MODEL if quick else BENCH_MODEL
     trainers = {s: Trainer(TrainConfig(model="small", untied=True, steps=10 ** 6, progress=False, pp=2, schedule=s,

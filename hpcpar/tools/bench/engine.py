@@ -88,7 +88,7 @@ def step_cases(torch, dims, optimizer="adamw", compiled=False):
     from mpi4py import MPI
 
     from hpcpar.training.config import TrainConfig
-    from hpcpar.training.train import Trainer
+    from hpcpar.training.step import Trainer
     cfg = TrainConfig(model="small", untied=True, steps=10 ** 6, progress=False, optimizer=optimizer, **dims)
     trainer = Trainer(cfg, MPI.COMM_SELF)
     counter = iter(range(10 ** 6))

@@ -46,7 +46,7 @@ def ours(mode, dims, backend, repeat):
     from mpi4py import MPI
 
     from hpcpar.training.config import TrainConfig
-    from hpcpar.training.train import Trainer
+    from hpcpar.training.step import Trainer
     cfg = TrainConfig(precision="fp32" if mode == "tf32" else mode, tf32=mode == "tf32", backend=backend,
                       steps=10 ** 6, warmup=1, progress=False, **dims)
     t = Trainer(cfg, MPI.COMM_SELF)

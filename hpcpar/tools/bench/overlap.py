@@ -39,7 +39,7 @@ MODES = {"gemms": "polled between GEMMs", "reports": "polled at reports only", "
 
 def run(quick):
     from hpcpar.training.config import TrainConfig
-    from hpcpar.training.train import Trainer
+    from hpcpar.training.step import Trainer
     world = MPI.COMM_WORLD
     dims = QUICK_MODEL if quick else BENCH_MODEL
     cfg = TrainConfig(model="small", untied=True, steps=10 ** 6, progress=False, optimizer="sgd", dp=world.size,

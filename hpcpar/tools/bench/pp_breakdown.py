@@ -46,7 +46,7 @@ def our_case(dims, world, tied):
     """(step function, Profiler to install around it, trainer) for our pp 2 1F1B run."""
     from hpcpar.training.config import TrainConfig
     from hpcpar.training.profiler import Profiler
-    from hpcpar.training.train import Trainer
+    from hpcpar.training.step import Trainer
     cfg = TrainConfig(model="small", untied=not tied, steps=10 ** 6, progress=False, grad_clip=0.0, **dims, **LAYOUT)
     trainer = Trainer(cfg, world)
     counter = iter(range(10 ** 6))

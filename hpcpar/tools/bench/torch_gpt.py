@@ -97,7 +97,7 @@ def loss_fn(logits, targets):
 
 
 def adamw(module, cfg):
-    """torch.optim.AdamW with the hyperparameters of a TrainConfig (hpcpar/training/config.py)."""
+    """torch.optim.AdamW with the hyperparameters of a TrainConfig (hpcpar/training/options.py)."""
     return torch.optim.AdamW(module.parameters(), lr=cfg.lr, betas=(cfg.beta1, cfg.beta2), eps=cfg.eps,
                              weight_decay=cfg.weight_decay)
 

@@ -41,7 +41,7 @@ QUICK_MODEL = dict(hidden=32, layers=4, heads=2, seq_len=16, vocab=64, batch_siz
 
 def our_step(dims, layout, world):
     from hpcpar.training.config import TrainConfig
-    from hpcpar.training.train import Trainer
+    from hpcpar.training.step import Trainer
     cfg = TrainConfig(model="small", untied=True, steps=10 ** 6, progress=False, grad_clip=0.0, **dims, **layout)
     trainer = Trainer(cfg, world)
     counter = iter(range(10 ** 6))

@@ -46,7 +46,7 @@ def run(quick):
     from hpcpar.watch import watchdog
     from hpcpar.training.config import TrainConfig
     from hpcpar.training.observers import STOP_SIGNALS
-    from hpcpar.training.train import Trainer
+    from hpcpar.training.step import Trainer
     world = MPI.COMM_WORLD
     dims = QUICK_MODEL if quick else BENCH_MODEL
     cfg = TrainConfig(model="small", untied=True, steps=10 ** 6, progress=False, tp=2, pp=2, dp=2,

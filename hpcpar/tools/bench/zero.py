@@ -29,7 +29,7 @@ MEMORY_MODEL = dict(model="small", batch_size=8)
 
 def trainer(comm, **kw):
     from hpcpar.training.config import TrainConfig
-    from hpcpar.training.train import Trainer
+    from hpcpar.training.step import Trainer
     return Trainer(TrainConfig(progress=False, steps=10 ** 6, warmup=0, **kw), comm)
 
 

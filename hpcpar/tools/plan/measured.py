@@ -23,7 +23,7 @@ DTYPES = {"float32": "fp32", "float64": "fp64"}
 
 def measure_peak(cfg, comm):
     """Peak traced bytes on this rank over the Trainer's construction and STEPS steps of ``cfg``."""
-    from hpcpar.training.train import Trainer
+    from hpcpar.training.step import Trainer
     Trainer(cfg, comm).grid.free()      # imports and module-level caches, not counted
     gc.collect()
     tracemalloc.start()

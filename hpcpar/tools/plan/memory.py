@@ -81,7 +81,7 @@ def fp8_share(job, layout):
 def own_head(job, ends):
     """Whether the head's projection is a matrix of its own, with the ends (first, last rank) at ``ends``:
     untied, or tied but on another rank than the embedding (a copy); one rank holding both ends (pp 1,
-    a V) ties them in memory (training/train.py)."""
+    a V) ties them in memory (training/step.py)."""
     return not job.model.tied or ends[0] != ends[1]
 
 

@@ -3,7 +3,7 @@
     python -m hpcpar.tools.plan.probe '{"dtype": "float32", "layers": 2, "hidden": 128, ...}'
     mpiexec -n 2 python -m hpcpar.tools.plan.probe '{... "tp": 2}'
 
-runs ``hpcpar.training.train.Trainer`` (the code ``hpcpar train`` runs) with those options on the synthetic
+runs ``hpcpar.training.step.Trainer`` (the code ``hpcpar train`` runs) with those options on the synthetic
 language and prints one JSON line (rank 0) with, for the fastest of the steps after the first:
 
     F, B       seconds of computation in one forward / backward action (one micro-batch through the
@@ -32,7 +32,7 @@ def measure(options, steps=4):
 
     from hpcpar import tracer as trace
     from hpcpar.training.config import TrainConfig
-    from hpcpar.training.train import Trainer
+    from hpcpar.training.step import Trainer
     comm = MPI.COMM_WORLD
     cfg = TrainConfig(model="tiny", progress=False, steps=steps, warmup=1, **options)
     trainer = Trainer(cfg, comm)

@@ -19,7 +19,8 @@ import sys
 import time
 from dataclasses import fields, replace
 
-from hpcpar.training.config import TrainConfig, check, config_from
+from hpcpar.training.config import check
+from hpcpar.training.options import TrainConfig, config_from
 from hpcpar.launch import THREAD_VARS, first_error, mpiexec, run_job
 from hpcpar.tools.plan.layout import Layout
 from hpcpar.runtime import UsageError
