@@ -1,5 +1,6 @@
-"""One training step of any tp x cp x pp x dp layout: the ``Trainer`` (its model and data: models.py; the
-loop around it: loop.py; its summary: summary.py).
+"""One training step of any tp x cp x pp x dp layout: the ``Trainer`` (its model and data: models.py; its
+batches: batches.py; the groups its gradients are summed over: gradient_sums.py; the loop around it:
+loop.py; its summary: summary.py).
 
 One step, on every rank (docs/3d.md walks through it):
 
