@@ -10,6 +10,9 @@ AdamW (Loshchilov & Hutter), decoupled weight decay, bias-corrected moments, as 
     m <- b1 m + (1 - b1) g,     v <- b2 v + (1 - b2) g^2
     p <- p - lr (m / (1 - b1^t)) / (sqrt(v / (1 - b2^t)) + eps)
 SGD with momentum (PyTorch's convention):  u <- mu u + g;  p <- p (1 - lr wd) - lr u
+
+Both steps run block by block for the cache (``blocks``); ``sgd_plain`` and ``adamw_plain`` are the
+lines above on whole arrays, their plain twins: read them first.
 """
 import math
 
@@ -58,14 +61,11 @@ class SGD(_BlockScratch):
             first = self.momentum and st is None
             if first:
                 st = self.state[s.key] = {"momentum_buffer": s.grad.copy()}   # PyTorch: first buffer = g
-            u = st["momentum_buffer"] if self.momentum else s.grad
+            u = st["momentum_buffer"] if self.momentum else None
             ranges, tmp = self._blocks(s.data)
             for a, b in ranges:
-                if self.momentum and not first:
-                    u[a:b] *= self.momentum
-                    u[a:b] += s.grad[a:b]                           # u = mu u + g
-                array_module(u).multiply(u[a:b], lr, out=tmp[:b - a])
-                s.data[a:b] -= tmp[:b - a]                          # p = p - lr u
+                sgd_update(s.data[a:b], s.grad[a:b], None if u is None else u[a:b], tmp[:b - a], lr,
+                           0.0 if first else self.momentum)
 
 
 class AdamW(_BlockScratch):
@@ -113,6 +113,39 @@ def adamw_update(p, g, m, v, tmp, lr, b1, b2, eps, c1, c2):
     xp.divide(m, tmp, out=tmp)
     tmp *= lr / c1
     p -= tmp                                                    # p = p - lr (m / c1) / (...)
+
+
+def sgd_update(p, g, u, tmp, lr, momentum):
+    """One SGD update of p and its momentum buffer u (None: none) in place, weight decay aside, tmp a
+    scratch array of their size: u = mu u + g (mu = 0: u as it is), p = p - lr u.  SGD.step calls it
+    block by block."""
+    if u is None:
+        u = g
+    elif momentum:
+        u *= momentum
+        u += g
+    array_module(u).multiply(u, lr, out=tmp)
+    p -= tmp
+
+
+# The plain twins of the two steps: the textbook lines of the module's docstring on whole arrays, weight
+# decay included (tests/test_fast_ops.py holds SGD.step and AdamW.step to them, float64 to 1e-12).
+
+def sgd_plain(p, g, u, lr, momentum, decay):
+    """p and u after one SGD step from gradient g; u the momentum buffer before it (None on the first step
+    or without momentum: PyTorch starts it at g); ``decay`` = (mask of the decayed numbers, lr wd).
+    -> (p, u)"""
+    mask, factor = decay
+    u = g if u is None or not momentum else momentum * u + g
+    return p * (1.0 - factor * mask) - lr * u, (u if momentum else None)
+
+
+def adamw_plain(p, g, m, v, lr, b1, b2, eps, t, decay):
+    """p, m, v after AdamW's step t from gradient g, ``decay`` as sgd_plain's.  -> (p, m, v)"""
+    mask, factor = decay
+    p = p * (1.0 - factor * mask)
+    m, v = b1 * m + (1 - b1) * g, b2 * v + (1 - b2) * g * g
+    return p - lr * (m / (1 - b1 ** t)) / ((v / (1 - b2 ** t)) ** 0.5 + eps), m, v
 
 
 def _decay(flat, factor):

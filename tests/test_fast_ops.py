@@ -18,7 +18,7 @@ from hpcpar.ops.layernorm import (layernorm_backward, layernorm_backward_plain, 
 from hpcpar.ops.masks import Mask
 from hpcpar.ops.swiglu import swiglu_backward, swiglu_backward_plain, swiglu_forward, swiglu_forward_plain
 from hpcpar.ops.softmax import row_max, softmax_forward, softmax_forward_fast
-from hpcpar.optim import BLOCK, SGD, AdamW, adamw_update
+from hpcpar.optim import BLOCK, SGD, AdamW, adamw_plain, adamw_update, sgd_plain
 
 
 @pytest.fixture
@@ -189,3 +189,24 @@ def test_attention_is_its_plain_twin(rng, mask):
     o_plain, cache_plain = attention_forward_plain(q, k, v, drop, attn_mask)
     assert_twins((o,), (o_plain,))
     assert_twins(attention_backward(do, cache), attention_backward_plain(do, cache_plain))
+
+
+@pytest.mark.parametrize("name", ["sgd", "sgd-momentum", "adamw"])
+def test_optimizer_steps_are_their_plain_twins(rng, name):
+    """SGD.step and AdamW.step (in blocks, in place, a scratch block) against sgd_plain and adamw_plain (the
+    textbook lines on whole arrays), three steps with weight decay on part of the slice, float64."""
+    n = 2 * BLOCK + 77
+    data = rng.standard_normal(n)
+    mask = np.zeros(n)
+    mask[:n // 3] = 1.0
+    opt = AdamW(0.01, (0.9, 0.95), 1e-8, 0.1) if name == "adamw" else \
+        SGD(0.01, 0.9 if name == "sgd-momentum" else 0.0, weight_decay=0.1)
+    p, u, m, v = data.copy(), None, np.zeros(n), np.zeros(n)
+    for t in range(1, 4):
+        grad = rng.standard_normal(n)
+        opt.step([FlatSlice("w", data, grad, [(0, n // 3)])], 0.05)
+        if name == "adamw":
+            p, m, v = adamw_plain(p, grad, m, v, 0.05, 0.9, 0.95, 1e-8, t, (mask, 0.05 * 0.1))
+        else:
+            p, u = sgd_plain(p, grad, u, 0.05, opt.momentum, (mask, 0.05 * 0.1))
+        assert_twins((data,), (p,))
