@@ -29,8 +29,9 @@ def engine_cfg(name):
 
 
 def run(world=1, **flags):
-    """An hpcpar train configuration as checked for ``world`` ranks (dp, micro-batches, chunks filled in)."""
-    return check(TrainConfig(**flags), world)
+    """An hpcpar train configuration of engine_cfg's 6 layers as checked for ``world`` ranks (dp,
+    micro-batches, chunks filled in; check refuses a model the layout cannot hold)."""
+    return check(TrainConfig(**{"layers": LAYERS, **flags}), world)
 
 
 def arrays(params):
@@ -146,10 +147,12 @@ def test_planner_zero_terms_are_the_engines_formula(world, options):
 def test_planner_ranks_hold_what_the_schedule_places(name, schedule, pp):
     """A rank holds the virtual stages its schedule places there (a V: stage r and 2p-1-r, so rank 0 has
     the embedding and the head, tied in memory rather than copied): the planner's layers and parameters
-    per rank are the arrays of the chunks the engine builds there (training/step.py's _build_chunks)."""
+    per rank are the arrays of the chunks the engine builds there (training/step.py's _build_chunks); 4 layers
+    where 6 would not divide into 2 pp equal chunks (a chunked schedule refuses it)."""
     from hpcpar.pipeline.schedules import build
-    cfg = engine_cfg(name)
-    c = run(pp, model=name, pp=pp, schedule=schedule, microbatches=2 * pp, batch_size=4 * pp)
+    layers = 2 * pp if LAYERS % (2 * pp) else LAYERS
+    cfg = preset(name, n_layer=layers, vocab_size=engine_cfg(name).vocab_size)
+    c = run(pp, model=name, pp=pp, schedule=schedule, microbatches=2 * pp, batch_size=4 * pp, layers=layers)
     job, layout = planner_view(c, cfg)
     S = pp * c.chunks
     ranges, placed = partition(cfg.n_layer, S, c.partition, cfg), build(schedule, pp, 2 * pp, c.chunks)

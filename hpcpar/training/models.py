@@ -189,7 +189,6 @@ def model_config(cfg):
     if KINDS[cfg.schedule].chunked and cfg.partition == "uniform" and mcfg.n_layer % stages:
         raise UsageError(f"{cfg.schedule}: {mcfg.n_layer} layers do not divide into pp x chunks = "
                          f"{cfg.pp} x {cfg.chunks} = {stages} equal chunks")
-    partition(mcfg.n_layer, stages, cfg.partition, mcfg)          # a --partition that cannot cut, refused here
     kind.check(cfg, mcfg)
     if cfg.precision in precision.FP8:                  # no scaling block may straddle two ranks
         refused = fp8_refusal(recipe_of(cfg), mcfg, cfg.tp, cfg.cp, cfg.documents)
@@ -214,6 +213,7 @@ def setup(cfg):
     every refusal the files and the model's dimensions give, and the --memory-budget against them."""
     kind = kind_of(cfg)
     mcfg = model_config(cfg)
+    partition(mcfg.n_layer, cfg.pp * cfg.chunks, cfg.partition, mcfg)    # a --partition that cannot cut
     data = kind.data(cfg, mcfg)
     val_data = validation_data(cfg, mcfg)
     mcfg = kind.with_vocab(cfg, mcfg, data)
