@@ -22,10 +22,22 @@ from hpcpar import backend
 
 class FlatSlice:
     """A flat slice of parameters that one rank updates: data and grad views, decayed (a, b) ranges
-    relative to the slice, and a key under which the optimizer keeps its state."""
+    relative to the slice, the key under which the optimizer keeps its state, and ``segments``: the
+    (param, a, b) lying whole in the slice."""
 
-    def __init__(self, key, data, grad, decay_ranges):
+    def __init__(self, key, data, grad, decay_ranges, segments=()):
         self.key, self.data, self.grad, self.decay_ranges = key, data, grad, decay_ranges
+        self.segments = list(segments)
+
+    def tensors(self):
+        """[(param, data, grad)] of the parameters whole in this slice, shaped as the parameter."""
+        return [(p, self.data[a:b].reshape(p.data.shape), self.grad[a:b].reshape(p.data.shape))
+                for p, a, b in self.segments]
+
+
+def whole_in(segments, lo, hi):
+    """The (param, a, b) of ``segments`` lying whole in [lo, hi), relative to lo."""
+    return [(p, a - lo, b - lo) for p, a, b in segments if lo <= a and b <= hi]
 
 
 class Bucket:

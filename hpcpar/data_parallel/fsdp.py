@@ -57,7 +57,7 @@ from mpi4py import MPI
 
 from hpcpar import backend, progress
 from hpcpar.trace import tracer as trace
-from hpcpar.data_parallel.buckets import FlatSlice, placeholder
+from hpcpar.data_parallel.buckets import FlatSlice, placeholder, whole_in
 from hpcpar.comm import Communicator, test_all, wait_all
 
 
@@ -414,7 +414,8 @@ class FullyShardedDataParallel:
             at += b - a
 
     def slices(self):
-        return [FlatSlice(i, u.shard, u.shard_grad, u.owned(lambda p: p.decay)) for i, u in enumerate(self.units)]
+        return [FlatSlice(i, u.shard, u.shard_grad, u.owned(lambda p: p.decay), whole_in(u.segments, u.lo, u.hi))
+                for i, u in enumerate(self.units)]
 
     def norm_sq(self, slices):
         total = 0.0

@@ -33,7 +33,7 @@ import time
 
 from hpcpar import backend, progress
 from hpcpar.trace import tracer as trace
-from hpcpar.data_parallel.buckets import Bucket, FlatSlice, make_buckets
+from hpcpar.data_parallel.buckets import Bucket, FlatSlice, make_buckets, whole_in
 from hpcpar.comm import test_all, wait_all
 
 
@@ -168,7 +168,7 @@ class DataParallel:
             lo, hi = self.owned_range(i)
             grad = self._owned_grads[i] if self.sharded else b.grad
             decay = [(a - lo, c - lo) for a, c in b.ranges(lo, hi, lambda p: p.decay)]
-            out.append(FlatSlice(i, b.data[lo:hi], grad, decay))
+            out.append(FlatSlice(i, b.data[lo:hi], grad, decay, whole_in(b.segments, lo, hi)))
         return out
 
     def norm_sq(self, slices):

@@ -25,6 +25,7 @@ class Attention(Module):
         self.n_head = n_head            # heads of the whole layer
         self.head_offset = 0            # first head on this rank (tensor parallelism moves it)
         self.c_attn = Linear(f"{prefix}.c_attn", d_model, 3 * d_model, 0.02, seed, dtype)
+        self.c_attn.weight.fused = 3                                   # [Q | K | V]: three matrices to Muon
         self.c_proj = Linear(f"{prefix}.c_proj", d_model, d_model, 0.02 / math.sqrt(2 * n_layer), seed, dtype)
         self.attn_drop = Dropout(f"{prefix}.attn_dropout", dropout)
         self.resid_drop = Dropout(f"{prefix}.resid_dropout", dropout)

@@ -193,6 +193,7 @@ class GPT(Stage):
                 weight = Parameter(name, init_full(name, (cfg.vocab_size, cfg.d_model), 0.02, seed, dtype))
                 weight.counted, weight.tied_copy = False, True     # the first stage's copy counts
             self.head = LMHead(cfg, weight, seed, dtype)
+        self.mark_matrices()
 
 
 @dataclass(frozen=True)

@@ -90,6 +90,7 @@ class MoE(Module):
         self.score, self.normalise = cfg.router_score, cfg.norm_topk
         self.aux_coef, self.capacity_factor, self.bias_rate = cfg.aux_loss_coef, cfg.capacity_factor, cfg.bias_rate
         self.gate = Linear(f"{prefix}.gate", C, E, std, seed, dtype, bias=False)
+        self.gate.weight.router = True          # AdamW's, not Muon's (optim/muon.py)
         self.bias = None
         if cfg.bias_rate:
             name = f"{prefix}.gate.e_score_correction_bias"              # DeepSeek-V3's name

@@ -21,6 +21,14 @@ class Stage(Module):
         """The stage's parts in forward order."""
         return ([self.embed] if self.embed else []) + list(self.blocks) + ([self.head] if self.head else [])
 
+    def mark_matrices(self):
+        """Flag the weights Muon orthogonalises (``Parameter.matrix``): every weight of a block with two or
+        more dimensions (an expert's (E, in, out): one matrix an expert), but a router's - Moonlight's
+        and Kimi's split; the embeddings, the head and everything 1-D stay AdamW's."""
+        for b in self.blocks:
+            for p in b.parameters():
+                p.matrix = p.data.ndim >= 2 and not p.router
+
     def set_recompute(self, on, attention=False):
         """Full recomputation (each block keeps only its input), or ``attention``: selective, each
         attention core keeps only q, k, v (nn/attention_core.py)."""

@@ -47,6 +47,7 @@ from hpcpar.pipeline.schedules import KINDS
 from hpcpar.runtime import UsageError
 from hpcpar.tensor_parallel import parallelize
 from hpcpar.tensor_parallel.parallelize import check_divisible
+from hpcpar.tensor_parallel.muon import muon_options
 from hpcpar.data_parallel.zero_memory import check_budget
 
 
@@ -180,7 +181,7 @@ class Trainer:
                                    comm_of=self.replica_comm)
         self.partial = partial
         self.optimizer = make_optimizer(cfg.optimizer, cfg.lr, cfg.momentum, cfg.beta1, cfg.beta2, cfg.eps,
-                                        cfg.weight_decay)
+                                        cfg.weight_decay, **muon_options(cfg, g.tp_comm, self.xp))
         self.micro = cfg.batch_size // (cfg.dp * cfg.microbatches)      # sequences per micro-batch
         self.engine = PipelineEngine(self.schedule, self.chunks, g.pp_comm, self._act_shape, self.compute)
         self.eval_engine = None                                          # built on the first evaluation
