@@ -67,3 +67,33 @@ def test_blockwise_is_another_optimizer(comm):
     assert all(rel_err(got[1][n], want[1][n]) <= 1e-10 for n in want[1])
     cut = [n for n in want[3] if "c_attn.weight" in n or "c_fc.weight" in n or "c_proj.weight" in n]
     assert cut and all(rel_err(got[3][n], want[3][n]) > 1e-4 for n in cut)
+
+
+@pytest.fixture
+def shared_dir(comm, tmp_path_factory):
+    path = str(tmp_path_factory.mktemp("muon-ckpt")) if comm.rank == 0 else None
+    return comm.bcast(path, root=0)
+
+
+@pytest.mark.mpi(min_size=4)
+def test_muon_checkpoints_reshard(comm, shared_dir):
+    """Muon's state (a matrix's momentum; AdamW's moments for the rest) saved at tp 2 x pp 2 resumes at
+    tp 4 and at dp 4: the third step's loss is the straight run's."""
+    from hpcpar.checkpoint import load_checkpoint, save_checkpoint
+    if comm.size != 4:
+        pytest.skip("4 ranks")
+    source = dict(dims=GPT, tp=2, pp=2, microbatches=2, **MUON)
+    straight = trainer(comm, **source)
+    want = [straight.step(s).loss for s in range(3)]
+    free(straight)
+    first = trainer(comm, **source)
+    for s in range(2):
+        first.step(s)
+    save_checkpoint(first, shared_dir, 2)
+    free(first)
+    for target in (dict(tp=4, muon_tp="distributed"), dict(dp=4)):
+        second = trainer(comm, dims=GPT, **MUON, **target)
+        assert load_checkpoint(second, shared_dir) == 2
+        got = second.step(2).loss
+        free(second)
+        assert rel_err(got, want[2]) <= 1e-10, (target, got, want[2])

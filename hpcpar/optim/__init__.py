@@ -158,7 +158,7 @@ def make_optimizer(name, lr, momentum=0.0, beta1=0.9, beta2=0.95, eps=1e-8, weig
         return AdamW(lr, (beta1, beta2), eps, weight_decay)
     if name == "muon":
         from hpcpar.optim.muon import Muon
-        return Muon(lr, momentum, betas=(beta1, beta2), eps=eps, weight_decay=weight_decay, **muon)
+        return Muon(AdamW(lr, (beta1, beta2), eps, weight_decay), momentum, **muon)
     from hpcpar.runtime import UsageError
     raise UsageError(f"unknown optimizer {name!r}: choose sgd, adamw or muon")
 

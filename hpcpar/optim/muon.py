@@ -77,13 +77,13 @@ def orthogonalise_whole(p, u, ns):
 class Muon:
     state_names = ("momentum_buffer", "exp_avg", "exp_avg_sq")
 
-    def __init__(self, lr, momentum=0.95, nesterov=True, ns=None, scale_kind="moonlight", betas=(0.9, 0.95),
-                 eps=1e-8, weight_decay=0.1, orthogonalise=None):
-        """``orthogonalise(p, U)``: O of parameter p's local update U (default: p's matrices held whole)."""
-        from hpcpar.optim import AdamW
-        self.momentum, self.nesterov, self.scale_kind, self.weight_decay = momentum, nesterov, scale_kind, weight_decay
+    def __init__(self, adamw, momentum=0.95, nesterov=True, ns=None, scale_kind="moonlight", orthogonalise=None):
+        """``adamw``: the AdamW (optim/__init__.py) that updates the rest, its weight decay Muon's too;
+        ``orthogonalise(p, U)``: O of parameter p's local update U (default: p's matrices held whole)."""
+        self.momentum, self.nesterov, self.scale_kind = momentum, nesterov, scale_kind
+        self.weight_decay = adamw.weight_decay
         self.ns = ns or NewtonSchulz()
-        self.adamw = AdamW(lr, betas, eps, weight_decay)            # for the rest
+        self.adamw = adamw
         self.orthogonalise = orthogonalise or (lambda p, u: orthogonalise_whole(p, u, self.ns))
         self.state, self.t = {}, 0          # state[slice key] = {"momentum_buffer": (M,), "exp_avg": (R,), ...}
         self._pending = {}                  # slice key -> whole-slice arrays loaded from a checkpoint
@@ -126,7 +126,7 @@ class Muon:
             whole = self._pending.pop(s.key, None)
             mine = {"momentum_buffer": [(a, b) for _, a, b in mats], "exp_avg": rest, "exp_avg_sq": rest}
             self.state[s.key] = {n: (xp.concatenate([whole[n][a:b] for a, b in r] or [xp.zeros(0, s.data.dtype)])
-                                     if whole else xp.zeros(sum(b - a for a, b in r), s.data.dtype))
+                                     if whole and n in whole else xp.zeros(sum(b - a for a, b in r), s.data.dtype))
                                  for n, r in mine.items()}
             self._layouts[s.key] = (s.data.size, mine)
         return self.state[s.key]
