@@ -210,3 +210,27 @@ def test_muon_resumes_bit_for_bit(tmp_path):
         keys |= set(safe_open(str(f), framework="np").keys())
     assert "optimizer/momentum_buffer/h.0.attn.c_attn.weight" in keys and "optimizer/exp_avg/wte.weight" in keys
     assert "optimizer/exp_avg/h.0.attn.c_attn.weight" not in keys and names
+
+
+@pytest.mark.parametrize("dims", [GPT_DIMS, dict(LLAMA_DIMS, heads=4, kv_heads=2), dict(LLAMA_DIMS, kv_heads=4)],
+                         ids=["gpt2", "llama-gqa", "llama-mha"])
+def test_qk_clip_brings_each_head_to_tau(dims):
+    """The maxima recorded are the forward's; clipping below them and running the same batch again gives
+    every head's largest logit tau exactly (q and k biases scaled too; a shared GQA key left alone).  One
+    layer: a deeper one's inputs change with the clip before it."""
+    from mpi4py import MPI
+    from train_helpers import trainer
+    t = trainer(MPI.COMM_SELF, dims=dict(dims, layers=1), qk_clip=1e9)
+    t.gradients(0)
+    t.qk_clip.step(t.dp, t.dp.slices(), apply=False)
+    before = t.qk_clip.last.copy()
+    assert np.isfinite(before).all() and (before > 0).all()
+    t.qk_clip.tau = tau = 0.5 * before.min()
+    t.gradients(0)                                        # the same batch, the same maxima
+    t.qk_clip.step(t.dp, t.dp.slices())
+    assert rel_err(t.qk_clip.last, before) < 1e-12
+    t.dp.gather_params()
+    t.dp.zero_grad()
+    t.gradients(0)
+    t.qk_clip.step(t.dp, t.dp.slices(), apply=False)
+    assert rel_err(t.qk_clip.last, np.full_like(before, tau)) < 1e-12

@@ -1,6 +1,7 @@
 """Muon on real ranks, float64: two steps of every layout give the single rank's losses and weights
 within 1e-10 - tensor parallelism's duplicated and distributed modes (GPT-2's fused Q|K|V, Llama's
-grouped K/V), pipeline, data, context and expert parallelism - and blockwise does not.  One job per
+grouped K/V), pipeline, data, context and expert parallelism, QK-clip (its maxima too) - and blockwise
+does not.  One job per
 world size, one reference per model, every layout of that size against it."""
 import pytest
 
@@ -11,20 +12,24 @@ from train_helpers import free, reference, rel_err, trainer
 GPT = dict(model="tiny", layers=2, hidden=16, heads=4, seq_len=8, synthetic_vocab=29, batch_size=8)
 MIXTRAL = dict(MIXTRAL_DIMS, heads=2, kv_heads=2, batch_size=8)
 MUON = dict(optimizer="muon", lr=2e-2, ns_steps=3)
+QK = 0.01                   # below the tiny models' largest logits (0.012 to 0.03): every step clips
 
 # world size -> (model, layout without dp: dp fills the world)
 LAYOUTS = {
     2: [(GPT, dict(tp=2)), (GPT, dict(tp=2, muon_tp="distributed")), (GPT, dict(pp=2)), (GPT, dict(cp=2)),
         (MIXTRAL, dict(tp=2, muon_tp="distributed")), (MIXTRAL, dict(ep=2))],
     4: [(GPT, dict(tp=2, pp=2)), (GPT, dict(tp=2, muon_tp="distributed", sequence_parallel=True)),
-        (GPT, dict(tp=4, muon_tp="distributed")), (MIXTRAL, dict(tp=2, ep=2)), (MIXTRAL, dict(cp=2, ep=2))],
+        (GPT, dict(tp=4, muon_tp="distributed")), (MIXTRAL, dict(tp=2, ep=2)), (MIXTRAL, dict(cp=2, ep=2)),
+        (GPT, dict(tp=2, cp=2, qk_clip=QK)), (MIXTRAL, dict(cp=2, cp_kind="ulysses", ep=2, qk_clip=QK))],
     8: [(GPT, dict(tp=2, pp=2, muon_tp="distributed")), (GPT, dict(tp=2, cp=2, pp=2)),
-        (MIXTRAL, dict(tp=2, cp=2, ep=2, muon_tp="distributed")), (MIXTRAL, dict(pp=2, ep=4))],
+        (MIXTRAL, dict(tp=2, cp=2, ep=2, muon_tp="distributed")), (MIXTRAL, dict(pp=2, ep=4)),
+        (GPT, dict(tp=2, cp=2, pp=2, cp_kind="ulysses", qk_clip=QK)), (MIXTRAL, dict(tp=2, cp=2, ep=2, qk_clip=QK))],
 }
 
 
 def steps(t, n=2):
-    return [one_step(t, s) for s in range(n)]
+    """Each step's (loss, gradients, norm, weights, QK-clip's maxima)."""
+    return [one_step(t, s) + (t.qk_clip and t.qk_clip.last.copy(),) for s in range(n)]
 
 
 @pytest.mark.mpi(min_size=2)
@@ -33,9 +38,9 @@ def test_muon_matches_one_rank(comm):
         pytest.skip("layouts of 2, 4 or 8 ranks")
     wants = {}
     for dims, layout in LAYOUTS[comm.size]:
-        key = dims["model"]
+        key = dims["model"], layout.get("qk_clip", 0)
         if key not in wants:
-            ref = reference(comm, dims=dims, **MUON)
+            ref = reference(comm, dims=dims, qk_clip=key[1], **MUON)
             wants[key] = steps(ref)
             free(ref)
         model = layout.get("tp", 1) * layout.get("pp", 1) * layout.get("cp", 1)
@@ -47,6 +52,8 @@ def test_muon_matches_one_rank(comm):
         what = f"{key} {layout}"
         for s, (got, want) in enumerate(zip(gots, wants[key])):
             assert rel_err(got[0], want[0]) <= 1e-10, f"loss differs at step {s} ({what})"
+            if key[1]:
+                assert (want[4] > QK).any() and rel_err(got[4], want[4]) <= 1e-10, f"maxima differ ({what})"
             for name, value in got[3].items():
                 err = rel_err(value, want[3][name])
                 assert err <= 1e-10, f"{name} differs by {err:.1e} after step {s} ({what})"

@@ -47,6 +47,19 @@ class Attention(Module):
         y, mask = self.resid_drop.forward_tokens(y, ctx)
         return y, (c_attn, c_core, c_proj, mask, nh)
 
+    def heads_here(self):
+        """The heads this rank holds (all of them, or its share under tensor parallelism)."""
+        return self.c_attn.weight.data.shape[-1] // (3 * self.head_size)
+
+    def qk_scales(self, gamma, alpha=0.5):
+        """QK-clip (training/qk_clip.py): [(parameter, a multiplier per output column)] that scale head h's
+        logits by gamma[h] (gamma: this rank's heads): its query columns by gamma^alpha, its key columns by
+        gamma^(1 - alpha) - weight and bias alike, both make q and k."""
+        xp, HS = array_module(gamma), self.head_size
+        cols = xp.concatenate([xp.repeat(gamma ** alpha, HS), xp.repeat(gamma ** (1 - alpha), HS),
+                               xp.ones(len(gamma) * HS)])                   # [Q | K | V]
+        return [(self.c_attn.weight, cols), (self.c_attn.bias, cols)]
+
     def forward_cached(self, x, kv, start):
         """Forward only, for generation: x (B, T, C) of the tokens at positions [start, start + T);
         ``kv`` = (k_cache, v_cache), each (B, NH, T_max, HS), gains their keys and values."""

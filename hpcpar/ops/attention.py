@@ -74,9 +74,11 @@ def _dropped(p, drop, a, z, dtype):
     return (p if drop is None else p * drop[:, :, a:z, :z]).astype(dtype, copy=False)
 
 
-def attention_forward(q, k, v, drop=None, block=None):
+def attention_forward(q, k, v, drop=None, block=None, logits=None):
     """q, k, v (B, NH, T, HS) -> o (B, NH, T, HS), cache. ``drop``: dropout mask like P, or None.
     ``block``: query rows per block (default: engine_block; T: the plain one-block attention).
+    ``logits``: an (NH,) array that takes each head's largest score S (the masked ones are -inf) - what
+    QK-clip watches (training/qk_clip.py); None: not asked (the one pass over S it costs).
 
     The 1/sqrt(HS) scale is applied to Q (T x HS) rather than to S (T x T): fewer multiplications.
     The softmax overwrites S (not needed again).  o is written as a (B, NH, T, HS) view of a
@@ -90,6 +92,8 @@ def attention_forward(q, k, v, drop=None, block=None):
     for a, z in blocks:
         s = to_fp32(gemm(q[:, :, a:z], k[:, :, :z].transpose(0, 1, 3, 2)))    # (B, NH, z - a, z)
         s[..., a:] += causal_mask(z - a, s.dtype, xp)        # the block's diagonal square
+        if logits is not None:
+            xp.maximum(logits, s.max(axis=(0, 2, 3)), out=logits)
         p = softmax_forward_fast(s, out=s)                   # P of the block, over S
         ps.append(p)
         gemm(_dropped(p, drop, a, z, v.dtype), v[:, :, :z], out=o[:, :, a:z])

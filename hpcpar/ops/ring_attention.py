@@ -69,9 +69,10 @@ def _scores(qs, k, q_pos, k_pos):
     return s
 
 
-def block_forward(qs, k, v, q_pos, k_pos):
+def block_forward(qs, k, v, q_pos, k_pos, logits=None):
     """qs (B, NH, Tq, HS) scaled queries, k, v (B, NH, Tk, HS) -> (O_b (B, NH, Tq, HS), lse_b (B, NH, Tq)).
-    Rows that see no key of the block get O_b = 0 and lse_b = -inf (they merge as nothing)."""
+    Rows that see no key of the block get O_b = 0 and lse_b = -inf (they merge as nothing).  ``logits``
+    (NH,) takes each head's largest score of the block (QK-clip), the rows' maxima m already at hand."""
     xp = array_module(qs)
     o = xp.zeros(qs.shape, dtype=qs.dtype)
     lse = xp.full(qs.shape[:-1], -xp.inf, dtype=qs.dtype)
@@ -80,6 +81,8 @@ def block_forward(qs, k, v, q_pos, k_pos):
         return o, lse
     s = _scores(qs[:, :, rows], k[:, :, cols], q_pos[rows], k_pos[cols])      # (B, NH, tq, tk)
     m = s.max(axis=-1, keepdims=True)                                        # every visible row has a key
+    if logits is not None:
+        xp.maximum(logits, m.max(axis=(0, 2, 3)), out=logits)
     p = xp.exp(s - m, out=s)
     l = p.sum(axis=-1, keepdims=True)                                        # (B, NH, tq, 1)
     o[:, :, rows] = (p @ v[:, :, cols]) / l

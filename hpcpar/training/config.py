@@ -375,6 +375,8 @@ def _check_optim(cfg, world):
                          f"element ranges over dp x cp: use --zero 0")
     if cfg.qk_clip and cfg.model == "mlp":
         raise UsageError("--qk-clip needs a GPT model (the MLP has no attention)")
+    if cfg.qk_clip and cfg.plug:
+        raise UsageError("--qk-clip reads the logits the engine's attention records; a --plug file's does not")
 
 
 def _check_data(cfg, world):

@@ -124,6 +124,8 @@ class Loop:
                           "tokens_per_s": t.tokens_per_step / seconds, "step_time_s": seconds, "skipped": skipped}
                 if t.scaler.dynamic:
                     record["loss_scale"] = scale
+                if t.qk_clip is not None:               # each layer's heads' largest logits (qk_clip.py)
+                    record["qk_max"] = t.qk_clip.last.tolist()
                 if t.experts is not None:               # the routing of this step (expert_load.py)
                     record["experts"] = {k: v for k, v in t.experts.items() if k != "collapsed_layer"}
                     warning = t.expert_load.warning(t.experts, step)

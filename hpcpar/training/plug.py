@@ -154,7 +154,7 @@ def _ring_attention(m, put):
     from hpcpar.context_parallel.ring import RingAttention
     from hpcpar.ops.ring_attention import block_forward
     put(RingAttention, "ring_forward",
-        lambda self, qs, k, v, pos: m.ring_attention_forward(qs, k, v, pos, self.comm, block_forward))
+        lambda self, qs, k, v, pos, logits=None: m.ring_attention_forward(qs, k, v, pos, self.comm, block_forward))
 
 
 def _expert_dispatch(m, put):

@@ -35,6 +35,7 @@ from hpcpar.comm.grid import ParallelGrid
 from hpcpar.nn import GPT, Context, MLPConfig, MLPModel
 from hpcpar.training import plug
 from hpcpar.training.expert_load import ExpertLoad, moe_layers
+from hpcpar.training.qk_clip import QKClip
 from hpcpar.expert_parallel.dispatch import expert_data_group, expert_group, parallelize_experts
 from hpcpar.nn.gpt import preset
 from hpcpar.nn.moe import check_moe, moe_options
@@ -98,6 +99,8 @@ def model_config(cfg):
             raise UsageError(f"--kv-heads needs a Llama model (--model llama-tiny or llama-small), not {cfg.model}")
         if mcfg.n_head % mcfg.n_kv_head:
             raise UsageError(f"--kv-heads {mcfg.n_kv_head} must divide the {mcfg.n_head} attention heads")
+        if cfg.qk_clip and mcfg.qk_norm:
+            raise UsageError("--qk-clip scales W_q and W_k, and QK-norm normalises q and k again: use one of them")
         if not mcfg.parts.dropout and cfg.dropout:
             raise UsageError(f"--model {cfg.model} has no dropout: drop --dropout {cfg.dropout}")
     stages = cfg.pp * cfg.chunks
@@ -182,6 +185,7 @@ class Trainer:
         self.partial = partial
         self.optimizer = make_optimizer(cfg.optimizer, cfg.lr, cfg.momentum, cfg.beta1, cfg.beta2, cfg.eps,
                                         cfg.weight_decay, **muon_options(cfg, g.tp_comm, self.xp))
+        self.qk_clip = QKClip(cfg.qk_clip, self.chunks, g, mcfg.n_layer, mcfg.n_head, self.xp) if cfg.qk_clip else None
         self.micro = cfg.batch_size // (cfg.dp * cfg.microbatches)      # sequences per micro-batch
         self.engine = PipelineEngine(self.schedule, self.chunks, g.pp_comm, self._act_shape, self.compute)
         self.eval_engine = None                                          # built on the first evaluation
@@ -301,9 +305,13 @@ class Trainer:
                     s.grad *= coef
             start = trace.active() and time.perf_counter()
             self.optimizer.step(slices, lr)
+            if self.qk_clip is not None:
+                self.qk_clip.step(self.dp, slices)
             self.dp.gather_params()
             if start:
                 trace.active().span("optimizer", "optimizer", start, time.perf_counter())
+        elif self.qk_clip is not None:
+            self.qk_clip.step(self.dp, slices, apply=False)        # the maxima all the same (collective)
         self.dp.zero_grad()
         if self.expert_load is not None:
             self.experts = self.expert_load.step()
