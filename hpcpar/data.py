@@ -17,13 +17,20 @@ the single-rank batch.  Three sources:
 * ``Regression`` - inputs and targets of a fixed random teacher, for the deep MLP model.
 
 ``batch(step, sample_ids)`` returns (inputs, targets): token windows (n, T) and the same shifted by one,
-or (n, D_in) and (n, D_out) arrays.
+or (n, D_in) and (n, D_out) arrays.  ``documents(step, sample_ids)`` (the two token sources) gives the
+document id of each of a window's T + 1 tokens (n, T + 1), 0 for the window's first piece and up by one
+at each document start (ops/masks.py reads them): the synthetic language's documents have random
+lengths (``doc_len`` on average; 0: one endless document), a prepared directory's start where
+``hpcpar data prepare`` recorded (train.starts.npy beside train.bin; a directory without one, or any
+other file, is one long document).  The layout is drawn apart from the tokens, so every rank knows
+every window's documents - and the tokens the loss counts - without drawing a token.
 """
 import json
 from pathlib import Path
 
 import numpy as np
 
+from hpcpar.ops.masks import documents_of, kept_targets, restart_positions
 from hpcpar.runtime import UsageError
 
 
@@ -34,13 +41,17 @@ def _entropy(p):
 
 class MarkovLanguage:
     """Order-k Markov chain over ``vocab`` tokens; each context allows ``branching`` next tokens with
-    Dirichlet(alpha) probabilities (small alpha: peaked, low-entropy distributions)."""
+    Dirichlet(alpha) probabilities (small alpha: peaked, low-entropy distributions).  With ``doc_len``
+    the stream is documents of 1 .. 2 doc_len - 1 tokens (uniform), each begun afresh from the stationary
+    distribution, so nothing in one document predicts the next; ``skip_boundaries``: the targets that
+    cross into the next document are left out of the loss (and out of the entropy floor)."""
 
-    def __init__(self, vocab=32, order=2, branching=4, alpha=0.5, seq_len=64, seed=0):
+    def __init__(self, vocab=32, order=2, branching=4, alpha=0.5, seq_len=64, seed=0, doc_len=0,
+                 skip_boundaries=True):
         if vocab < 2 or order < 1 or not 1 <= branching <= vocab:
             raise UsageError(f"synthetic language needs vocab >= 2, order >= 1 and 1 <= branching <= vocab "
                              f"(got {vocab}, {order}, {branching})")
-        self.vocab_size, self.order, self.seq_len, self.seed = vocab, order, seq_len, seed
+        self.vocab_size, self.order, self.seq_len, self.seed, self.doc_len = vocab, order, seq_len, seed, doc_len
         self.n_ctx = vocab ** order                                # contexts = the last k tokens
         rng = np.random.default_rng([seed, 1234])
         self.succ = np.stack([rng.choice(vocab, branching, replace=False) for _ in range(self.n_ctx)])
@@ -49,7 +60,7 @@ class MarkovLanguage:
         self.cum[:, -1] = 1.0
         self.stationary = self._stationary()
         self.entropy_rate = float(self.stationary @ np.array([_entropy(p) for p in self.prob]))
-        self.entropy_floor = self._floor(seq_len)
+        self.entropy_floor = self._floor(seq_len) if not doc_len else self._documents_floor(skip_boundaries)
 
     def _next_ctx(self, ctx, token):
         return (ctx * self.vocab_size) % self.n_ctx + token
@@ -81,21 +92,68 @@ class MarkovLanguage:
         warm = min(k - 1, T)
         return (h[warm] - h[0] + max(0, T - warm) * self.entropy_rate) / T
 
+    def _documents_floor(self, skip_boundaries, windows=512):
+        """The floor of windows cut from documents: each target's entropy given its document's tokens
+        before it (those of ``_floor`` counted from the document's start), averaged over the targets the
+        loss keeps of ``windows`` windows' layouts (key (seed, -1)).  A target that crosses into the
+        next document, when kept, is a fresh document's first token: H_1."""
+        k, V = self.order, self.vocab_size
+        joint = self.stationary.reshape((V,) * k)
+        h = [_entropy(joint.sum(axis=tuple(range(m, k))).ravel()) for m in range(1, k + 1)]
+        gain = np.array([h[0]] + [h[i] - h[i - 1] for i in range(1, k)] + [self.entropy_rate])    # H(x_i | x_<i)
+        docs = self._layouts(np.random.default_rng([self.seed, 2 ** 32 - 1]), windows)
+        kept = kept_targets(docs)
+        entropy = np.where(kept, gain[np.minimum(restart_positions(docs[:, :-1]) + 1, k)], h[0])
+        return float(entropy[kept].mean() if skip_boundaries else entropy.mean())
+
+    def _layouts(self, rng, n):
+        """(n, T + 1) document ids of n windows: documents of 1 .. 2 doc_len - 1 tokens, the window
+        starting anywhere in the first."""
+        T, out = self.seq_len, np.empty((n, self.seq_len + 1), dtype=np.int64)
+        for i in range(n):
+            lengths = rng.integers(1, 2 * self.doc_len, size=T + 2)
+            ends = np.cumsum(lengths) - rng.integers(0, lengths[0])           # where each document ends
+            out[i] = np.searchsorted(ends, np.arange(T + 1), side="right")
+        return out
+
+    def documents(self, step, sample_ids):
+        """(n, T + 1) document ids of the windows, sample s's from the key (seed, step, s, 1)."""
+        if not self.doc_len:
+            return np.zeros((len(sample_ids), self.seq_len + 1), dtype=np.int64)
+        return np.concatenate([self._layouts(np.random.default_rng([self.seed, step, int(s), 1]), 1)
+                               for s in sample_ids])
+
+    def _context(self, u):
+        """Contexts (last k tokens) drawn from the stationary distribution by uniforms u."""
+        ctx = np.searchsorted(np.cumsum(self.stationary), u * self.stationary.sum())
+        return np.minimum(ctx, self.n_ctx - 1)
+
     def batch(self, step, sample_ids):
-        """Windows of seq_len + 1 tokens, sample s drawn from the key (seed, step, s)."""
-        T = self.seq_len
+        """Windows of seq_len + 1 tokens, sample s drawn from the key (seed, step, s); a document that
+        starts inside the window begins from a context drawn with the key (seed, step, s, 2)."""
+        T, k, V = self.seq_len, self.order, self.vocab_size
         u = np.stack([np.random.default_rng([self.seed, step, int(s)]).random(T + 2) for s in sample_ids])
-        ctx = np.searchsorted(np.cumsum(self.stationary), u[:, 0] * self.stationary.sum())
-        ctx = np.minimum(ctx, self.n_ctx - 1)
+        since, fresh = None, None                              # each token's place in its document
+        if self.doc_len:
+            since = restart_positions(self.documents(step, sample_ids))          # (n, T + 1)
+            fresh = np.stack([np.random.default_rng([self.seed, step, int(s), 2]).random(T + 1) for s in sample_ids])
+        first = ctx = self._context(u[:, 0])                                     # the document's first k tokens
         tokens = np.empty((len(sample_ids), T + 1), dtype=np.int64)
-        digits = [(ctx // self.vocab_size ** (self.order - 1 - i)) % self.vocab_size for i in range(self.order)]
-        for j in range(min(self.order, T + 1)):
-            tokens[:, j] = digits[j]
-        for j in range(self.order, T + 1):
-            pick = (u[:, j + 1, None] > self.cum[ctx]).sum(axis=1)      # inverse CDF
+        for j in range(T + 1):
+            w = j if since is None else since[:, j]
+            if j and fresh is not None and (w == 0).any():                        # documents starting here
+                first = np.where(w == 0, self._context(fresh[:, j]), first)
+            warm = w < k                                                          # within the first k tokens
+            if warm is True or (since is not None and warm.all()):
+                tokens[:, j], ctx = (first // V ** (k - 1 - w)) % V, first
+                continue
+            pick = (u[:, j + 1, None] > self.cum[ctx]).sum(axis=1)              # inverse CDF
             tok = self.succ[ctx, np.minimum(pick, self.succ.shape[1] - 1)]
-            tokens[:, j] = tok
             ctx = self._next_ctx(ctx, tok)
+            if since is not None and warm.any():
+                tok = np.where(warm, (first // V ** np.maximum(k - 1 - w, 0)) % V, tok)
+                ctx = np.where(warm, first, ctx)
+            tokens[:, j] = tok
         return tokens[:, :-1], tokens[:, 1:]
 
 
@@ -120,6 +178,30 @@ def window_tokens(seq_len):
 def token_meta(path):
     """The meta.json beside a .bin token file (written by ``hpcpar data prepare``), or {}."""
     return read_optional_json(Path(path).parent / "meta.json")
+
+
+def starts_file(path):
+    """Where ``hpcpar data prepare`` records the document starts of a token file: train.starts.npy
+    beside train.bin."""
+    path = Path(path)
+    return path.with_name(path.stem + ".starts.npy")
+
+
+def read_starts(path, n_tokens):
+    """The sorted document starts (int64, first 0) recorded beside the token file ``path``, or [0]:
+    one long document (a directory prepared before documents were recorded, a text file)."""
+    where = starts_file(path)
+    if not where.is_file():
+        return np.zeros(1, dtype=np.int64)
+    try:
+        starts = np.load(where)
+    except (OSError, ValueError) as err:
+        raise UsageError(f"cannot read the document starts {where}: {err}") from None
+    if starts.ndim != 1 or starts.dtype.kind not in "iu" or not starts.size or starts[0] != 0 \
+            or (np.diff(starts) <= 0).any() or starts[-1] >= max(n_tokens, 1):
+        raise UsageError(f"{where}: document starts must be increasing token offsets from 0 to below "
+                         f"the {n_tokens} tokens of {Path(path).name}")
+    return starts.astype(np.int64)
 
 
 def validation_file(data):
@@ -168,6 +250,7 @@ class TokenFile:
             raise UsageError(f"{path} holds {self.tokens.size} tokens; a window of --seq-len {seq_len} needs "
                              f"at least {window_tokens(seq_len)}")
         self.seq_len, self.batch_size, self.seed, self.order = seq_len, batch_size, seed, order
+        self.doc_starts = read_starts(path, self.tokens.size) if path.suffix == ".bin" else np.zeros(1, np.int64)
         self.entropy_floor = None
 
     def starts(self, step, sample_ids):
@@ -176,6 +259,10 @@ class TokenFile:
         if self.order == "sequential":
             return ((step * self.batch_size + ids) * self.seq_len) % span
         return np.random.default_rng([self.seed, step]).integers(0, span, size=self.batch_size)[ids]
+
+    def documents(self, step, sample_ids):
+        """(n, T + 1) document ids of the windows' tokens, from the recorded starts."""
+        return np.stack([documents_of(self.doc_starts, int(s), self.seq_len + 1) for s in self.starts(step, sample_ids)])
 
     def batch(self, step, sample_ids):
         T = self.seq_len

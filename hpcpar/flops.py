@@ -8,6 +8,8 @@ Model FLOPs of one training step of a GPT (forward + backward, no recomputation;
     training = 3 x forward (backward costs two forwards)
 
 For F = 4C this is 72 B T L C^2 (1 + T/(6C) + V/(12 L C)), the formula in docs/design.md (FLOPs).
+A packed window of documents (or a sliding window) charges attention the keys ``shape.attention_span``
+says instead of T: the sum over its documents.
 A Llama block differs in two GEMM widths: K and V project to NKV*HS columns, not C (grouped-query
 attention), and its SwiGLU MLP has three C x F projections (gate, up, down), not two; with a head_dim
 given (Qwen3) Q, the output projection and the attention core are NH*HS wide instead of C.  With experts a
@@ -44,9 +46,10 @@ class Gemm:
         return f"{self.m} x {self.k} x {self.n}" + (f" (x{self.count})" if self.count > 1 else "")
 
 
-def gpt_block_forward_flops(cfg):
-    """Forward FLOPs of one block per token: its shape's (hpcpar/shape.py) at the training length."""
-    return cfg.shape.block_forward_flops(cfg.seq_len)
+def gpt_block_forward_flops(cfg, span=None):
+    """Forward FLOPs of one block per token: its shape's (hpcpar/shape.py) at the training length, or
+    charged with ``span`` keys (a packed window's ``attention_span``)."""
+    return cfg.shape.block_forward_flops(cfg.seq_len if span is None else span)
 
 
 def gpt_head_forward_flops(cfg):
@@ -54,8 +57,8 @@ def gpt_head_forward_flops(cfg):
     return cfg.shape.head_forward_flops()
 
 
-def gpt_step_flops(cfg, tokens):
-    per_token = cfg.n_layer * gpt_block_forward_flops(cfg) + gpt_head_forward_flops(cfg)
+def gpt_step_flops(cfg, tokens, span=None):
+    per_token = cfg.n_layer * gpt_block_forward_flops(cfg, span) + gpt_head_forward_flops(cfg)
     return 3 * per_token * tokens
 
 

@@ -20,12 +20,32 @@ P = 12*l*h^2 * (1 + 13/(12h) + (V + s)/(12*l*h)) with tied embeddings and learne
 Forward FLOPs per token of one block (Narayanan et al. 2021, eq. 3, generalised): 2 per weight of its
 GEMMs, 2 * (h*(a*d + 2*kv*d) + a*d*h + (2 or 3)*h*f), plus 4*s*a*d for the attention core (QK^T and PV
 over all a heads after the K/V repeat); the head 2*h*V.  A training step is 3 forwards.
+
+The s of the attention core is the keys a token is charged with: the whole s x s square of scores,
+as Narayanan et al. count it.  A packed window of documents (--documents) attends within each only,
+and a sliding window of W keys cuts each document's triangle to a band: ``attention_span`` charges each
+document its own square (twice its triangle less the diagonal: the same convention), summed over the
+window's documents - sum L_d^2 / T without a window, s itself for one document.
 """
 from dataclasses import dataclass, field
 
 from hpcpar.runtime import UsageError
 
 NORM_VECTORS = {"layernorm": 2, "rmsnorm": 1}      # parameter vectors of h per normalisation
+
+
+def visible_pairs(length, window=0):
+    """The (query, key) pairs one document of ``length`` tokens attends: the causal triangle
+    L (L + 1) / 2, or, each query seeing at most W keys, W (W + 1) / 2 + (L - W) W."""
+    if not window or window >= length:
+        return length * (length + 1) // 2
+    return window * (window + 1) // 2 + (length - window) * window
+
+
+def attention_span(lengths, window=0):
+    """The keys per token the FLOP count charges the attention core with, for a window holding
+    documents of ``lengths`` tokens: each document's square (2 pairs - L), summed, over the tokens."""
+    return sum(2 * visible_pairs(n, window) - n for n in lengths) / sum(lengths)
 
 
 @dataclass(frozen=True)
@@ -182,13 +202,14 @@ class ModelShape:
 
     # --- FLOPs ---------------------------------------------------------------------------------
 
-    def block_forward_flops(self, seq_len):
-        """Forward FLOPs of one block per token (module docstring)."""
+    def block_forward_flops(self, span):
+        """Forward FLOPs of one block per token (module docstring); ``span`` the keys a token is charged
+        with: the sequence length, or a packed window's ``attention_span``."""
         h, f = self.hidden, self.ffn
         mlp = self.mlp_matrices * h * f
         if self.experts:                    # the router, and the MLPs a token goes through
             mlp = h * self.experts + (self.top_k + self.shared_experts) * mlp
-        return 2 * (h * self.qkv_width + self.attention_width * h + mlp) + 4 * seq_len * self.attention_width
+        return 2 * (h * self.qkv_width + self.attention_width * h + mlp) + 4 * span * self.attention_width
 
     def head_forward_flops(self):
         """Forward FLOPs of the output projection per token."""

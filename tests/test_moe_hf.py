@@ -48,8 +48,16 @@ def test_mixtral_export_loads_into_transformers_with_the_same_loss(solo, tmp_pat
     assert type(model).__name__ == "MixtralForCausalLM" and model.config.num_local_experts == 4
 
 
+def test_a_mixtral_with_a_sliding_window_gives_transformers_loss(solo, tmp_path):
+    """sliding_window 5 over windows of 12 tokens: each query sees at most 5 keys (--window 5)."""
+    model = hf_mixtral(seed=2, sliding_window=5)
+    save_hf(model, tmp_path / "hf")
+    t = loaded(solo, tmp_path / "hf", aux_loss_coef=0.02)
+    assert (t.mcfg.window, t.mcfg.window_layers) == (5, "")
+    assert_transformers_loss_and_aux_loss(t, model, *batch(MIXTRAL_DIMS["vocab_size"]), 0.02)
+
+
 @pytest.mark.parametrize("change, message", [
-    (dict(sliding_window=8), "sliding_window = 8 in its config is not supported"),
     (dict(router_jitter_noise=0.1), "router_jitter_noise = 0.1 in its config is not supported"),
 ])
 def test_what_hpcpar_does_not_compute_is_refused_named(tmp_path, change, message):

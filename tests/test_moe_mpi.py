@@ -68,11 +68,27 @@ def hf_family(name):
 def test_hugging_face_moe_gives_transformers_loss_in_parallel(comm, tmp_path_factory, layout, family):
     """Mixtral and Qwen3-MoE (QK-norm, heads wider than hidden / heads; its top-k scores left raw here) loaded
     on 4 and 8 ranks."""
+    check_hf_in_parallel(comm, tmp_path_factory, layout, family, {} if family == "mixtral" else
+                         dict(norm_topk_prob=False))
+
+
+@pytest.mark.mpi(min_size=8)
+@pytest.mark.parametrize("family", ["mixtral", "qwen3_moe"])
+def test_hugging_face_sliding_window_gives_transformers_loss_on_eight_ranks(comm, tmp_path_factory, family):
+    """A sliding window of 5 over windows of 12 tokens, at tp 2 x cp 2 (the ring trims its blocks to the
+    window) x pp 2 x ep 2."""
+    window = dict(sliding_window=5) if family == "mixtral" else dict(use_sliding_window=True, sliding_window=5)
+    check_hf_in_parallel(comm, tmp_path_factory, dict(tp=2, cp=2, pp=2, dp=1, ep=2), family, window)
+
+
+def check_hf_in_parallel(comm, tmp_path_factory, layout, family, hf_dims):
+    """The family's small random model (``hf_dims`` its config's changes) loaded at ``layout``: its whole
+    weights gathered back as the file holds them, and transformers' loss of a batch in float64."""
     import numpy as np
     from hf_helpers import hf_loss, save_hf, transformers
     from hpcpar.checkpoint.consolidated import gather_full, init_from, read_weights
     from train_helpers import trainer
-    if comm.size != layout.get("tp", 1) * layout["pp"] * layout["dp"]:
+    if comm.size != layout.get("tp", 1) * layout.get("cp", 1) * layout["pp"] * layout["dp"]:
         pytest.skip(f"a layout of {comm.size} ranks")
     transformers()                                   # every rank skips together, or none does
     build, vocab = hf_family(family)
@@ -81,13 +97,13 @@ def test_hugging_face_moe_gives_transformers_loss_in_parallel(comm, tmp_path_fac
     x, y = tokens[:, :-1], tokens[:, 1:]
     want = None
     if comm.rank == 0:
-        model = build() if family == "mixtral" else build(norm_topk_prob=False)
+        model = build(**hf_dims)
         save_hf(model, f"{path}/hf")
         want = hf_loss(model, x, y)
     want = comm.bcast(want, root=0)
     t = trainer(comm, **layout, microbatches=2, init_from=f"{path}/hf", layers=0, hidden=0, heads=0,
                 seq_len=12, batch_size=4, dims=dict(MIXTRAL_DIMS, model="", kv_heads=0, ffn=0))
-    assert t.mcfg.qk_norm == (family == "qwen3_moe")
+    assert t.mcfg.qk_norm == (family == "qwen3_moe") and t.mcfg.window == hf_dims.get("sliding_window", 0)
     init_from(t, f"{path}/hf")
     full = gather_full(t)                            # what --export writes: every expert once, whole
     if comm.rank == 0:

@@ -72,12 +72,23 @@ def test_qwen3_moe_export_loads_into_transformers_with_the_same_loss(solo, tmp_p
     assert back.mcfg.qk_norm and not back.mcfg.norm_topk               # a lone file says both
 
 
+def test_a_qwen3_moe_with_a_sliding_window_gives_transformers_loss(solo, tmp_path):
+    """use_sliding_window with sliding_window 5 over windows of 12 tokens loads as --window 5; a window
+    given but not used (use_sliding_window false) is no window."""
+    model = hf_qwen3_moe(seed=2, use_sliding_window=True, sliding_window=5)
+    save_hf(model, tmp_path / "hf")
+    t = loaded(solo, tmp_path / "hf", aux_loss_coef=0.02)
+    assert t.mcfg.window == 5
+    assert_transformers_loss_and_aux_loss(t, model, *batch(QWEN3_MOE_DIMS["vocab_size"]), 0.02)
+    save_hf(hf_qwen3_moe(dtype="float32", sliding_window=5), tmp_path / "unused")
+    assert adopted(tmp_path / "unused", model="").window == 0
+
+
 @pytest.mark.parametrize("change, message", [
-    (dict(use_sliding_window=True, sliding_window=8), "use_sliding_window = True in its config is not supported"),
     (dict(mlp_only_layers=[1]), r"mlp_only_layers = \[1\] in its config is not supported"),
     (dict(decoder_sparse_step=2), "decoder_sparse_step = 2 in its config is not supported"),
     (dict(attention_bias=True), "attention_bias = True in its config is not supported"),
-], ids=["sliding-window", "mlp-only-layers", "sparse-step", "attention-bias"])
+], ids=["mlp-only-layers", "sparse-step", "attention-bias"])
 def test_what_hpcpar_does_not_compute_is_refused_named(tmp_path, change, message):
     save_hf(hf_qwen3_moe(dtype="float32", **change), tmp_path / "hf")
     with pytest.raises(UsageError, match=message) as err:

@@ -57,6 +57,8 @@ BENCHMARKS = {
     "overlap-rd": Spec("or", "overlap", "The same with MPICH's recursive-doubling Iallreduce (fewer rounds)",
                        ranks=(2,), timeout=600,
                        env=(("MPIR_CVAR_IALLREDUCE_INTRA_ALGORITHM", "sched_recursive_doubling"),)),
+    "documents": Spec("doc", "documents", "Attention over windows of 4 documents (--documents) against plain "
+                      "causal attention: the key blocks skipped"),
     "moe": Spec("moe", "moe", "The mixture-of-experts block, forward + backward, against PyTorch eager "
                 "(transformers' loop over experts)"),
     "planner": Spec("pl", "planner", "The planner's search: GPT-3 175B on 1024 GPUs (hpcpar plan)"),

@@ -85,6 +85,8 @@ class Architecture:
     top_k: int = 0       # ... experts per token
     norm_topk: bool = True     # ... the k chosen scores renormalised (Qwen3-MoE: its norm_topk_prob)
     qk_norm: bool = False      # Qwen3-MoE: RMSNorm over each head's queries and keys
+    window: int = 0            # Mixtral, Qwen3-MoE: sliding-window attention (config.json's sliding_window)
+    window_layers: str = ""    # ... in these layers ("": all; layer_types' "sliding_attention" ones)
 
 
 def read_header(path, what):

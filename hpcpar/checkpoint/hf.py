@@ -41,9 +41,13 @@ def file_layout(name, array):
 def family(mcfg):
     """The module of the Hugging Face family of our model: a Llama with experts is a Mixtral, with QK-norm
     too a Qwen3-MoE.  One line for a model no family's file can hold."""
+    held = model_family(mcfg)
+    if mcfg.window and (held not in ("mixtral", "qwen3_moe") or mcfg.window_layers):
+        some = f" in layers {mcfg.window_layers}" if mcfg.window_layers else ""
+        raise UsageError(f"a {mcfg.parts.title} with a sliding window{some} has no Hugging Face model to write "
+                         f"(Mixtral and Qwen3-MoE files window every layer): keep it as a checkpoint (--save)")
     if not mcfg.n_expert:
         return FAMILIES[mcfg.arch]
-    held = model_family(mcfg)
     if not held:
         raise UsageError(f"a {mcfg.parts.title} with experts has no Hugging Face model to write: keep it as a "
                          f"checkpoint (--save)")
@@ -133,7 +137,8 @@ def adopt(cfg):
                                ("heads", "heads", arch.n_head), ("kv-heads", "kv_heads", arch.n_kv_head),
                                ("positions", "positions", arch.n_positions), ("ln-eps", "ln_eps", arch.ln_eps),
                                ("rope-theta", "rope_theta", arch.rope_theta), ("experts", "experts", arch.n_expert),
-                               ("top-k", "top_k", arch.top_k)):
+                               ("top-k", "top_k", arch.top_k), ("window", "window", arch.window),
+                               ("window-layers", "window_layers", arch.window_layers)):
         mine = getattr(cfg, attr)
         if mine and theirs and mine != theirs:
             raise UsageError(f"--{flag} {mine} contradicts {where}, which has {theirs}")

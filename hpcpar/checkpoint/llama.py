@@ -102,6 +102,27 @@ def architecture(source, shapes, hf, what, d_ff, expected, **extra):
     return Architecture(**arch, **extra)
 
 
+def sliding_window(hf, enabled=True):
+    """The GPTConfig window fields of a config.json (or a lone file's metadata): its ``sliding_window``
+    (when ``enabled``: Qwen's use_sliding_window), in the layers its ``layer_types`` mark
+    "sliding_attention" (every layer when it has none: Mixtral, Qwen3-MoE, Mistral)."""
+    window = hf.get("sliding_window")
+    if not enabled or window in (None, "None"):
+        return {}
+    types = hf.get("layer_types")
+    layers = ",".join(str(i) for i, kind in enumerate(types) if kind == "sliding_attention") if types else ""
+    return {"window": int(window), "window_layers": layers}
+
+
+def window_config(mcfg, family):
+    """config.json's sliding_window of a model of ours (every layer windowed alike, or none); a window
+    in some layers only is refused - ``family``'s file has no way to say it."""
+    if mcfg.window and mcfg.window_layers:
+        raise UsageError(f"a {family} file windows every layer or none: --window-layers {mcfg.window_layers} "
+                         f"has no Hugging Face model to write (keep it as a checkpoint: --save)")
+    return mcfg.window or None
+
+
 def hf_config(mcfg):
     """The config.json of Hugging Face's LlamaForCausalLM for our Llama of config ``mcfg``."""
     return {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_act": "silu",

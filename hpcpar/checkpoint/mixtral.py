@@ -18,7 +18,8 @@ are stacked too, in our (in, out) layout:
 Other families keep their experts one by one under other names (``ExpertNames``; Qwen3-MoE's,
 checkpoint/qwen3_moe.py) and share the rest of this module.
 Mixtral routes by softmax over its experts, keeps the top k and renormalises them: hpcpar's defaults.
-Options hpcpar does not compute are refused, named: sliding-window attention, router jitter noise.
+Sliding-window attention (``sliding_window``) is read as --window over every layer (ops/masks.py's
+rule).  Options hpcpar does not compute are refused, named: router jitter noise.
 """
 import re
 
@@ -48,7 +49,7 @@ class ExpertNames:
 
 NAMES = ExpertNames("block_sparse_moe", "w1", "w3", "w2")
 # config.json entries hpcpar does not compute otherwise (beyond a Llama's): (key, the values it accepts)
-_SUPPORTED = llama.SUPPORTED + (("sliding_window", (None,)), ("router_jitter_noise", (0, 0.0)))
+_SUPPORTED = llama.SUPPORTED + (("router_jitter_noise", (0, 0.0)),)
 
 
 def holds_mixtral(path, what="--init-from"):
@@ -132,7 +133,7 @@ def expected_shapes(mcfg):
 
 def read_architecture(path, what="--init-from"):
     """The Architecture of the Mixtral at ``path``: a Llama's, with its experts and top-k."""
-    return experts_architecture(path, what, _SUPPORTED, NAMES, "a Mixtral")
+    return experts_architecture(path, what, _SUPPORTED, NAMES, "a Mixtral", llama.sliding_window)
 
 
 def experts_architecture(path, what, supported, names, title, extra=lambda hf: {}):
@@ -156,11 +157,13 @@ def hf_config(mcfg):
     for key in ("attention_bias", "mlp_bias", "pretraining_tp"):
         hf.pop(key, None)
     hf.update({"architectures": ["MixtralForCausalLM"], "model_type": "mixtral", "num_local_experts": mcfg.n_expert,
-               "num_experts_per_tok": mcfg.top_k, "sliding_window": None, "router_jitter_noise": 0.0,
+               "num_experts_per_tok": mcfg.top_k, "sliding_window": llama.window_config(mcfg, "Mixtral"),
+               "router_jitter_noise": 0.0,
                "router_aux_loss_coef": mcfg.aux_loss_coef, "output_router_logits": False})
     return hf
 
 
 def file_metadata(mcfg):
     """What a lone file records beyond its tensors' shapes."""
-    return {**llama.file_metadata(mcfg), "model_type": "mixtral", "num_experts_per_tok": mcfg.top_k}
+    return {**llama.file_metadata(mcfg), "model_type": "mixtral", "num_experts_per_tok": mcfg.top_k,
+            "sliding_window": llama.window_config(mcfg, "Mixtral")}

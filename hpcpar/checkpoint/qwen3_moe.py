@@ -8,15 +8,16 @@
     config.json   num_experts, num_experts_per_tok, moe_intermediate_size, norm_topk_prob, ...
 
 The router takes the softmax over the experts and keeps the top k, renormalised or not
-(``norm_topk_prob``, our ``norm_topk``); there are no shared experts.  Options hpcpar does not compute
-are refused, named: sliding-window attention, dense layers among the MoE ones (``mlp_only_layers``,
+(``norm_topk_prob``, our ``norm_topk``); there are no shared experts.  Sliding-window attention
+(``use_sliding_window``, ``sliding_window``) is read as --window over every layer (ops/masks.py's rule).
+Options hpcpar does not compute are refused, named: dense layers among the MoE ones (``mlp_only_layers``,
 ``decoder_sparse_step`` other than 1), attention dropout, besides a Llama's (attention biases, ...).
 """
 from hpcpar.checkpoint import llama, mixtral
 
 NAMES = mixtral.ExpertNames("mlp", "gate_proj", "up_proj", "down_proj")
 # config.json entries hpcpar does not compute otherwise (beyond a Llama's): (key, the values it accepts)
-_SUPPORTED = llama.SUPPORTED + (("use_sliding_window", (False,)), ("mlp_only_layers", ([],)),
+_SUPPORTED = llama.SUPPORTED + (("mlp_only_layers", ([],)),
                                 ("decoder_sparse_step", (1,)), ("attention_dropout", (0, 0.0)))
 expected_shapes = mixtral.expected_shapes       # the same parameters, and QK-norm's gains (a Llama's option)
 
@@ -29,7 +30,8 @@ def holds_qwen3_moe(path, what="--init-from"):
 def read_architecture(path, what="--init-from"):
     """The Architecture of the Qwen3-MoE at ``path``: a Mixtral's, with QK-norm and norm_topk_prob."""
     return mixtral.experts_architecture(path, what, _SUPPORTED, NAMES, "a Qwen3-MoE",
-                                        lambda hf: {"qk_norm": True, "norm_topk": _true(hf.get("norm_topk_prob"))})
+                                        lambda hf: {"qk_norm": True, "norm_topk": _true(hf.get("norm_topk_prob")),
+                                                    **llama.sliding_window(hf, _true(hf.get("use_sliding_window")))})
 
 
 def _true(value):
@@ -45,7 +47,8 @@ def hf_config(mcfg):
         hf.pop(key, None)
     hf.update({"architectures": ["Qwen3MoeForCausalLM"], "model_type": "qwen3_moe", "num_experts": mcfg.n_expert,
                "num_experts_per_tok": mcfg.top_k, "moe_intermediate_size": mcfg.d_ff, "norm_topk_prob": mcfg.norm_topk,
-               "decoder_sparse_step": 1, "mlp_only_layers": [], "use_sliding_window": False, "sliding_window": None,
+               "decoder_sparse_step": 1, "mlp_only_layers": [], "use_sliding_window": bool(mcfg.window),
+               "sliding_window": llama.window_config(mcfg, "Qwen3-MoE"),
                "attention_dropout": 0.0, "router_aux_loss_coef": mcfg.aux_loss_coef, "output_router_logits": False})
     return hf
 
@@ -53,4 +56,5 @@ def hf_config(mcfg):
 def file_metadata(mcfg):
     """What a lone file records beyond its tensors' shapes."""
     return {**llama.file_metadata(mcfg), "model_type": "qwen3_moe", "num_experts_per_tok": mcfg.top_k,
-            "norm_topk_prob": mcfg.norm_topk}
+            "norm_topk_prob": mcfg.norm_topk, "use_sliding_window": bool(mcfg.window),
+            "sliding_window": llama.window_config(mcfg, "Qwen3-MoE")}

@@ -4,8 +4,10 @@
   hpcpar data prepare a.txt b.txt -o data/ab --tokenizer tokenizer.json  use a tokenizer you have
   hpcpar data prepare a.txt -o data/a --tokenizer vocab.json --merges merges.txt   (GPT-2's files)
 
-The directory then holds train.bin, val.bin, tokenizer.json and meta.json; train on it with
-`hpcpar train --data DIR --eval-every N`, and sample with `hpcpar generate`.
+The directory then holds train.bin, val.bin, where each document starts (train.starts.npy, val.starts.npy;
+--separator splits a file into documents), tokenizer.json and meta.json; train on it with
+`hpcpar train --data DIR --eval-every N` (--documents: attention within each document), and sample with
+`hpcpar generate`.
 """
 HELP = "prepare text for training (BPE tokenizer, train.bin / val.bin)"
 
@@ -23,7 +25,15 @@ def add_arguments(p):
                                                                    "(default: 0.1)")
     q.add_argument("--seq-len", type=int, default=None, help="refuse text too short for one training window of "
                                                              "this length (default: the tiny model's)")
+    q.add_argument("--separator", default=None, help="split each text into documents at this string (e.g. "
+                                                     "'\\n\\n\\n' or '<|endoftext|>'); default: each file is one "
+                                                     "document")
     q.add_argument("--no-progress", dest="progress", action="store_false", help="no progress bar")
+
+
+def _escapes(separator):
+    """\\n and \\t typed on a command line as the newline and tab they stand for."""
+    return separator and separator.replace("\\n", "\n").replace("\\t", "\t")
 
 
 def run(args):
@@ -32,6 +42,6 @@ def run(args):
     from hpcpar.training.text import describe, prepare
     seq_len = args.seq_len or PRESETS[DEFAULT_MODEL].seq_len
     meta = prepare(args.texts, args.out, args.vocab, args.tokenizer, args.merges, args.val_fraction, args.progress,
-                   seq_len)
+                   seq_len, _escapes(args.separator))
     print(f"{args.out}: {describe(meta)}")
     return 0

@@ -23,6 +23,9 @@ def add_arguments(p):
     p.add_argument("--seed", type=int, default=0, help="seed of the sampling (default: 0)")
     p.add_argument("--tokenizer", default=None, help="tokenizer.json to encode the prompt and decode with")
     p.add_argument("--dtype", default="float32", choices=["float32", "float64"], help="arithmetic (default: float32)")
+    p.add_argument("--documents", action="store_true", help="the model attends within documents (hpcpar train "
+                                                             "--documents; a checkpoint says so itself): read the "
+                                                             "prompt's last document only, stop at <|endoftext|>")
 
 
 def run(args):
@@ -47,7 +50,8 @@ def run(args):
         prompt = [tok.token_to_id(EOT) or 0]
     else:
         prompt = tok.encode(args.prompt).ids
-    ids = generate(model, prompt, args.max_tokens, args.temperature, args.top_k, args.seed)
+    separator = tok.token_to_id(EOT) if tok is not None and (args.documents or model.documents) else None
+    ids = generate(model, prompt, args.max_tokens, args.temperature, args.top_k, args.seed, separator)
     if tok is None:
         print(" ".join(map(str, ids)))
     else:

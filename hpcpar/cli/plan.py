@@ -51,6 +51,11 @@ def add_arguments(p):
     p.add_argument("--cp-kind", choices=["ring", "ulysses"],
                    help="pin how the cp ranks attend: ring, or ulysses (all-to-alls around attention; the heads "
                         "per tp rank must divide by cp); default: both tried when --cp > 1")
+    p.add_argument("--doc-len", type=int, default=0,
+                   help="sequences packed with documents of this many tokens, attention within each (hpcpar train "
+                        "--documents): the attention core computes their squares, not the sequence's")
+    p.add_argument("--window", type=int, default=0, help="sliding-window attention: each query sees at most this "
+                                                         "many keys (hpcpar train --window)")
     p.add_argument("--cp-allgather", action="store_true",
                    help="context parallelism all-gathers K and V before attention, exposed (Llama 3's), "
                         "instead of a ring overlapped with it")
@@ -75,6 +80,7 @@ def add_arguments(p):
 
 def _job(args):
     from hpcpar.plan.hardware import load_hardware
+    from hpcpar.plan.flops import packed_keys
     from hpcpar.plan.job import Engine, Job
     from hpcpar.plan.models import load_model
     from hpcpar.runtime import UsageError
@@ -93,7 +99,9 @@ def _job(args):
     hw.peak(dtype)     # refuses a dtype the profile has no rate for
     return Job(load_model(args.model), hw, args.gpus, min(gpn, args.gpus), args.global_batch, args.seq_len,
                dtype=dtype, engine=Engine(flash_attention=args.flash_attention, overlap_tp=args.overlap_tp,
-                                          fp8=args.fp8, cp_allgather=args.cp_allgather))
+                                          fp8=args.fp8, cp_allgather=args.cp_allgather),
+               keys=packed_keys(args.seq_len, args.doc_len, args.window))
+
 
 
 def with_overrides(hw, args):

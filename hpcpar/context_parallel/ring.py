@@ -14,6 +14,11 @@ saved lse), and each block's dK/dV accumulator travels with it, one step behind:
                  acc(r-s) = (what rank r-1 added to it, received) + my share;  send acc to r+1
     after step n-1 the accumulator arriving from r-1 is my own block's, complete: dK, dV.
 
+With documents or a sliding window (``attn_mask``, ops/masks.py's rule) a block that holds no key any
+of my queries sees is skipped - it still travels, for the ranks after me - and one that holds some is
+trimmed to them (ops/ring_attention.py); the ranks' positions are then the micro-batch's own deal
+(``ctx.cp_positions``, ``document_balance``), not necessarily the causal balance.
+
 So n hops of dK/dV and n-1 of K/V; every transfer is non-blocking (Isend/Irecv through the counted
 communicator) and is in flight while a block computes.  The trace shows each hop on the "cp" track and
 each block on the compute track (``tracer.span``); waits that were not hidden land on "comm".
@@ -25,7 +30,7 @@ from hpcpar.backend import array_module
 from hpcpar.comm import wait_all
 from hpcpar.nn.attention_core import recorder
 from hpcpar.ops.gqa import repeat_kv_backward, repeat_kv_forward
-from hpcpar.ops.ring_attention import balanced_positions, block_backward, block_forward, merge, ring_source, scale
+from hpcpar.ops.ring_attention import block_backward, block_forward, cp_positions, merge, ring_source, scale
 
 KV_TAG, DKV_TAG = 41, 42
 
@@ -77,21 +82,16 @@ class RingAttention:
     def __init__(self, comm):
         self.comm = comm
 
-    def _positions(self, t_local):
-        """The global positions of every cp rank's tokens (the same causal balance the data uses)."""
-        n = self.comm.size
-        return [balanced_positions(t_local * n, n, j) for j in range(n)]
-
-    def forward(self, q, k, v, mask, selective, ctx, rep=1):
+    def forward(self, q, k, v, mask, selective, ctx, rep=1, attn_mask=None):
         """q (B, NH, T/cp, HS), k, v (B, NH/rep, T/cp, HS) of this rank's tokens -> O (B, NH, T/cp, HS), cache.
         Grouped K/V are repeated to NH heads before the ring: its blocks are full heads."""
-        pos = self._positions(q.shape[2])
+        pos = cp_positions(ctx, q.shape[2], self.comm.size)
         qs = scale(q)                                                        # Qs = Q / sqrt(HS)
         k, v = repeat_kv_forward(k, rep), repeat_kv_forward(v, rep)
-        o, lse = self.ring_forward(qs, k, v, pos, recorder(self, ctx))
-        return o, (qs, k, v, o, lse, pos, rep)
+        o, lse = self.ring_forward(qs, k, v, pos, attn_mask, recorder(self, ctx))
+        return o, (qs, k, v, o, lse, pos, rep, attn_mask)
 
-    def ring_forward(self, qs, k, v, pos, logits=None):
+    def ring_forward(self, qs, k, v, pos, attn_mask=None, logits=None):
         """O (B, NH, T/cp, HS) and lse (B, NH, T/cp) of this rank's queries over every rank's block, the
         blocks passed round the ring (what `hpcpar train --plug` lets a student write: training/plug.py)."""
         n, r = self.comm.size, self.comm.rank
@@ -100,7 +100,7 @@ class RingAttention:
         for step in range(n):
             j = ring_source(r, step, n)
             hop = Hop(self.comm, kv, KV_TAG, f"kv {j}->{(r + 1) % n}") if step < n - 1 else None
-            part = _block(f"attn q{r} kv{j}", block_forward, qs, kv[0], kv[1], pos[r], pos[j], logits)
+            part = _block(f"attn q{r} kv{j}", block_forward, qs, kv[0], kv[1], pos[r], pos[j], attn_mask, logits)
             o, lse = part if o is None else merge(o, lse, *part)             # (B, NH, T/cp, HS), (B, NH, T/cp)
             if hop is not None:
                 kv = hop.wait()
@@ -109,7 +109,7 @@ class RingAttention:
     def backward(self, do, cache, out=None):
         """do (B, NH, T/cp, HS) -> dq, dk, dv (B, NH/rep, T/cp, HS) (written into ``out``, three arrays,
         if given)."""
-        qs, k, v, o, lse, pos, rep = cache
+        qs, k, v, o, lse, pos, rep, attn_mask = cache
         n, r = self.comm.size, self.comm.rank
         xp = array_module(do)
         delta = (do * o).sum(axis=-1)                                        # D = rowsum(dO * O)  (B, NH, T/cp)
@@ -119,7 +119,7 @@ class RingAttention:
             j = ring_source(r, step, n)
             kv_hop = Hop(self.comm, kv, KV_TAG, f"kv {j}->{(r + 1) % n}") if step < n - 1 else None
             dq_b, dk_b, dv_b = _block(f"attn grad q{r} kv{j}", block_backward, do, delta, qs, kv[0], kv[1],
-                                      pos[r], pos[j], lse)
+                                      pos[r], pos[j], lse, attn_mask)
             dqs += dq_b
             acc = pair(dk_b, dv_b)                                           # (2, B, NH, T/cp, HS): block j's
             if dkv_hop is not None:

@@ -14,15 +14,16 @@ micro-batch, each handing MPI a buffer of B (T/n) HS x (heads moved) elements:
     forward  (NH + 2 NKV) + NH,   backward  NH + (NH + 2 NKV)   ->   4 B (T/n) HS (NH + NKV) elements
 
 (``ulysses_bytes``; the ring's are ring.py's.)  Every all-to-all is a span on the "cp" track carrying
-its bytes; the positions of this rank's tokens are train.py's causal balance, put back in sequence
-order by the transpose.
+its bytes; the positions of this rank's tokens are train.py's (the causal balance, or with documents the
+micro-batch's deal), put back in sequence order by the transpose - where the core sees the whole window
+in order and applies ops/masks.py's rule (documents, window) as one rank would.
 """
 import time
 
 from hpcpar.context_parallel.transpose import seq_to_heads_backward, seq_to_heads_forward
 from hpcpar.nn.attention_core import core_backward, core_forward, recorder
 from hpcpar.ops.gqa import repeat_kv_backward, repeat_kv_forward
-from hpcpar.ops.ring_attention import balanced_positions
+from hpcpar.ops.ring_attention import cp_positions
 from hpcpar.trace import tracer as trace
 
 
@@ -51,17 +52,13 @@ class UlyssesAttention:
             return out
         return all_to_all
 
-    def _positions(self, t_local):
-        n = self.comm.size
-        return [balanced_positions(t_local * n, n, j) for j in range(n)]
-
-    def forward(self, q, k, v, mask, selective, ctx, rep=1):
+    def forward(self, q, k, v, mask, selective, ctx, rep=1, attn_mask=None):
         """q (B, NH, T/cp, HS), k, v (B, NH/rep, T/cp, HS) of this rank's tokens -> O (B, NH, T/cp, HS), cache."""
-        pos = self._positions(q.shape[2])
+        pos = cp_positions(ctx, q.shape[2], self.comm.size)
         qh, kh, vh = seq_to_heads_forward([q, k, v], pos, self._exchange("qkv"))   # (B, NH/cp | NKV/cp, T, HS)
         h = qh.shape[1]                                                            # heads a cp rank takes
         oh, c_core = core_forward(qh, repeat_kv_forward(kh, rep), repeat_kv_forward(vh, rep), mask, selective,
-                                  recorder(self, ctx, slice(self.comm.rank * h, (self.comm.rank + 1) * h)))
+                                  attn_mask, recorder(self, ctx, slice(self.comm.rank * h, (self.comm.rank + 1) * h)))
         (o,) = seq_to_heads_backward([oh], pos, self._exchange("o"))             # (B, NH, T/cp, HS)
         return o, (c_core, pos, rep)
 

@@ -15,7 +15,7 @@ from hpcpar.backend import array_module
 from hpcpar.nn.dropout import Dropout
 from hpcpar.nn.linear import Linear
 from hpcpar.nn.module import Module
-from hpcpar.nn.attention_core import LocalAttention
+from hpcpar.nn.attention_core import LocalAttention, attention_mask
 from hpcpar.ops.attention import attention_cached_forward, merge_heads, split_heads
 
 
@@ -31,6 +31,7 @@ class Attention(Module):
         self.resid_drop = Dropout(f"{prefix}.resid_dropout", dropout)
         self.selective = False          # recompute the core's probabilities in backward (attention_core.py)
         self.core = LocalAttention()    # context parallelism swaps in its ring or Ulysses
+        self.window = 0                 # sliding window of this layer (ops/masks.py; 0: none)
 
     def forward(self, x, ctx=None):
         qkv, c_attn = self.c_attn.forward(x, ctx)             # (B, T, 3 * C_local)
@@ -41,7 +42,8 @@ class Attention(Module):
         heads = slice(self.head_offset, self.head_offset + nh)
         xp = array_module(x)
         o, c_core = self.core.forward(q, k, v, lambda: self.attn_drop.mask(ctx, B, (self.n_head, T, T), (heads,),
-                                                                           x.dtype, xp), self.selective, ctx)
+                                                                           x.dtype, xp), self.selective, ctx,
+                                    attn_mask=attention_mask(ctx, self.window))
         # o: (B, nh, T, HS)
         y, c_proj = self.c_proj.forward(merge_heads(o), ctx)  # (B, T, C)
         y, mask = self.resid_drop.forward_tokens(y, ctx)
@@ -66,7 +68,7 @@ class Attention(Module):
         qkv, _ = self.c_attn.forward(x)                       # (B, T, 3C)
         c = qkv.shape[-1] // 3
         q, k, v = (split_heads(qkv[..., i * c:(i + 1) * c], c // self.head_size) for i in range(3))
-        o = attention_cached_forward(q, k, v, kv[0], kv[1], start)
+        o = attention_cached_forward(q, k, v, kv[0], kv[1], start, self.window)
         return self.c_proj.forward(merge_heads(o))[0]          # (B, T, C)
 
     def backward(self, dy, cache, defer=None):

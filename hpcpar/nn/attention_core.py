@@ -15,6 +15,10 @@ site, sample): nn/dropout.py), so the gradients are bit for bit those of keeping
 
 Full recomputation (nn/block.py ``recompute``) goes further: a block keeps only its input.
 
+Documents and sliding windows change which keys a query sees, nothing else: ``attention_mask`` makes
+ops/masks.py's rule for the micro-batch (its documents, ``ctx.docs``) and the layer (its window), and
+each core hands it on to its blocks.
+
 Each attention module holds its core as an object (``LocalAttention`` below), so that context
 parallelism can swap in ring or Ulysses attention (hpcpar/context_parallel/ring.py, ulysses.py: the
 same two methods) and keep everything around it.  The core takes grouped-query K/V as they are
@@ -25,6 +29,7 @@ from typing import Any, Callable, NamedTuple
 
 from hpcpar.ops.attention import attention_backward, attention_forward
 from hpcpar.ops.gqa import repeat_kv_backward, repeat_kv_forward
+from hpcpar.ops.masks import Mask
 
 
 class CoreInputs(NamedTuple):
@@ -33,19 +38,26 @@ class CoreInputs(NamedTuple):
     k: Any
     v: Any
     mask: Callable          # () -> the dropout mask (B, NH, T, T), or None
+    attn_mask: Any = None   # the rule (ops/masks.Mask), or None: causal
 
 
-def core_forward(q, k, v, mask, selective=False, logits=None):
+def attention_mask(ctx, window=0):
+    """The rule for this micro-batch (its documents) and layer (its sliding window), or None: causal."""
+    docs = getattr(ctx, "docs", None)
+    return None if docs is None and not window else Mask(docs, window)
+
+
+def core_forward(q, k, v, mask, selective=False, attn_mask=None, logits=None):
     """q, k, v (B, NH, T, HS), mask () -> dropout mask or None -> o (B, NH, T, HS), cache; ``logits``
     (NH,) takes each head's largest score (ops/attention.py)"""
-    o, cache = attention_forward(q, k, v, mask(), logits=logits)
-    return o, (CoreInputs(q, k, v, mask) if selective else cache)
+    o, cache = attention_forward(q, k, v, mask(), None, attn_mask, logits)     # block None: the engine's
+    return o, (CoreInputs(q, k, v, mask, attn_mask) if selective else cache)
 
 
 def core_backward(do, cache, out=None):
     """do (B, NH, T, HS) -> dq, dk, dv; a selective cache runs the forward again first."""
     if isinstance(cache, CoreInputs):
-        cache = attention_forward(cache.q, cache.k, cache.v, cache.mask())[1]
+        cache = attention_forward(cache.q, cache.k, cache.v, cache.mask(), None, cache.attn_mask)[1]
     return attention_backward(do, cache, out=out)
 
 
@@ -63,9 +75,9 @@ class LocalAttention:
 
     logits = None           # QK-clip: (NH,) each head's largest logit this step (``recorder``)
 
-    def forward(self, q, k, v, mask, selective, ctx, rep=1):
+    def forward(self, q, k, v, mask, selective, ctx, rep=1, attn_mask=None):
         """q (B, NH, T, HS), k, v (B, NH/rep, T, HS) -> o (B, NH, T, HS), cache"""
-        o, cache = core_forward(q, repeat_kv_forward(k, rep), repeat_kv_forward(v, rep), mask, selective,
+        o, cache = core_forward(q, repeat_kv_forward(k, rep), repeat_kv_forward(v, rep), mask, selective, attn_mask,
                                 recorder(self, ctx))
         return o, (cache, rep)
 

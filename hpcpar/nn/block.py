@@ -29,6 +29,7 @@ class TransformerBlock(Module):
         self.layer = layer
         self.ln_1 = LayerNorm(f"{prefix}.ln_1", cfg.d_model, seed, dtype, cfg.ln_eps)
         self.attn = Attention(f"{prefix}.attn", cfg.d_model, cfg.n_head, cfg.n_layer, cfg.dropout, seed, dtype)
+        self.attn.window = cfg.layer_window(layer)
         self.ln_2 = LayerNorm(f"{prefix}.ln_2", cfg.d_model, seed, dtype, cfg.ln_eps)
         self.mlp = MoE(f"{prefix}.mlp", cfg, seed, dtype) if cfg.n_expert else \
             MLP(f"{prefix}.mlp", cfg.d_model, cfg.d_ff, cfg.n_layer, cfg.dropout, seed, dtype)
@@ -71,6 +72,7 @@ class LlamaBlock(TransformerBlock):
         self.layer = layer
         self.ln_1 = RMSNorm(f"{prefix}.input_layernorm", cfg.d_model, seed, dtype, cfg.ln_eps)
         self.attn = RotaryAttention(f"{prefix}.self_attn", cfg, seed, dtype)
+        self.attn.window = cfg.layer_window(layer)
         self.ln_2 = RMSNorm(f"{prefix}.post_attention_layernorm", cfg.d_model, seed, dtype, cfg.ln_eps)
         self.mlp = MoE(f"{prefix}.mlp", cfg, seed, dtype) if cfg.n_expert else \
             SwiGLU(f"{prefix}.mlp", cfg.d_model, cfg.d_ff, seed, dtype)

@@ -3,7 +3,9 @@
     x[b, t] = wte[ids[b, t]] + wpe[pos[t]]     ids (B, T) -> x (B, T, C)
 
 pos[t] is token t's global position: t itself, unless the rank holds other parts of the sequence
-(context parallelism: ctx.positions).
+(context parallelism: ctx.positions); with documents (ctx.docs) its place in its own document, pos
+(B, T) restarting at 0 at each document's start (ops/masks.py), so rows of wpe repeat and their
+gradients are scatter-added.
 
 An architecture with rotary positions (Llama) has no position table (``wpe`` is None): x = wte[ids].
 
@@ -11,11 +13,12 @@ The token lookup is the one part tensor parallelism changes (each rank holds a s
 vocabulary: tensor_parallel/layers.py overrides ``tokens_forward``, ``positions`` and
 ``tokens_weight_grad``); the position embedding and dropout are written here once for both.
 """
-from hpcpar.backend import array_module
+from hpcpar.backend import array_module, scatter_add
 from hpcpar.nn.dropout import Dropout
 from hpcpar.nn.module import Module, run_or_defer
 from hpcpar.nn.parameter import Parameter, init_full
 from hpcpar.ops.embedding import embedding_backward_weight, embedding_forward
+from hpcpar.ops.masks import token_positions
 
 
 class Embedding(Module):
@@ -45,7 +48,9 @@ class Embedding(Module):
         dx = self.drop.backward(dx, mask)
 
         def weight_grad():
-            if self.wpe is not None:
+            if self.wpe is not None and getattr(positions, "ndim", 1) == 2:      # documents: rows repeat
+                scatter_add(self.wpe.grad, positions.reshape(-1), dx.reshape(-1, dx.shape[-1]))
+            elif self.wpe is not None:
                 self.wpe.grad[positions] += dx.sum(axis=0)
             self.tokens_weight_grad(dx, c_tok)
         run_or_defer(weight_grad, defer)
@@ -59,10 +64,11 @@ class Embedding(Module):
 
     def positions(self, ids, ctx):
         """The rows of wpe this rank adds: the global positions of its T tokens (a slice 0 .. T-1, or
-        ctx.positions as an index array on the parameters' device)."""
-        if ctx is None or ctx.positions is None:
+        ctx.positions as an index array on the parameters' device), or with documents their places in
+        them (B, T)."""
+        if ctx is None or (ctx.positions is None and ctx.docs is None):
             return slice(0, ids.shape[1])
-        return array_module(self.wte.data).asarray(ctx.positions)
+        return array_module(self.wte.data).asarray(token_positions(ctx.docs, ctx.positions, ids.shape[1]))
 
     def tokens_weight_grad(self, dx, ids):
         self.wte.grad += embedding_backward_weight(dx, ids, self.wte.data.shape[0])

@@ -10,6 +10,8 @@ parallel layout run the very same code.
 
 The loss is the *sum* of per-token cross-entropies; the caller's dloss = 1 / (tokens in the global
 batch) turns the sum over micro-batches and data-parallel ranks into exactly the single-rank mean.
+With documents, the targets that cross into the next document (``ctx.keep`` False) add nothing, and
+the tokens counted are the targets kept.
 
 The architecture is chosen here, once: ``GPTConfig.arch`` names an entry of ``ARCHITECTURES`` - which
 block, which normalisation, positions, biases, gated MLP, K/V heads, head, Hugging Face names and the
@@ -20,6 +22,7 @@ everything else; no code outside the registry asks which family it runs.  Its co
 """
 from dataclasses import dataclass, replace
 
+from hpcpar.backend import array_module
 from hpcpar.nn.block import LlamaBlock, TransformerBlock
 from hpcpar.nn.embedding import Embedding
 from hpcpar.nn.experts import GeluExperts, SwiGLUExperts
@@ -30,6 +33,7 @@ from hpcpar.nn.rmsnorm import RMSNorm
 from hpcpar.nn.stage import Stage
 from hpcpar.ops.cross_entropy import cross_entropy_backward, cross_entropy_forward
 from hpcpar.ops.linear import linear_backward_input, linear_backward_weight, linear_forward
+from hpcpar.ops.masks import windowed_layers
 from hpcpar.precision import to_fp32
 from hpcpar.runtime import UsageError
 from hpcpar.shape import ModelShape
@@ -52,6 +56,8 @@ class GPTConfig:
     head_dim: int = 0            # features per head (0: d_model // n_head; Qwen3's are wider); Llama only
     rope_theta: float = 10000.0  # base of the rotary frequencies; Llama only
     qk_norm: bool = False        # RMSNorm over each head's q and k before RoPE (Qwen3, ops/qk_norm.py); Llama only
+    window: int = 0              # sliding-window attention: a query sees at most this many keys (0: all)
+    window_layers: str = ""      # ... in these layers: "" all, a slice "::2" or a list "0,2" (ops/masks.py)
     # mixture of experts (nn/moe.py, docs/moe.md); n_expert 0: the dense MLP
     n_expert: int = 0            # routed experts per layer, each an MLP of width d_ff
     top_k: int = 2               # experts per token
@@ -76,6 +82,10 @@ class GPTConfig:
     @property
     def parts(self):
         return ARCHITECTURES[self.arch]
+
+    def layer_window(self, layer):
+        """The sliding window of block ``layer`` (0: it attends to every earlier key of its document)."""
+        return self.window if self.window and layer in windowed_layers(self.window_layers, self.n_layer) else 0
 
     @property
     def head_size(self):
@@ -140,14 +150,17 @@ class LMHead(Module):
         h2 = h.reshape(-1, h.shape[-1])                            # (N, C)
         logits = linear_forward(h2, self.weight.data.T)            # (N, V)
         losses, c_ce = self.loss_forward(to_fp32(logits), targets.reshape(-1))   # the loss in fp32
-        return losses.sum(), (h.shape, h2, c_ln, c_ce)
+        keep = None if getattr(ctx, "keep", None) is None else \
+            array_module(losses).asarray(ctx.keep.reshape(-1), dtype=losses.dtype)     # (N,) 1 or 0
+        return (losses.sum() if keep is None else losses @ keep), (h.shape, h2, c_ln, c_ce, keep)
 
     def forward_cached(self, x):
         """Forward only, for generation: logits (B, T, V) of the hidden states x (B, T, C), no loss."""
         return linear_forward(self.ln_f.forward(x)[0], self.weight.data.T)
 
     def backward(self, dloss, cache, defer=None):
-        shape, h2, c_ln, c_ce = cache
+        shape, h2, c_ln, c_ce, keep = cache
+        dloss = dloss if keep is None else dloss * keep           # (N,): no gradient from a target left out
         dlogits = self.loss_backward(dloss, c_ce).astype(h2.dtype, copy=False)    # (N, V)
         run_or_defer(lambda: self._weight_grad(dlogits, h2), defer)
         dh = linear_backward_input(dlogits, self.weight.data.T)    # (N, C)

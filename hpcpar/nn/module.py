@@ -30,6 +30,10 @@ class Context:
                   gives each rank two chunks of the sequence)
     loss_scale    d(step's loss) / d(this micro-batch's loss sum), 1 / tokens in the global batch: the
                   weight of a loss a layer adds itself (the MoE load-balancing loss, nn/moe.py)
+    docs          with --documents, the document id (B, T) of every position of the whole window
+                  (ops/masks.py: attention's rule, positions restarting); None: one document
+    keep          ... and which of this rank's targets (B, T_local) stay in the loss; None: all
+    cp_positions  every cp rank's positions (its ``positions``), when they are not the causal balance
     """
     step: int = 0
     sample_ids: Any = None
@@ -39,6 +43,9 @@ class Context:
     seq_len: int = 0
     positions: Any = None
     loss_scale: float = 0.0
+    docs: Any = None
+    keep: Any = None
+    cp_positions: Any = None
 
 
 class Module:

@@ -11,7 +11,8 @@ HS is the model's head_dim: C / NH by default, any even width given (Qwen3's 128
 the projections map C to NH*HS and NKV*HS and back, and nothing after them reads C.
 
 The positions come from the micro-batch's context (``ctx.positions``; 0..T-1 when it gives none), so a
-rank that holds a slice of the sequence rotates by the slice's own positions.  Head counts are read off
+rank that holds a slice of the sequence rotates by the slice's own positions; with documents
+(``ctx.docs``) each token by its place in its own document (B, T), restarting at each start.  Head counts are read off
 the projections' widths, so a tensor-parallel rank holding NH/tp query and NKV/tp K/V heads (q, k, v
 column-parallel, o row-parallel) runs this same code: its query heads' K/V heads are its own, and QK-norm,
 per head, needs no other rank (its gains' gradients are partial sums over TP, ``Parts.tp_per_head``).  The three
@@ -20,21 +21,20 @@ projections are one ``Projections`` of x: their input gradients are summed befor
 Generation (``forward_cached``) rotates the new tokens' q and k at their absolute positions and keeps
 the NKV heads' keys and values in a KV cache (ops/attention.py ``attention_cached_forward``).
 """
-import numpy as np
-
 from hpcpar.backend import array_module
-from hpcpar.nn.attention_core import LocalAttention
+from hpcpar.nn.attention_core import LocalAttention, attention_mask
 from hpcpar.nn.linear import Linear, Projections
 from hpcpar.nn.module import Module
 from hpcpar.nn.qk_norm import QKNorm
 from hpcpar.ops.attention import attention_cached_forward, merge_heads, split_heads
+from hpcpar.ops.masks import token_positions as place
 from hpcpar.ops.rope import rope_backward, rope_forward, rope_tables
 
 
 def token_positions(ctx, T):
-    """The global positions (T,) of the T tokens in hand: the context's, or 0..T-1."""
-    positions = getattr(ctx, "positions", None)
-    return np.arange(T) if positions is None else positions
+    """The positions of the T tokens in hand RoPE rotates by: their global positions (T,) (the
+    context's, or 0..T-1), or with documents their places in their documents (B, T)."""
+    return place(getattr(ctx, "docs", None), getattr(ctx, "positions", None), T)
 
 
 class RotaryAttention(Module):
@@ -47,6 +47,7 @@ class RotaryAttention(Module):
         self.qk_norm = QKNorm(prefix, HS, seed, dtype, cfg.ln_eps) if cfg.qk_norm else None
         self.selective = False          # recompute the core's probabilities in backward (attention_core.py)
         self.core = LocalAttention()    # context parallelism swaps in its ring or Ulysses
+        self.window = 0                 # sliding window of this layer (ops/masks.py; 0: none)
 
     def rotated_heads(self, x, ctx=None, start=0):
         """q (B, nh, T, HS), k, v (B, nkv, T, HS) of x (B, T, C), q and k normalised (``qk_norm``) and rotated
@@ -59,12 +60,15 @@ class RotaryAttention(Module):
         if self.qk_norm is not None:
             q, k, c_qk = self.qk_norm.forward(q, k)
         cos, sin = rope_tables(start + token_positions(ctx, T), HS, self.theta, q.dtype, array_module(q))
+        if cos.ndim == 3:                                             # per sequence: (B, 1, T, HS) over heads
+            cos, sin = cos[:, None], sin[:, None]
         return rope_forward(q, cos, sin), rope_forward(k, cos, sin), v, cos, sin, (c_in, c_qk)
 
     def forward(self, x, ctx=None):
         q, k, v, cos, sin, c_in = self.rotated_heads(x, ctx)      # c_in: the projections' and QK-norm's
         nh, rep = q.shape[1], q.shape[1] // k.shape[1]
-        o, c_core = self.core.forward(q, k, v, lambda: None, self.selective, ctx, rep)   # no dropout in Llama
+        o, c_core = self.core.forward(q, k, v, lambda: None, self.selective, ctx, rep,   # no dropout in Llama
+                                      attn_mask=attention_mask(ctx, self.window))
         y, c_o = self.o_proj.forward(merge_heads(o), ctx)             # (B, T, C)
         return y, (c_in, c_core, c_o, cos, sin, nh)
 
@@ -94,7 +98,7 @@ class RotaryAttention(Module):
         smaller, and as many times fewer bytes to read for every new token (decoding one token is
         mostly reading the cache)."""
         q, k, v, _, _, _ = self.rotated_heads(x, start=start)          # (B, NH, T, HS), (B, NKV, T, HS)
-        o = attention_cached_forward(q, k, v, kv[0], kv[1], start)     # (B, NH, T, HS)
+        o = attention_cached_forward(q, k, v, kv[0], kv[1], start, self.window)     # (B, NH, T, HS)
         return self.o_proj.forward(merge_heads(o))[0]                  # (B, T, C)
 
     def backward(self, dy, cache, defer=None):

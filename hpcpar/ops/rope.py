@@ -22,9 +22,10 @@ from hpcpar.backend import array_module
 
 
 def rope_tables(positions, head_size, theta, dtype, xp):
-    """positions (T,) integers -> cos, sin (T, HS), computed in float64 on the host, then cast."""
+    """positions (T,) - or (B, T), each sequence its own - integers -> cos, sin (T, HS) (or (B, T, HS)),
+    computed in float64 on the host, then cast."""
     inv_freq = 1.0 / theta ** (np.arange(0, head_size, 2, dtype=np.float64) / head_size)   # (HS/2,)
-    angles = np.asarray(positions, dtype=np.float64)[:, None] * inv_freq[None, :]            # (T, HS/2)
+    angles = np.asarray(positions, dtype=np.float64)[..., None] * inv_freq                   # (T, HS/2)
     angles = np.concatenate([angles, angles], axis=-1)                                       # (T, HS)
     return xp.asarray(np.cos(angles), dtype=dtype), xp.asarray(np.sin(angles), dtype=dtype)
 

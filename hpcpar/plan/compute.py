@@ -86,7 +86,7 @@ def elementwise_bytes(job, layout):
     activation = sb * m.ffn / t * (3 if m.gated else 2) * e
     scores = 0.0
     if not job.engine.flash_attention:
-        scores = (m.heads // t) * sb * job.seq_len * (2 * e + (2 * e + mask if m.dropout else 0))
+        scores = (m.heads // t) * sb * job.attended * (2 * e + (2 * e + mask if m.dropout else 0))
     passes = {"norms, residuals": norms_and_residuals, "activation": activation, "softmax, dropout": scores}
     return dict(passes, **experts.elementwise_bytes(m, layout, sb, e)) if m.experts else passes
 
@@ -101,7 +101,7 @@ def layer_key(layout):
 def layer_times(job, layout):
     """Seconds of one layer for one micro-batch, by term."""
     job = layout_engine_job(job, layout)
-    gemms = layer_gemms(job.model, layout.mb, job.seq_len, layout.tp, layout.cp)
+    gemms = layer_gemms(job.model, layout.mb, job.seq_len, layout.tp, layout.cp, job.attended)
     hw = job.hardware
     sbh_bytes = tokens_per_rank(job, layout) * job.model.hidden * job.elem_bytes
     elem = elementwise_bytes(job, layout)

@@ -113,7 +113,7 @@ def compute_section(est):
     lay = est.layout
     job = layout_engine_job(est.job, lay)      # the GEMM efficiency this layout's engine runs at
     hw = job.hardware
-    gemms = layer_gemms(job.model, lay.mb, job.seq_len, lay.tp, lay.cp)
+    gemms = layer_gemms(job.model, lay.mb, job.seq_len, lay.tp, lay.cp, job.attended)
     lines = [f"COMPUTE one layer, one micro-batch of {lay.mb} x {job.seq_len} tokens, on 1 of tp={lay.tp} ranks",
              f"  GEMM t = max(2mnk / (peak * efficiency(GFLOP) * calibration), bytes / HBM);  peak "
              f"{hw.peak(job.dtype) / 1e12:g} TFLOP/s {job.dtype}, calibration {hw.calibration:g}"
@@ -207,7 +207,7 @@ def totals_section(est):
               f"STEP {est.step:.3f} s = pipeline {est.pipeline.makespan:.3f} + DP {est.dp_exposed:.3f} + optimizer "
               f"{est.optimizer:.3f};  communication {est.comm / est.step:.1%} of the step",
               f"  {est.tokens_per_second:,.0f} tokens/s, {est.tokens_per_second / job.gpus:,.0f} per GPU"]
-    model = step_flops(job.model, job.global_batch, job.seq_len)
+    model = step_flops(job.model, job.global_batch, job.seq_len, keys=job.attended)
     lines.append(f"  model FLOPs/step {model:.3e} (72*B*s*l*h^2*(1 + s/6h + V/12lh) for a GPT: "
                  f"{narayanan_flops(job.global_batch, job.seq_len, job.model.layers, job.model.hidden, job.model.vocab):.3e})")
     lines.append(f"  MFU {est.mfu:.1%}, HFU (recomputed FLOPs counted) {est.hfu:.1%}, "

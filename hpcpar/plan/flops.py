@@ -21,6 +21,8 @@ gives Narayanan et al. 2021's count per step of B sequences:
     96 * B*s*l*h^2 * (1 + s/(6h) + V/(16*l*h))
 """
 from hpcpar.flops import Gemm
+from hpcpar.runtime import UsageError
+from hpcpar.shape import attention_span
 
 
 def kv_heads_per_rank(model, tp):
@@ -28,14 +30,16 @@ def kv_heads_per_rank(model, tp):
     return max(model.kv_heads // tp, 1)
 
 
-def layer_gemms(model, b, s, tp, cp=1):
+def layer_gemms(model, b, s, tp, cp=1, keys=None):
     """The forward GEMMs of one transformer layer for b sequences on one of tp ranks; with context
-    parallelism a rank holds s/cp queries of each sequence and meets all s keys (ring attention).  A
+    parallelism a rank holds s/cp queries of each sequence and meets all s keys (ring attention) - or
+    ``keys`` of them, a packed window's documents' (shape.attention_span, summed over its documents).  A
     mixture of experts runs the router, then each token through its top_k routed experts (k rows a
     token) and the shared experts (one MLP shared_experts * ffn wide) - whole on every TP rank, which
     routes its 1/tp of the tokens (the sequence parallelism the planner asks for with experts)."""
     h, d, f = model.hidden, model.head_dim, model.ffn
     tokens, heads, q = b * s // cp, model.heads // tp, s // cp
+    keys = s if keys is None else keys
     qkv = model.attention_width // tp + 2 * kv_heads_per_rank(model, tp) * d
 
     def mlp(rows, width, name="mlp", cut=tp):
@@ -44,8 +48,8 @@ def layer_gemms(model, b, s, tp, cp=1):
 
     gemms = [
         Gemm("qkv", tokens, qkv, h),
-        Gemm("scores", q, s, d, count=b * heads, weight=False),
-        Gemm("context", q, d, s, count=b * heads, weight=False),
+        Gemm("scores", q, keys, d, count=b * heads, weight=False),
+        Gemm("context", q, d, keys, count=b * heads, weight=False),
         Gemm("attn out", tokens, h, model.attention_width // tp),
     ]
     if not model.experts:
@@ -59,14 +63,14 @@ def logits_gemm(model, b, s, tp, cp=1):
     return Gemm("logits", b * s // cp, model.vocab // tp, model.hidden)
 
 
-def step_flops(model, batch, s, recompute="none"):
+def step_flops(model, batch, s, recompute="none", keys=None):
     """FLOPs of one training step over ``batch`` sequences, counted on the unsplit model.
 
     Model FLOPs (recompute "none") are what MFU divides by; hardware FLOPs add the recomputed
     forward passes (all GEMMs of every layer for "full", the attention core for "selective").
     """
-    layer_fwd = sum(g.flops for g in layer_gemms(model, batch, s, 1))
-    core_fwd = sum(g.flops for g in layer_gemms(model, batch, s, 1) if not g.weight)
+    layer_fwd = sum(g.flops for g in layer_gemms(model, batch, s, 1, keys=keys))
+    core_fwd = sum(g.flops for g in layer_gemms(model, batch, s, 1, keys=keys) if not g.weight)
     extra = {"none": 0, "selective": core_fwd, "full": layer_fwd}[recompute]
     return model.layers * (3 * layer_fwd + extra) + 3 * logits_gemm(model, batch, s, 1).flops
 
@@ -76,3 +80,15 @@ def narayanan_flops(batch, s, layers, hidden, vocab, recompute=False):
     if recompute:
         return 96 * batch * s * layers * hidden**2 * (1 + s / (6 * hidden) + vocab / (16 * layers * hidden))
     return 72 * batch * s * layers * hidden**2 * (1 + s / (6 * hidden) + vocab / (12 * layers * hidden))
+
+
+def packed_keys(seq_len, doc_len, window):
+    """The keys a query meets in a sequence of documents of ``doc_len`` (0: one) under a ``window`` (0:
+    none), rounded to a whole key: hpcpar/shape.py's attention_span, or 0 for the whole sequence."""
+    if doc_len < 0 or window < 0:
+        raise UsageError("--doc-len and --window must not be negative")
+    if not doc_len and not window:
+        return 0
+    doc_len = min(doc_len or seq_len, seq_len)
+    lengths = [doc_len] * (seq_len // doc_len) + ([seq_len % doc_len] if seq_len % doc_len else [])
+    return max(1, round(attention_span(lengths, window)))

@@ -88,6 +88,12 @@ class Job:
     seq_len: int
     dtype: str = "bf16"               # bf16: mixed precision (fp32 master weights); fp32/fp64: plain
     engine: Engine = field(default_factory=Engine)
+    keys: int = 0                     # keys a query meets: 0 the sequence; a packed window's attention_span
+
+    @property
+    def attended(self):
+        """The keys the attention core computes per query (hpcpar/shape.py's attention_span)."""
+        return self.keys or self.seq_len
 
     @property
     def elem_bytes(self):

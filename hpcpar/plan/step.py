@@ -83,7 +83,7 @@ class Estimate:
     def utilisation(self, recompute="none"):
         """MFU with the default, HFU with the layout's recomputation."""
         job = self.job
-        flops = step_flops(job.model, job.global_batch, job.seq_len, recompute)
+        flops = step_flops(job.model, job.global_batch, job.seq_len, recompute, job.attended)
         return flops / (self.step * job.gpus * job.hardware.peak(job.dtype))
 
     @property

@@ -134,7 +134,7 @@ class VocabParallelEmbedding(Embedding):
         positions = super().positions(ids, ctx)
         if not self.sp:
             return positions
-        return ctx.seq_slice if isinstance(positions, slice) else positions[ctx.seq_slice]
+        return ctx.seq_slice if isinstance(positions, slice) else positions[..., ctx.seq_slice]
 
     def tokens_weight_grad(self, dx, cache):
         local, mine = cache

@@ -109,6 +109,11 @@ class TrainConfig:
                                  group="model", bound="natural")
     bias_rate: float = opt(0.0, "DeepSeek-V3's auxiliary-loss-free balancing: step of the routing bias per "
                                 "optimizer step (0: off)", group="model", bound="natural")
+    window: int = opt(0, "sliding-window attention: each query sees at most this many keys, itself included "
+                         "(0: every earlier key; Mistral, Qwen, gpt-oss)", group="model", bound="natural")
+    window_layers: str = opt("", "the layers --window applies to: a slice like ::2 (every other layer, as "
+                                 "gpt-oss) or 4: (from layer 4 on, as Qwen), or a list like 0,2,5 ('': all)",
+                             group="model")
     # --- data -------------------------------------------------------------------------------
     data: str = opt("synthetic", "synthetic, or a path: a text file (characters), a .bin token file, or a "
                                  "directory from `hpcpar data prepare` (train.bin, val.bin, tokenizer)", group="data")
@@ -119,6 +124,13 @@ class TrainConfig:
     synthetic_order: int = opt(2, "synthetic language: Markov order (tokens of context)", group="data", bound="count")
     synthetic_branching: int = opt(4, "synthetic language: possible next tokens per context",
                                    group="data", bound="count")
+    synthetic_doc_len: int = opt(0, "synthetic language: documents of 1 .. 2L-1 tokens, L on average, each "
+                                    "begun afresh (0: one endless document)", group="data", bound="natural")
+    documents: bool = opt(False, "attention within each document of a window only (block-diagonal causal "
+                                 "masks), positions restarting at each document, the target that crosses "
+                                 "into the next one left out of the loss (docs/own_data.md)", group="data")
+    boundary_targets: bool = opt(False, "--documents: keep in the loss the target that crosses into the next "
+                                        "document (Megatron without --eod-mask-loss)", group="data")
     batch_size: int = opt(32, "global batch: sequences per step, over all DP ranks", group="data", bound="count")
     eval_every: int = opt(0, "validation loss on val.bin (beside the training tokens) every K steps (0: never)",
                           group="data", bound="natural")
@@ -382,6 +394,11 @@ def _check_optim(cfg, world):
 def _check_data(cfg, world):
     if cfg.data != "synthetic" and not Path(cfg.data).is_file() and not Path(cfg.data, "train.bin").is_file():
         raise UsageError(f"data file {cfg.data} not found")
+    if cfg.boundary_targets and not cfg.documents:
+        raise UsageError("--boundary-targets chooses what --documents leaves out of the loss: give --documents too")
+    if cfg.synthetic_doc_len and cfg.data != "synthetic":
+        raise UsageError(f"--synthetic-doc-len shapes the synthetic language; --data {cfg.data} has its own "
+                         f"documents (hpcpar data prepare records them)")
 
 
 def _check_model(cfg, world):
@@ -392,6 +409,11 @@ def _check_model(cfg, world):
             raise UsageError("--sequence-parallel needs a GPT model (the MLP has no sequence axis)")
         if cfg.data != "synthetic":
             raise UsageError("--model mlp trains on its synthetic regression task only (--data synthetic)")
+        if cfg.documents or cfg.window or cfg.synthetic_doc_len:
+            raise UsageError("--documents, --window and --synthetic-doc-len need a GPT model (the MLP has no "
+                             "sequence)")
+    if cfg.window_layers and not cfg.window:
+        raise UsageError(f"--window-layers {cfg.window_layers} chooses the layers of --window: give --window W")
 
 
 # the rules between options, by group (GROUPS), in the order they are checked

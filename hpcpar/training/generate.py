@@ -9,6 +9,11 @@ tokens already seen, so each new token costs one position's forward (ops/attenti
     prefill   logits, cache = forward(prompt (1, T0), positions [0, T0))
     decode    logits, cache = forward(token (1, 1), position n)            n = T0, T0 + 1, ...
 
+A sliding-window layer (``--window``) keeps only its last W keys and values: its cache is a ring
+buffer of W slots, however long the text grows (ops/attention.py).  A model trained on documents
+(``--documents``) attends within a document only, so given the end-of-text ``separator`` the prompt's
+last document is all it reads - positions from 0 at its start - and a document it ends stops the text.
+
 Picking the token: greedy (temperature 0) takes the most likely one; otherwise the logits are divided
 by the temperature (< 1 sharper, > 1 flatter), all but the ``top_k`` largest are dropped, and the token
 is drawn from the softmax with a generator seeded by ``seed``.
@@ -31,7 +36,8 @@ from hpcpar.runtime import UsageError
 
 
 def _checkpoint_model(path):
-    """(GPTConfig, {name: array}, tokenizer path or None) of an hpcpar checkpoint directory."""
+    """(GPTConfig, {name: array}, tokenizer path or None, trained with --documents) of an hpcpar checkpoint
+    directory."""
     from hpcpar.checkpoint.convert import open_checkpoint
     from hpcpar.training.config import TrainConfig
     from hpcpar.training.text import tokenizer_of
@@ -47,12 +53,13 @@ def _checkpoint_model(path):
     mcfg = model_config(cfg)
     mcfg = replace(mcfg, vocab_size=weights[mcfg.parts.tokens].shape[0])     # the data's, not in the flags
     data = saved.get("data", "synthetic")
-    return mcfg, weights, (tokenizer_of(data) if data != "synthetic" and Path(data).exists() else None)
+    return mcfg, weights, (tokenizer_of(data) if data != "synthetic" and Path(data).exists() else None), \
+        bool(saved.get("documents"))
 
 
 def _weights_model(path):
-    """(GPTConfig, {name: array}, tokenizer path or None) of Hugging Face weights of any family hpcpar runs
-    (a file or a directory): a Mixtral's or Qwen3-MoE's experts and options come with them."""
+    """(GPTConfig, {name: array}, tokenizer path or None, False) of Hugging Face weights of any family hpcpar
+    runs (a file or a directory): a Mixtral's or Qwen3-MoE's experts and options come with them."""
     from hpcpar.checkpoint.consolidated import read_weights
     from hpcpar.training.text import tokenizer_of
     arch = read_architecture(path, "hpcpar generate")
@@ -63,11 +70,12 @@ def _weights_model(path):
     experts = dict(n_expert=arch.n_expert, top_k=arch.top_k, norm_topk=arch.norm_topk) if arch.n_expert else {}
     mcfg = GPTConfig(vocab_size=arch.vocab_size, seq_len=arch.n_positions, n_layer=arch.n_layer,
                      n_head=arch.n_head, d_model=arch.d_model, d_ff=arch.d_ff, tied=arch.tied, arch=arch.arch,
-                     n_kv_head=arch.n_kv_head, head_dim=arch.head_dim, qk_norm=arch.qk_norm, **experts, **unsaid)
+                     n_kv_head=arch.n_kv_head, head_dim=arch.head_dim, qk_norm=arch.qk_norm, window=arch.window,
+                     window_layers=arch.window_layers, **experts, **unsaid)
     weights = read_weights(path)
     if arch.tied:
         weights.pop("lm_head.weight", None)
-    return mcfg, weights, tokenizer_of(path)
+    return mcfg, weights, tokenizer_of(path), False
 
 
 def load_model(path, dtype="float32"):
@@ -76,11 +84,12 @@ def load_model(path, dtype="float32"):
     if not path.exists():
         raise UsageError(f"hpcpar generate: {path} not found")
     is_checkpoint = path.is_dir() and ((path / "latest").is_file() or (path / "manifest.json").is_file())
-    mcfg, weights, tokenizer = (_checkpoint_model if is_checkpoint else _weights_model)(path)
+    mcfg, weights, tokenizer, documents = (_checkpoint_model if is_checkpoint else _weights_model)(path)
     check_tensors(path, {n: w.shape for n, w in weights.items()}, expected_shapes(mcfg))
     model = GPT(mcfg, dtype=dtype)
     for p in model.parameters():
         p.data[...] = weights[p.name]
+    model.documents = documents                  # trained with --documents (generate's separator)
     return model, tokenizer
 
 
@@ -95,12 +104,21 @@ def forward_cached(model, ids, kv, start):
 
 
 def new_cache(model, batch, length):
-    """Empty keys and values for ``length`` positions: one (k, v) pair of (B, NKV, length, HS) per block,
-    NKV the key/value heads (GPT-2: all NH heads; a grouped-query Llama: NH / NKV times fewer)."""
+    """Empty keys and values for ``length`` positions: one (k, v) pair of (B, NKV, L, HS) per block,
+    NKV the key/value heads (GPT-2: all NH heads; a grouped-query Llama: NH / NKV times fewer), L the
+    length - or a sliding-window layer's window, if shorter: all it ever reads."""
     cfg = model.cfg
-    shape = (batch, cfg.n_kv_head, length, cfg.head_size)
     dtype = model.embed.wte.data.dtype
-    return [(np.zeros(shape, dtype), np.zeros(shape, dtype)) for _ in model.blocks]
+    shapes = [(batch, cfg.n_kv_head, min(length, block.attn.window or length), cfg.head_size)
+              for block in model.blocks]
+    return [(np.zeros(shape, dtype), np.zeros(shape, dtype)) for shape in shapes]
+
+
+def document_start(ids, separator):
+    """Where the last document of ``ids`` starts: after the last ``separator`` but a final one (a prompt
+    of the separator alone is a document of one token); 0 without a separator."""
+    ends = [i for i, t in enumerate(ids[:-1]) if separator is not None and t == separator]
+    return ends[-1] + 1 if ends else 0
 
 
 def pick(logits, temperature, top_k, rng):
@@ -114,20 +132,25 @@ def pick(logits, temperature, top_k, rng):
     return int(rng.choice(z.size, p=p / p.sum()))
 
 
-def generate(model, prompt, max_tokens, temperature=1.0, top_k=0, seed=0):
-    """The prompt's token ids followed by ``max_tokens`` sampled ones (a list of ints)."""
+def generate(model, prompt, max_tokens, temperature=1.0, top_k=0, seed=0, separator=None):
+    """The prompt's token ids followed by up to ``max_tokens`` sampled ones (a list of ints).  With the
+    end-of-text ``separator`` (a model trained with --documents): only the prompt's last document is
+    read, at positions from 0, and the text stops after the separator that ends it."""
     limit = model.cfg.n_positions
     if not prompt:
         raise UsageError("the prompt must hold at least one token")
-    if len(prompt) + max_tokens > limit:
-        raise UsageError(f"{len(prompt)} prompt tokens + --max-tokens {max_tokens} exceed the model's "
+    first = document_start(prompt, separator)
+    if len(prompt) - first + max_tokens > limit:
+        raise UsageError(f"{len(prompt) - first} prompt tokens + --max-tokens {max_tokens} exceed the model's "
                          f"{limit} positions")
     rng = np.random.default_rng(seed)
-    kv = new_cache(model, 1, len(prompt) + max_tokens)
+    kv = new_cache(model, 1, len(prompt) - first + max_tokens)
     ids = list(prompt)
-    logits = forward_cached(model, np.array([ids]), kv, 0)               # prefill: the whole prompt
+    logits = forward_cached(model, np.array([ids[first:]]), kv, 0)      # prefill: the prompt's document
     for i in range(max_tokens):
         ids.append(pick(logits[0, -1], temperature, top_k, rng))
+        if ids[-1] == separator:                                         # the document ends here
+            break
         if i + 1 < max_tokens:
-            logits = forward_cached(model, np.array([ids[-1:]]), kv, len(ids) - 1)   # one new position
+            logits = forward_cached(model, np.array([ids[-1:]]), kv, len(ids) - 1 - first)   # one new position
     return ids

@@ -283,7 +283,8 @@ class Profiling(Observer):
             self.prof.remove()
             per_rank = self.loop.grid.world_comm.mpi.gather(self.prof.per_step(), root=0)  # once: pickled is fine
             if self.loop.root:
-                self.loop._print(profile_report(per_rank))
+                docs = self.loop.trainer.doc_figures
+                self.loop._print(profile_report(per_rank) + ("\n" + docs.work_line() if docs else ""))
 
 
 class Evaluation(Observer):

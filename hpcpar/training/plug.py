@@ -20,6 +20,7 @@ The course's exercises 6, 7, 30, 31 and 32 ask for these functions; their checks
 them on 2 to 4 MPI ranks (hpcpar/course/plugged.py) and compare the losses with one rank's.
 """
 import contextlib
+import functools
 from dataclasses import replace
 from pathlib import Path
 
@@ -153,8 +154,9 @@ def _zero1_shard(m, put):
 def _ring_attention(m, put):
     from hpcpar.context_parallel.ring import RingAttention
     from hpcpar.ops.ring_attention import block_forward
-    put(RingAttention, "ring_forward",
-        lambda self, qs, k, v, pos, logits=None: m.ring_attention_forward(qs, k, v, pos, self.comm, block_forward))
+    put(RingAttention, "ring_forward",                  # documents' masks ride along, unseen by the student
+        lambda self, qs, k, v, pos, attn_mask=None, logits=None: m.ring_attention_forward(
+            qs, k, v, pos, self.comm, functools.partial(block_forward, attn_mask=attn_mask)))
 
 
 def _expert_dispatch(m, put):

@@ -36,7 +36,8 @@ def summarize(loop, peak):
     times = [h[4] for h in loop.history[1:]] or [loop.history[0][4]]
     step_time = statistics.median(times)
     loss = loop.history[-1][1]
-    flops = gpt_step_flops(t.mcfg, t.tokens_per_step) if cfg.model != "mlp" else \
+    docs = t.doc_figures                                   # --documents: attention within each (documents.py)
+    flops = gpt_step_flops(t.mcfg, t.tokens_per_step, docs and docs.mean_span()) if cfg.model != "mlp" else \
         mlp_step_flops(t.mcfg, cfg.batch_size)
     groups = {}
     for r in everyone:
@@ -73,6 +74,7 @@ def summarize(loop, peak):
           if g.world > 1 else []),
         *describe_boundary([r["host"] for r in everyone], [r["members"] for r in everyone],
                            [r["volume"] for r in everyone], _size),
+        *([docs.line()] if docs else []),
         f"  parameters  {n_params:,} on rank 0 of this layout",
         *([_experts_line(t.experts)] if t.experts else []),
         f"  threads     {_threads()}",

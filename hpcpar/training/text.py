@@ -9,11 +9,15 @@ again, until the vocabulary has the size asked for.  Frequent words become one t
     prepare(texts, out, tokenizer="vocab.json", merges="merges.txt")   GPT-2's two files)
 
 writes  out/train.bin, out/val.bin   token ids in nanoGPT's layout: uint16 when the vocabulary fits, else uint32
+        out/train.starts.npy, out/val.starts.npy   where each document starts (int64 token offsets)
         out/tokenizer.json           the tokenizer, to decode what the model writes (hpcpar generate)
-        out/meta.json                vocabulary size, dtype, token counts (read by the training data)
+        out/meta.json                vocabulary size, dtype, token and document counts (read by the training data)
 
-The files are joined with GPT-2's end-of-text token between them, and the last ``val_fraction`` of
-the token stream is the validation set.
+Each file is a document - or, with ``separator``, each piece of it between separators (a file of many
+stories, say, split at blank lines with "\n\n\n") - and each document ends with GPT-2's end-of-text
+token; the next one starts after it (``hpcpar train --documents`` masks attention there and restarts
+positions, ops/masks.py).  The last ``val_fraction`` of the token stream is the validation set: its
+first piece counts as a document of its own.
 """
 import re
 from pathlib import Path
@@ -21,7 +25,7 @@ from pathlib import Path
 import numpy as np
 
 from hpcpar.checkpoint.files import write_atomic, write_json
-from hpcpar.data import window_tokens
+from hpcpar.data import starts_file, window_tokens
 from hpcpar.runtime import UsageError
 
 EOT = "<|endoftext|>"
@@ -86,8 +90,9 @@ def _chunks(text):
         start = end
 
 
-def encode(tok, texts, progress=True):
-    """Token ids of the texts, an end-of-text token after each; a progress bar on big inputs."""
+def encode(tok, texts, progress=True, starts=None):
+    """Token ids of the texts, an end-of-text token after each; a progress bar on big inputs.
+    ``starts``: a list that receives the offset of each text's first token."""
     from tqdm import tqdm
     eot = tok.token_to_id(EOT)
     total = sum(len(t) for t in texts)
@@ -95,6 +100,8 @@ def encode(tok, texts, progress=True):
     with tqdm(total=total, unit="char", unit_scale=True, desc="tokenize", disable=not progress or total < 8 * CHUNK,
               mininterval=0.5) as bar:
         for text in texts:
+            if starts is not None:
+                starts.append(len(ids))
             for piece in _chunks(text):
                 ids.extend(tok.encode(piece).ids)
                 bar.update(len(piece))
@@ -103,8 +110,23 @@ def encode(tok, texts, progress=True):
     return ids
 
 
+def documents(texts, separator=None):
+    """The documents of the texts: each text, or its pieces between ``separator``s (empty ones dropped)."""
+    if not separator:
+        return list(texts)
+    return [piece for text in texts for piece in text.split(separator) if piece]
+
+
+def split_starts(starts, n_train):
+    """Document starts of the whole stream -> those of train.bin and val.bin (val.bin's from its first
+    token, which starts a document of its own)."""
+    starts = np.asarray(starts, dtype=np.int64)
+    val = starts[starts > n_train] - n_train
+    return starts[starts < n_train], np.concatenate([[0], val]).astype(np.int64)
+
+
 def prepare(paths, out, vocab_size=2048, tokenizer=None, merges=None, val_fraction=0.1, progress=True,
-            seq_len=None):
+            seq_len=None, separator=None):
     """Tokenize the text files ``paths`` into ``out`` (see the module docstring). Returns meta.json's dict.
     With ``seq_len``, refuses text whose training part cannot hold one window of that length."""
     texts = []
@@ -118,7 +140,10 @@ def prepare(paths, out, vocab_size=2048, tokenizer=None, merges=None, val_fracti
     if not any(texts):                     # nothing to train a tokenizer on, nor to train a model on
         _too_short(paths, 0, seq_len or 0)
     tok = load_tokenizer(tokenizer, merges) if tokenizer else train_tokenizer(texts, vocab_size)
-    ids = np.asarray(encode(tok, texts, progress), dtype=np.int64)
+    docs, starts = documents(texts, separator), []
+    if not docs:
+        _too_short(paths, 0, seq_len or 0)
+    ids = np.asarray(encode(tok, docs, progress, starts), dtype=np.int64)
     V = tok.get_vocab_size()
     dtype = np.uint16 if V <= 1 << 16 else np.uint32
     n_val = max(1, int(len(ids) * val_fraction))
@@ -128,11 +153,24 @@ def prepare(paths, out, vocab_size=2048, tokenizer=None, merges=None, val_fracti
     out.mkdir(parents=True, exist_ok=True)
     write_atomic(out / "train.bin", ids[:-n_val].astype(dtype).tobytes())
     write_atomic(out / "val.bin", ids[-n_val:].astype(dtype).tobytes())
+    train_starts, val_starts = split_starts(starts, len(ids) - n_val)
+    for name, array in (("train", train_starts), ("val", val_starts)):
+        write_atomic(starts_file(out / f"{name}.bin"), _npy(array))
     write_atomic(out / TOKENIZER, tok.to_str().encode())
     meta = {"vocab_size": V, "dtype": np.dtype(dtype).name, "train_tokens": len(ids) - n_val, "val_tokens": n_val,
-            "sources": [str(p) for p in paths], "characters": sum(len(t) for t in texts)}
+            "sources": [str(p) for p in paths], "characters": sum(len(t) for t in texts),
+            "documents": {"train": len(train_starts), "val": len(val_starts)}, "separator": separator,
+            "eot": tok.token_to_id(EOT)}
     write_json(out / "meta.json", meta)
     return meta
+
+
+def _npy(array):
+    """The bytes of ``array`` as a .npy file."""
+    import io
+    buf = io.BytesIO()
+    np.save(buf, array)
+    return buf.getvalue()
 
 
 def _too_short(paths, n_train, seq_len):
@@ -150,5 +188,6 @@ def decoder(path):
 def describe(meta):
     return (f"{meta['characters']:,} characters -> {meta['train_tokens']:,} training and {meta['val_tokens']:,} "
             f"validation tokens ({meta['characters'] / max(1, meta['train_tokens'] + meta['val_tokens']):.2f} "
-            f"characters per token), vocabulary {meta['vocab_size']:,}, {meta['dtype']}")
+            f"characters per token), vocabulary {meta['vocab_size']:,}, {meta['dtype']}, "
+            f"{meta['documents']['train']:,} training document{'s' if meta['documents']['train'] != 1 else ''}")
 

@@ -34,12 +34,15 @@ from hpcpar.data_parallel.fsdp import FullyShardedDataParallel
 from hpcpar.comm.grid import ParallelGrid
 from hpcpar.nn import GPT, Context, MLPConfig, MLPModel
 from hpcpar.training import plug
+from hpcpar.training.documents import DocumentFigures
 from hpcpar.training.expert_load import ExpertLoad, moe_layers
 from hpcpar.training.qk_clip import QKClip
 from hpcpar.expert_parallel.dispatch import expert_data_group, expert_group, parallelize_experts
 from hpcpar.nn.gpt import preset
 from hpcpar.nn.moe import check_moe, moe_options
-from hpcpar.ops.ring_attention import balanced_positions
+from hpcpar.ops.attention import engine_block
+from hpcpar.ops.masks import Mask, kept_targets, windowed_layers
+from hpcpar.ops.ring_attention import balanced_positions, document_balance
 from hpcpar.optim import clip_coefficient, learning_rate, make_optimizer
 from hpcpar.pipeline.choice import schedule_for
 from hpcpar.pipeline.engine import PipelineEngine
@@ -60,7 +63,8 @@ def make_data(cfg, seq_len):
         return Regression(MLPConfig().d_in, MLPConfig().d_out, cfg.seed)
     if cfg.data == "synthetic":
         return MarkovLanguage(cfg.synthetic_vocab, cfg.synthetic_order, cfg.synthetic_branching,
-                              seq_len=seq_len, seed=cfg.seed)
+                              seq_len=seq_len, seed=cfg.seed, doc_len=cfg.synthetic_doc_len,
+                              skip_boundaries=cfg.documents and not cfg.boundary_targets)
     return TokenFile(cfg.data, seq_len, cfg.batch_size, cfg.seed, cfg.data_order, cfg.token_dtype)
 
 
@@ -90,7 +94,9 @@ def model_config(cfg):
                       dropout=cfg.dropout, tied=False if cfg.untied else None,
                       d_ff=cfg.ffn or (4 * cfg.hidden if cfg.hidden else None),
                       positions=cfg.positions or None, ln_eps=cfg.ln_eps or None, rope_theta=cfg.rope_theta or None,
-                      norm_topk=cfg.norm_topk, **moe_options(cfg))
+                      norm_topk=cfg.norm_topk, window=cfg.window or None, window_layers=cfg.window_layers or None,
+                      **moe_options(cfg))
+        windowed_layers(mcfg.window_layers, mcfg.n_layer)          # a bad --window-layers, refused here
         if mcfg.seq_len > mcfg.n_positions:
             raise UsageError(f"--seq-len {mcfg.seq_len} is longer than the model's {mcfg.n_positions} positions")
         if not mcfg.head_dim and mcfg.d_model % mcfg.n_head:
@@ -192,11 +198,15 @@ class Trainer:
         is_gpt = cfg.model != "mlp"
         # every token of the global batch: a DP rank sums over its sequences, a CP rank over its T/cp tokens
         # of each, so dividing the world's sum by this is the single-rank mean
-        self.loss_terms = cfg.batch_size * (mcfg.seq_len if is_gpt else mcfg.d_out)
+        self.every_term = cfg.batch_size * (mcfg.seq_len if is_gpt else mcfg.d_out)
+        self.loss_terms = self.every_term               # with --documents, the step's targets kept (batch_terms)
         self.tokens_per_step = cfg.batch_size * (mcfg.seq_len if is_gpt else 1)
         self.expert_load = ExpertLoad(mcfg, self.chunks, g, self.loss_terms, cfg.sequence_parallel) \
             if is_gpt else None
         self.experts = None                             # the last step's routing figures (expert_load.py)
+        # what the documents did to attention (documents.py), for the blocks the engine runs on this xp
+        self.doc_figures = DocumentFigures(mcfg.seq_len, cfg.cp, g.cp_rank, cfg.cp_kind == "ring",
+                                           engine_block(self.xp.empty((mcfg.seq_len, 1)))) if cfg.documents else None
 
     # --- construction -------------------------------------------------------------------------
 
@@ -236,16 +246,26 @@ class Trainer:
         # the synthetic language's loop over positions runs once a step, not once a micro-batch
         share = range(base, base + cfg.microbatches * self.micro)
         xs, ys = data.batch(step, share) if (self.reads_inputs or self.computes_loss) else (None, None)
+        docs = data.documents(step, share) if cfg.documents else None        # every rank: (B, T + 1) ids
         inputs, targets, contexts = [], [], []
         for j in range(cfg.microbatches):
-            ids = share[j * self.micro:(j + 1) * self.micro]
-            x, y = (None, None) if xs is None else (xs[j * self.micro:(j + 1) * self.micro],
-                                                    ys[j * self.micro:(j + 1) * self.micro])
+            ids, mb = share[j * self.micro:(j + 1) * self.micro], slice(j * self.micro, (j + 1) * self.micro)
+            x, y = (None, None) if xs is None else (xs[mb], ys[mb])
             ctx = Context(step=step, sample_ids=list(ids), seed=cfg.seed, training=training,
                           loss_scale=self.scaler.scale / self.loss_terms)     # the dloss of gradients()
+            if docs is not None:                              # ops/masks.py: the rule, positions, the loss
+                ctx.docs = docs[mb, :-1]
+                ctx.keep = None if cfg.boundary_targets else kept_targets(docs[mb])
             if cfg.cp > 1:                                    # this CP rank's tokens: (B, T) -> (B, T/cp)
-                ctx.positions = balanced_positions(self.mcfg.seq_len, cfg.cp, g.cp_rank)
+                if docs is not None:                          # the deal that balances the documents' work
+                    ctx.cp_positions = document_balance(self.mcfg.seq_len, cfg.cp, Mask(ctx.docs))
+                    ctx.positions = ctx.cp_positions[g.cp_rank]
+                else:
+                    ctx.positions = balanced_positions(self.mcfg.seq_len, cfg.cp, g.cp_rank)
                 x, y = (None if a is None else a[:, ctx.positions] for a in (x, y))
+                ctx.keep = None if ctx.keep is None else ctx.keep[:, ctx.positions]
+            if docs is not None and training:
+                self.doc_figures.add(ctx)
             inputs.append(self._device(x, self.compute) if self.reads_inputs else None)
             targets.append(self._device(y, self.dtype) if self.computes_loss else None)
             if cfg.sequence_parallel:
@@ -254,6 +274,15 @@ class Trainer:
                 ctx.seq_slice, ctx.seq_len = slice(g.tp_rank * k, (g.tp_rank + 1) * k), T
             contexts.append(ctx)
         return inputs, targets, contexts
+
+    def batch_terms(self, step, data=None):
+        """The loss terms of step ``step``'s global batch: every target, or with --documents the targets
+        that stay in their document - counted by every rank from the documents alone (no token drawn),
+        so every rank divides by the same number."""
+        cfg = self.cfg
+        if not cfg.documents or cfg.boundary_targets:
+            return self.every_term
+        return max(1, int(kept_targets((data or self.data).documents(step, range(cfg.batch_size))).sum()))
 
     def _device(self, a, dtype):
         """Token ids stay integers; real values take ``dtype`` (inputs the compute one, targets the
@@ -267,6 +296,7 @@ class Trainer:
         final: summed over micro-batches, DP replicas and tied copies (with ZeRO-1: this rank's ZeRO ranges).
         Returns this rank's per-micro-batch loss sums (non-empty on the last stage only)."""
         start = trace.active() and time.perf_counter()
+        self.loss_terms = self.batch_terms(step)
         inputs, targets, contexts = self._contexts_and_batches(step)
         if start:
             trace.active().span("data", "data", start, time.perf_counter())
@@ -337,14 +367,16 @@ class Trainer:
         if self.eval_engine is None:
             forward = schedule_for(cfg, forward_only=True)
             self.eval_engine = PipelineEngine(forward, self.chunks, g.pp_comm, self._act_shape, self.compute)
-        total = 0.0
+        total, terms = 0.0, 0
         for k in range(batches):
+            self.loss_terms = self.batch_terms(k, self.val_data)
+            terms += self.loss_terms
             inputs, targets, contexts = self._contexts_and_batches(k, self.val_data, training=False)
             losses = self.eval_engine.run(inputs, targets, contexts, None)
             if self.computes_loss and g.tp_rank == 0:
                 total += sum(float(loss) for loss in losses)
         total = g.world_comm.all_reduce(np.array([total]))
-        return float(total[0]) / (batches * self.loss_terms)
+        return float(total[0]) / terms
 
     def _late_sums(self):
         """Gradients that are not final when the backward ends (see data_parallel/replicas.py): (communicator,
