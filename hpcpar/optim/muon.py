@@ -79,12 +79,14 @@ class Muon:
 
     def __init__(self, adamw, momentum=0.95, nesterov=True, ns=None, scale_kind="moonlight", orthogonalise=None):
         """``adamw``: the AdamW (optim/__init__.py) that updates the rest, its weight decay Muon's too;
-        ``orthogonalise(p, U)``: O of parameter p's local update U (default: p's matrices held whole)."""
+        ``orthogonalise(ps, Us)``: O of each parameter p's local update U, a list (default: their matrices
+        held whole; one call a slice, so that tensor parallelism sends one message a slice, not a matrix)."""
         self.momentum, self.nesterov, self.scale_kind = momentum, nesterov, scale_kind
         self.weight_decay = adamw.weight_decay
         self.ns = ns or NewtonSchulz()
         self.adamw = adamw
-        self.orthogonalise = orthogonalise or (lambda p, u: orthogonalise_whole(p, u, self.ns))
+        self.orthogonalise = orthogonalise or (lambda ps, us: [orthogonalise_whole(p, u, self.ns)
+                                                               for p, u in zip(ps, us)])
         self.state, self.t = {}, 0          # state[slice key] = {"momentum_buffer": (M,), "exp_avg": (R,), ...}
         self._pending = {}                  # slice key -> whole-slice arrays loaded from a checkpoint
         self._layouts = {}                  # slice key -> (its size, {state name: the ranges it covers})
@@ -101,23 +103,23 @@ class Muon:
                 part = _Range(s, a, b)
                 self.adamw.update(part, st["exp_avg"][at:at + b - a], st["exp_avg_sq"][at:at + b - a], lr, c1, c2)
                 at += b - a
-            at = 0
+            at, us = 0, []
             for p, a, b in mats:
-                self._matrix(p, s.data[a:b].reshape(p.data.shape), s.grad[a:b].reshape(p.data.shape),
-                             st["momentum_buffer"][at:at + b - a].reshape(p.data.shape), lr)
+                us.append(self._momentum(s.grad[a:b], st["momentum_buffer"][at:at + b - a]).reshape(p.data.shape))
                 at += b - a
+            for (p, a, b), o in zip(mats, self.orthogonalise([p for p, _, _ in mats], us)):
+                w = s.data[a:b].reshape(p.data.shape)
+                if p.decay and self.weight_decay:
+                    w *= 1 - lr * self.weight_decay                 # decoupled weight decay
+                o *= lr * scale(*matrix_shape(p), self.scale_kind)
+                w -= o                                              # W = W - lr s O
 
-    def _matrix(self, p, w, g, m, lr):
-        """One Muon update of the (local) weight w from its gradient g and momentum buffer m, in place."""
+    def _momentum(self, g, m):
+        """The momentum buffer m moved by the gradient g (in place); the update U to orthogonalise."""
         mu = self.momentum
         m *= mu
         m += (1 - mu) * g                                           # M = mu M + (1 - mu) G
-        u = (1 - mu) * g + mu * m if self.nesterov else m           # U = (1 - mu) G + mu M
-        o = self.orthogonalise(p, u)
-        if p.decay and self.weight_decay:
-            w *= 1 - lr * self.weight_decay
-        o *= lr * scale(*matrix_shape(p), self.scale_kind)
-        w -= o
+        return (1 - mu) * g + mu * m if self.nesterov else m.copy()     # U = (1 - mu) G + mu M
 
     def _state(self, s, mats, rest):
         """The slice's state: created zero, or packed from a checkpoint's whole-slice arrays."""

@@ -25,6 +25,7 @@ Replicated parameters (the experts, whole on every TP rank) and one rank go stra
 iteration.  ``hpcpar.examples.muon_tp`` runs the example; tests/test_muon_mpi.py holds duplicated and
 distributed to one rank's Muon.
 """
+from hpcpar.backend import array_module
 from hpcpar.flops import newton_schulz_flops
 from hpcpar.optim.muon import matrices, orthogonalise_whole
 from hpcpar.optim.newton_schulz import newton_schulz_cut
@@ -33,33 +34,48 @@ MODES = ("duplicated", "distributed", "blockwise")
 
 
 class TensorParallelMuon:
-    """``orthogonalise(p, U)`` for Muon (optim/muon.py) over the TP group ``comm`` in mode ``mode``."""
+    """``orthogonalise(ps, Us)`` for Muon (optim/muon.py) over the TP group ``comm`` in mode ``mode``: one
+    all-gather (duplicated) or steps + 1 all-reduces (distributed) for all the cut matrices of a slice."""
 
     def __init__(self, comm, mode, ns):
         self.comm, self.mode, self.ns = comm, mode, ns
 
-    def __call__(self, p, u):
-        cut = p.shard is not None and not p.expert and self.comm.size > 1    # an expert: whole over TP
-        if not cut or self.mode == "blockwise":
-            return orthogonalise_whole(p, u, self.ns)
-        if self.mode == "duplicated":
-            return self.duplicated(p, u)
-        return self.distributed(p, u)
+    def __call__(self, ps, us):
+        cut = [i for i, p in enumerate(ps) if p.shard is not None and not p.expert and self.comm.size > 1
+               and self.mode != "blockwise"]                        # an expert: whole over TP
+        out = [None if i in cut else orthogonalise_whole(p, u, self.ns) for i, (p, u) in enumerate(zip(ps, us))]
+        if cut:
+            done = (self.duplicated if self.mode == "duplicated" else self.distributed)([ps[i] for i in cut],
+                                                                                         [us[i] for i in cut])
+            for i, o in zip(cut, done):
+                out[i] = o
+        return out
 
-    def duplicated(self, p, u):
-        shards = self.comm.all_gather(u[None])                          # (tp, *u.shape)
-        whole = p.shard.assemble(list(shards), p.full_shape)           # the whole update
-        return p.shard.take(orthogonalise_whole(p, whole, self.ns))
+    def duplicated(self, ps, us):
+        """Every rank's shards in one all-gather; Newton-Schulz on each whole matrix; this rank's shard."""
+        xp = array_module(us[0])
+        shards = self.comm.all_gather(xp.concatenate([u.reshape(-1) for u in us])[None])    # (tp, numbers)
+        out, at = [], 0
+        for p, u in zip(ps, us):
+            whole = p.shard.assemble([s[at:at + u.size].reshape(u.shape) for s in shards], p.full_shape)
+            out.append(p.shard.take(orthogonalise_whole(p, whole, self.ns)))
+            at += u.size
+        return out
 
-    def distributed(self, p, u):
-        ns, axis = self.ns, p.shard.dim                                # the Gram sums over the cut axis
-        pieces = matrices(p, u)
-        done = newton_schulz_cut(pieces, [axis] * len(pieces), self.comm.all_reduce, ns.steps, ns.coefficients,
-                                 dtype=ns.dtype)
-        out = u.copy()
-        for o, d in zip(matrices(p, out), done):
-            o[...] = d
-            ns.flops += newton_schulz_flops(d.shape[1 - axis], d.shape[axis], ns.steps)
+    def distributed(self, ps, us):
+        """Each rank its shards; the norms' and Grams' sums over the group, one all-reduce an iteration."""
+        ns = self.ns
+        pieces = [(m, p.shard.dim) for p, u in zip(ps, us) for m in matrices(p, u)]  # the Gram sums over the cut
+        done = iter(newton_schulz_cut([m for m, _ in pieces], [axis for _, axis in pieces], self.comm.all_reduce,
+                                      ns.steps, ns.coefficients, dtype=ns.dtype))
+        out = []
+        for p, u in zip(ps, us):
+            o = array_module(u).empty_like(u)
+            axis = p.shard.dim
+            for view in matrices(p, o):
+                view[...] = next(done)
+                ns.flops += newton_schulz_flops(view.shape[1 - axis], view.shape[axis], ns.steps)
+            out.append(o)
         return out
 
 
