@@ -234,3 +234,15 @@ def test_qk_clip_brings_each_head_to_tau(dims):
     t.gradients(0)
     t.qk_clip.step(t.dp, t.dp.slices(), apply=False)
     assert rel_err(t.qk_clip.last, np.full_like(before, tau)) < 1e-12
+
+
+@pytest.mark.parametrize("name, extra", [("tiny", {}), ("llama-tiny", {}), ("moe-tiny", dict(n_shared_expert=1)),
+                                         ("mixtral-tiny", dict(n_shared_expert=2))])
+def test_the_shapes_matrices_are_the_engines(name, extra):
+    """shape.py's block_matrices - what the planner counts - are the arrays the engine flags for Muon
+    (experts' biases not among them)."""
+    from hpcpar.nn import GPT
+    from hpcpar.nn.gpt import preset
+    cfg = preset(name, vocab_size=11, **extra)
+    engine = sum(p.data.size for p in GPT(cfg, 0, np.float64).parameters() if p.matrix)
+    assert engine == cfg.n_layer * sum(cfg.shape.block_matrix_split(1, 1))

@@ -104,3 +104,48 @@ def test_muon_checkpoints_reshard(comm, shared_dir):
         got = second.step(2).loss
         free(second)
         assert rel_err(got, want[2]) <= 1e-10, (target, got, want[2])
+
+
+@pytest.mark.mpi(min_size=2)
+def test_muon_costs_are_the_engines(comm):
+    """tensor_parallel/muon.muon_costs - what the planner charges - is what one step counts: its
+    Newton-Schulz FLOPs (NewtonSchulz.flops) and the bytes its optimizer hands the TP group, every mode."""
+    from hpcpar.tensor_parallel.muon import MODES, muon_costs
+    if comm.size not in (2, 4):
+        pytest.skip("tp 2 (and ep 2 on 4 ranks)")
+    dims, ep = (GPT, 1) if comm.size == 2 else (MIXTRAL, 2)
+    for mode in MODES:
+        t = trainer(comm, dims=dims, tp=2, dp=comm.size // 2, ep=ep, muon_tp=mode, **MUON)
+        losses = t.gradients(0)
+        before = sum(c.bytes for c in t.grid.tp_comm.stats.of.values())
+        t.update(0, losses)
+        sent = sum(c.bytes for c in t.grid.tp_comm.stats.of.values()) - before
+        blocks = sum(len(c.blocks) for c in t.chunks)
+        want = muon_costs(t.mcfg.shape, blocks, 2, ep, mode, MUON["ns_steps"], 8)
+        assert (t.optimizer.ns.flops, sent) == want, mode
+        free(t)
+
+
+@pytest.mark.mpi(min_size=4)
+def test_muon_state_is_the_formula_and_the_planners(comm):
+    """Muon's state on a rank (a momentum for each matrix number, AdamW's two moments for the rest) is,
+    byte for byte, zero_memory.formula's and the planner's optimizer-state term; under TP, where both
+    count the replicated norms and biases as cut, its matrix part is."""
+    from hpcpar.data_parallel.zero_memory import formula, held
+    from hpcpar.plan.measured import planner_view
+    from hpcpar.plan.memory import stage_memory
+    if comm.size != 4:
+        pytest.skip("4 ranks")
+    for dims, layout in ((GPT, dict(dp=4)), (MIXTRAL, dict(pp=2, dp=2, ep=2)), (MIXTRAL, dict(tp=2, ep=2, dp=2))):
+        t = trainer(comm, dims=dims, **MUON, **layout)
+        t.step(0)
+        got = held(t)["optimizer state"]
+        want = formula(t.cfg, t.mcfg, t.grid.pp_rank)["optimizer state"]
+        job, lay = planner_view(t.cfg, t.mcfg)
+        planned = stage_memory(job, lay, t.grid.pp_rank, 1)["optimizer state"]
+        if layout.get("tp", 1) == 1:
+            assert got == want == planned, (layout, got, want, planned)
+        momentum = sum(st["momentum_buffer"].nbytes for st in t.optimizer.state.values())
+        blocks = sum(len(c.blocks) for c in t.chunks)
+        assert momentum == 8 * blocks * sum(t.mcfg.shape.block_matrix_split(t.cfg.tp, t.cfg.ep)), layout
+        free(t)

@@ -43,6 +43,10 @@ def add_arguments(p):
                    help="TP collectives overlapped with the GEMMs (--no-overlap-tp: exposed, the default)")
     p.add_argument("--fp8", action="store_true", help="linear-layer GEMMs in fp8 (needs an fp8 peak)")
     p.add_argument("--zero", type=int, choices=[0, 1, 2, 3], help="pin the ZeRO stage (3: FSDP)")
+    p.add_argument("--optimizer", default="adamw", choices=["adamw", "muon"],
+                   help="muon: one momentum for the blocks' matrices, Newton-Schulz and its TP messages in the step")
+    p.add_argument("--muon-tp", default="duplicated", choices=["duplicated", "distributed", "blockwise"],
+                   help="Muon's tensor-parallel mode (hpcpar train's --muon-tp)")
     p.add_argument("--recompute", choices=["none", "selective", "full"], help="pin the recomputation")
     p.add_argument("--cp", type=int, default=1, help="context-parallel size (default 1)")
     p.add_argument("--ep", type=int, default=0,
@@ -99,7 +103,8 @@ def _job(args):
     hw.peak(dtype)     # refuses a dtype the profile has no rate for
     return Job(load_model(args.model), hw, args.gpus, min(gpn, args.gpus), args.global_batch, args.seq_len,
                dtype=dtype, engine=Engine(flash_attention=args.flash_attention, overlap_tp=args.overlap_tp,
-                                          fp8=args.fp8, cp_allgather=args.cp_allgather),
+                                          fp8=args.fp8, cp_allgather=args.cp_allgather, optimizer=args.optimizer,
+                                          muon_tp=args.muon_tp),
                keys=packed_keys(args.seq_len, args.doc_len, args.window))
 
 

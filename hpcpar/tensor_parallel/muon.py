@@ -79,6 +79,28 @@ class TensorParallelMuon:
         return out
 
 
+def muon_costs(shape, blocks, tp, ep, mode, steps, itemsize, gram_itemsize=None):
+    """(Newton-Schulz FLOPs, bytes this rank hands the TP group) of one Muon step on a rank holding
+    ``blocks`` blocks of ``shape`` (hpcpar/shape.py ``block_matrices``) in ``mode``: what the engine
+    counts (NewtonSchulz.flops, the tp communicator's bytes) and what the planner charges (plan/step.py).
+    ``itemsize``: of an update (the master dtype); ``gram_itemsize``: of a Gram's sum (the iteration's
+    accumulator; default the same)."""
+    flops = sent = 0
+    for rows, cols, n, cut, routed in shape.block_matrices():
+        n = n * blocks / (ep if routed else 1)
+        if cut is None or tp == 1 or mode == "duplicated":
+            flops += n * newton_schulz_flops(min(rows, cols), max(rows, cols), steps)
+            sent += n * rows * cols / tp * itemsize if cut is not None and tp > 1 else 0     # the all-gather
+        elif mode == "blockwise":
+            local = (rows / tp, cols) if cut == 0 else (rows, cols / tp)
+            flops += n * newton_schulz_flops(min(local), max(local), steps)
+        else:                                       # distributed: the Gram of the uncut side, each iteration
+            kept, summed = (cols, rows / tp) if cut == 0 else (rows, cols / tp)
+            flops += n * newton_schulz_flops(kept, summed, steps)
+            sent += n * (1 + steps * kept * kept) * (gram_itemsize or itemsize)
+    return flops, sent
+
+
 def muon_options(cfg, tp_comm, xp):
     """make_optimizer's Muon settings for a run's options (training/train.py): the iteration, the scale,
     and the TP mode over ``tp_comm``; nothing for another optimizer."""
