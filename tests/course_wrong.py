@@ -410,3 +410,26 @@ ADDED = {
 }
 for _number, _codes in ADDED.items():
     WRONG.setdefault(_number, []).extend(_codes)
+
+
+# exercise 34: Newton-Schulz as the template's lines say, with one of them changed
+NS = ("import numpy as np\ndef newton_schulz(g, steps):\n    a, b, c = 3.4445, -4.7750, 2.0315\n"
+      "    x = g.T if g.shape[0] > g.shape[1] else g\n    x = x / max(np.linalg.norm(x), 1e-7)\n"
+      "    for _ in range(steps):\n        A = x @ x.T\n        x = a * x + (b * A + c * A @ A) @ x\n"
+      "    return x.T if g.shape[0] > g.shape[1] else x\n")
+ADDED_MUON = {
+    34: [NS.replace("    x = x / max(np.linalg.norm(x), 1e-7)\n", ""),                          # never normalised
+         NS.replace("max(np.linalg.norm(x), 1e-7)", "max(np.abs(x).max(), 1e-7)"),             # the largest entry
+         NS.replace("x / max(np.linalg.norm(x), 1e-7)", "x / np.linalg.norm(x)"),              # zeros divided by 0
+         NS.replace("(b * A + c * A @ A)", "(b * A + c * A)"),                                 # the cubic only
+         NS.replace("range(steps)", "range(steps - 1)"),                                       # one step short
+         NS.replace("a, b, c = 3.4445, -4.7750, 2.0315", "c, b, a = 3.4445, -4.7750, 2.0315"),  # a and c swapped
+         NS.replace("    x = x / max", "    x /= max")],                                       # G changed in place
+    35: ["ANSWER = (1.0, 1.0)\n",                                     # blockwise taken for the exact modes
+         "ANSWER = (2.0, 4.0)\n",                                     # tp, not its square root
+         "ANSWER = (0.7071, 0.5)\n",                                  # 1 / sqrt(tp)
+         "ANSWER = (1.4142, 1.7321)\n",                               # sqrt(tp - 1 + 1)? sqrt(3) at tp 4
+         "ANSWER = 1.4142\n"],                                        # one number, not a pair
+}
+for _number, _codes in ADDED_MUON.items():
+    WRONG.setdefault(_number, []).extend(_codes)

@@ -33,7 +33,7 @@ MPI_TIMEOUT_S = 60          # an MPI exercise that has not finished by then hang
 class Exercise:
     number: int
     lesson: str         # docs/course/ page
-    topic: str          # TP, PP, DP, 3D, checkpoints, tracing, CP, Llama, precision, hangs, memory, MoE,
+    topic: str          # TP, PP, DP, 3D, checkpoints, tracing, CP, Llama, precision, hangs, memory, MoE, optimizers,
                         # attention, measuring
     title: str
     name: str           # the function to write, or "ANSWER"
