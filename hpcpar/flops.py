@@ -58,8 +58,9 @@ def gpt_head_forward_flops(cfg):
 
 
 def gpt_step_flops(cfg, tokens, span=None):
-    per_token = cfg.n_layer * gpt_block_forward_flops(cfg, span) + gpt_head_forward_flops(cfg)
-    return 3 * per_token * tokens
+    """A training step's FLOPs: 3 forwards of every block, the head and the MTP modules (shape.py); the
+    attention charged with ``span`` keys a token (a packed window's ``attention_span``; None: seq_len)."""
+    return 3 * cfg.shape.forward_flops(cfg.seq_len if span is None else span) * tokens
 
 
 def mlp_step_flops(cfg, samples):

@@ -17,9 +17,22 @@ d = h/a unless given (Qwen3: 128 whatever h/a), kv key/value heads, f the MLP wi
 so a GPT-2 block holds 12h^2 + 13h parameters, and the whole model
 P = 12*l*h^2 * (1 + 13/(12h) + (V + s)/(12*l*h)) with tied embeddings and learned positions.
 
+Multi-head latent attention (DeepSeek-V3, nn/mla.py; kv_lora_rank r > 0), d = dn + dr the q/k head width,
+dr its rotary part, dv the value width, rq the queries' latent (0: none)::
+
+    queries    h*rq + rq + rq*a*d    (q_a_proj, its norm, q_b_proj)   or  h*a*d  (q_proj)
+    keys/vals  h*(r + dr) + r + r*a*(dn + dv)    (kv_a_proj_with_mqa, its norm, kv_b_proj)
+    output     a*dv*h
+
+The first ``dense_layers`` blocks of a mixture of experts keep a dense MLP ``dense_ffn`` wide (DeepSeek-V3:
+3 of 61, 18432 wide; its experts 2048).  ``mtp`` multi-token-prediction modules (nn/mtp.py) each add a
+block with experts, two norms of h, the 2h -> h projection and a final norm of h; their embedding and head
+are the model's, so ``params`` (the published count) leaves them out and ``mtp_params`` counts them.
+
 Forward FLOPs per token of one block (Narayanan et al. 2021, eq. 3, generalised): 2 per weight of its
-GEMMs, 2 * (h*(a*d + 2*kv*d) + a*d*h + (2 or 3)*h*f), plus 4*s*a*d for the attention core (QK^T and PV
-over all a heads after the K/V repeat); the head 2*h*V.  A training step is 3 forwards.
+GEMMs, 2 * (h*(a*d + 2*kv*d) + a*d*h + (2 or 3)*h*f), plus 2*s*a*(d + dv) for the attention core (QK^T
+and PV over all a heads after the K/V repeat; 4*s*a*d when dv = d); the head 2*h*V.  A training step is 3
+forwards.  A KV cache holds per token and layer 2*kv*d numbers, MLA's its latent and rotary key, r + dr.
 
 The s of the attention core is the keys a token is charged with: the whole s x s square of scores,
 as Narayanan et al. count it.  A packed window of documents (--documents) attends within each only,
@@ -69,6 +82,13 @@ class ModelShape:
     shared_experts: int = 0      # experts every token goes through: one MLP shared_experts * ffn wide
     expert_bias: bool = False    # the auxiliary-loss-free balancing bias (one number per expert)
     qk_norm: bool = False        # RMSNorm over each head's queries and keys: two gains of head_dim (Qwen3)
+    q_lora_rank: int = 0         # MLA: the queries' latent (0: queries straight from the hidden state)
+    kv_lora_rank: int = 0        # MLA: the keys' and values' latent (0: no MLA)
+    qk_rope_dim: int = 0         # MLA: the rotary part of head_dim
+    v_head_dim: int = 0          # MLA: a value head's width (0: head_dim)
+    dense_layers: int = 0        # the first blocks of a mixture of experts that keep a dense MLP
+    dense_ffn: int = 0           # ... its width (0: ffn)
+    mtp: int = 0                 # multi-token-prediction modules (each a block with experts, and more)
     source: str = ""
     _layer: int = field(init=False, repr=False, compare=False, default=0)   # layer_params, counted once
 
@@ -83,6 +103,10 @@ class ModelShape:
         object.__setattr__(self, "kv_heads", self.kv_heads or self.heads)
         object.__setattr__(self, "head_dim", self.head_dim or self.hidden // self.heads)
         object.__setattr__(self, "ffn", self.ffn or 4 * self.hidden)
+        object.__setattr__(self, "dense_ffn", self.dense_ffn or self.ffn)
+        object.__setattr__(self, "v_head_dim", self.v_head_dim or self.head_dim)
+        if self.kv_lora_rank and not 0 < self.qk_rope_dim < self.head_dim:
+            raise UsageError(f"model {self.name}: qk_rope_dim {self.qk_rope_dim} must be part of head_dim {self.head_dim}")
         object.__setattr__(self, "norm", self.norm or ("layernorm" if self.biases else "rmsnorm"))
         if self.heads % self.kv_heads:
             raise UsageError(f"model {self.name}: heads {self.heads} not divisible by kv_heads {self.kv_heads}")
@@ -97,7 +121,10 @@ class ModelShape:
 
     @property
     def qkv_width(self):
-        """Output width of the Q, K, V projections together: a*d for queries, kv*d each for keys and values."""
+        """Output width of the Q, K, V projections together: a*d for queries, kv*d each for keys and values
+        (MLA: the heads' q, k and v as its up-projections give them, a*(2d + dv))."""
+        if self.kv_lora_rank:
+            return self.heads * (2 * self.head_dim + self.v_head_dim)
         return self.attention_width + 2 * self.kv_heads * self.head_dim
 
     @property
@@ -110,15 +137,39 @@ class ModelShape:
         """One normalisation: LayerNorm's weight and shift, or RMSNorm's weight."""
         return NORM_VECTORS[self.norm] * self.hidden
 
-    def layer_params(self):
-        """Parameters of one transformer block."""
+    def layer_params(self, layer=None):
+        """Parameters of transformer block ``layer`` (None: one with the model's MLP or mixture of experts)."""
+        if layer is not None and layer < self.dense_layers:
+            return self._layer - self.feed_forward_params() + self.mlp_params(self.dense_ffn)
         return self._layer
 
+    def attention_params(self):
+        """One block's attention (module docstring)."""
+        h, a, d = self.hidden, self.heads, self.head_dim
+        if self.kv_lora_rank:
+            rq, r, dr, dv = self.q_lora_rank, self.kv_lora_rank, self.qk_rope_dim, self.v_head_dim
+            q = h * rq + rq + rq * a * d if rq else h * a * d
+            return q + h * (r + dr) + r + r * a * (d - dr + dv) + a * dv * h
+        return h * self.qkv_width + self.attention_width * h + (self.qkv_width + h if self.biases else 0)
+
     def _count_layer(self):
-        h = self.hidden
-        attention = h * self.qkv_width + self.attention_width * h + (self.qkv_width + h if self.biases else 0)
         qk_norm = 2 * self.head_dim if self.qk_norm else 0
-        return attention + qk_norm + self.feed_forward_params() + 2 * self.norm_params()
+        return self.attention_params() + qk_norm + self.feed_forward_params() + 2 * self.norm_params()
+
+    def mtp_params(self):
+        """The multi-token-prediction modules: each a block with experts, two norms of h, the 2h -> h
+        projection and its final norm (their embedding and head are the model's)."""
+        return self.mtp * (self._layer + 3 * self.norm_params() + 2 * self.hidden * self.hidden)
+
+    def kv_cache_per_token(self):
+        """Numbers a KV cache holds per token over all layers: 2*kv*d each (MLA: the latent and the rotary key)."""
+        per_layer = self.kv_lora_rank + self.qk_rope_dim if self.kv_lora_rank else 2 * self.kv_heads * self.head_dim
+        return self.layers * per_layer
+
+    def heads_kv_per_token(self):
+        """... and what a cache of every head's own key and value would hold: a*(d + dv) a layer (plain
+        multi-head attention; grouped-query attention keeps kv/a of it, MLA its latent instead)."""
+        return self.layers * self.heads * (self.head_dim + self.v_head_dim)
 
     def mlp_params(self, width=None):
         """One MLP of ``width`` (default ffn): its matrices, and with biases one per column-side output
@@ -162,13 +213,21 @@ class ModelShape:
         """One block's weight matrices as Muon orthogonalises them (hpcpar/optim/muon.py): tuples (inputs,
         outputs, how many, the axis tensor parallelism cuts - 0 rows, 1 columns, None whole on every TP
         rank -, routed: an expert's, cut over ep).  Q, K, V and the output projection; the MLP's, or every
-        routed expert's and the shared experts' (the MoE layer is not cut over TP); never the router."""
+        routed expert's and the shared experts' (the MoE layer is not cut over TP); never the router.
+        MLA (nn/mla.py): its down-projections whole on every TP rank, the up-projections cut by columns.
+        (A mixture of experts' first dense blocks and the MTP modules' are counted as its other blocks.)"""
         h, d, f, glu = self.hidden, self.head_dim, self.ffn, self.mlp_matrices - 1    # glu: the input side's
+        a, rq, r, dr = self.heads, self.q_lora_rank, self.kv_lora_rank, self.qk_rope_dim
 
         def mlp(width, n, cut, routed):
             return [(h, width, n * glu, 1 if cut else None, routed), (width, h, n, 0 if cut else None, routed)]
-        out = [(h, self.attention_width, 1, 1, False), (h, self.kv_heads * d, 2, 1, False),
-               (self.attention_width, h, 1, 0, False)]
+        if r:
+            queries = [(h, rq, 1, None, False), (rq, a * d, 1, 1, False)] if rq else [(h, a * d, 1, 1, False)]
+            out = queries + [(h, r + dr, 1, None, False), (r, a * (d - dr + self.v_head_dim), 1, 1, False),
+                             (a * self.v_head_dim, h, 1, 0, False)]
+        else:
+            out = [(h, self.attention_width, 1, 1, False), (h, self.kv_heads * d, 2, 1, False),
+                   (self.attention_width, h, 1, 0, False)]
         if not self.experts:
             return out + mlp(f, 1, True, False)
         return out + mlp(f, self.experts, False, True) + \
@@ -190,7 +249,8 @@ class ModelShape:
     def active_params(self, positions):
         """Parameters a token's forward multiplies or reads: the routed experts it goes through (top_k
         of E), not all E; equal to ``params`` without experts."""
-        return self.params(positions) - self.layers * (self.experts - self.top_k) * self.mlp_params() \
+        moe_layers = self.layers - self.dense_layers
+        return self.params(positions) - moe_layers * (self.experts - self.top_k) * self.mlp_params() \
             if self.experts else self.params(positions)
 
     def token_params(self):
@@ -210,31 +270,53 @@ class ModelShape:
         return self.norm_params() + (self.token_params() if own else 0)
 
     def params(self, positions):
-        return self.layers * self.layer_params() + self.embedding_params(positions) + self.head_params()
+        """The model's parameters (its MTP modules apart: ``mtp_params``)."""
+        blocks = self.layers * self._layer + self.dense_layers * (self.layer_params(0) - self._layer)
+        return blocks + self.embedding_params(positions) + self.head_params()
 
     def stage_params(self, blocks, first, last, positions, own_head, tp=1):
         """Parameters on one rank of a pipeline stage of ``blocks`` blocks that holds the embedding
         (``first``) and/or the head (``last``; ``own_head``: its projection is a matrix of its own, or a
         copy of the tied embedding on another stage).  Over tp ranks the blocks and the vocabulary are
-        cut; position table and final norm are whole on every rank."""
+        cut; position table and final norm are whole on every rank.  The first stage holds the dense blocks
+        of a mixture of experts (the pipeline's first layers); the last the MTP modules, with a copy of the
+        token embedding unless it is the first too."""
         count = blocks * self.layer_params() / tp
         if first:
             count += self.token_params() / tp + self.position_params(positions)
+            count += min(blocks, self.dense_layers) * (self.layer_params(0) - self.layer_params()) / tp
         if last:
             count += self.norm_params() + (self.token_params() / tp if own_head else 0)
+            count += self.mtp_params() / tp + (self.token_params() / tp if self.mtp and not first else 0)
         return count
 
     # --- FLOPs ---------------------------------------------------------------------------------
 
-    def block_forward_flops(self, span):
-        """Forward FLOPs of one block per token (module docstring); ``span`` the keys a token is charged
-        with: the sequence length, or a packed window's ``attention_span``."""
+    def block_forward_flops(self, span, layer=None):
+        """Forward FLOPs of block ``layer`` per token (module docstring; None: one with the model's MLP or
+        experts, a dense first block of a mixture of experts otherwise); ``span`` the keys a token is
+        charged with: the sequence length, or a packed window's ``attention_span``."""
         h, f = self.hidden, self.ffn
         mlp = self.mlp_matrices * h * f
-        if self.experts:                    # the router, and the MLPs a token goes through
+        if layer is not None and layer < self.dense_layers:
+            mlp = self.mlp_matrices * h * self.dense_ffn
+        elif self.experts:                  # the router, and the MLPs a token goes through
             mlp = h * self.experts + (self.top_k + self.shared_experts) * mlp
-        return 2 * (h * self.qkv_width + self.attention_width * h + mlp) + 4 * span * self.attention_width
+        # its GEMMs' weights: the attention's less its biases and MLA's latent norms
+        weights = self.attention_params() - (self.qkv_width + h if self.biases else 0) \
+            - self.q_lora_rank - self.kv_lora_rank
+        return 2 * (weights + mlp) + 2 * span * self.heads * (self.head_dim + self.v_head_dim)
 
     def head_forward_flops(self):
         """Forward FLOPs of the output projection per token."""
         return 2 * self.hidden * self.vocab
+
+    def mtp_forward_flops(self, span):
+        """Forward FLOPs of the MTP modules per token: each a block, its 2h -> h projection and the head."""
+        return self.mtp * (self.block_forward_flops(span) + 4 * self.hidden ** 2 + self.head_forward_flops())
+
+    def forward_flops(self, span):
+        """Forward FLOPs per token of the whole model, its MTP modules included."""
+        blocks = sum(self.block_forward_flops(span, i) for i in range(self.dense_layers)) \
+            + (self.layers - self.dense_layers) * self.block_forward_flops(span)
+        return blocks + self.head_forward_flops() + self.mtp_forward_flops(span)

@@ -158,3 +158,92 @@ def assert_export_round_trip(t, directory, reload, inputs, targets):
     for p, q in zip(back.parameters(), t.parameters()):       # a lone file holds the same numbers
         np.testing.assert_array_equal(p.data, q.data)
     return model, back
+
+
+def hf_deepseek(dims, seed=0, dtype="float64"):
+    """A DeepseekV3ForCausalLM with random weights - every norm gain, a router with opinions and a routing bias
+    of its own - run by transformers' eager attention and expert loop; ``dims`` are its config's."""
+    tf = transformers()                      # skips before torch is imported
+    import torch
+    torch.manual_seed(seed)
+    config = tf.DeepseekV3Config(bos_token_id=None, eos_token_id=None, pad_token_id=None, **dims)
+    config._experts_implementation, config._attn_implementation = "eager", "eager"
+    model = tf.DeepseekV3ForCausalLM(config).eval().to(getattr(torch, dtype))
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if name.endswith("norm.weight"):
+                p.add_(0.2 * torch.randn_like(p))
+            elif name.endswith("mlp.gate.weight"):
+                p.normal_(0.0, 0.3)
+        for name, b in model.named_buffers():
+            if name.endswith("e_score_correction_bias"):
+                b.copy_(0.05 * torch.randn_like(b))
+    return deepseek_in_its_dtype(model)
+
+
+def deepseek_in_its_dtype(model):
+    """transformers' DeepSeek-V3 computes its norms, rotary tables (YaRN's frequencies too), router and
+    attention softmax in float32 whatever the model's dtype; for a float64 reference they run here in
+    float64 with the same formulas - YaRN's by transformers' own function, run with float32 standing for
+    float64 (its softmax in float32 alone costs 1e-10 of the loss: measured)."""
+    import importlib
+
+    import torch
+    from transformers import modeling_rope_utils
+    if model.dtype != torch.float64:
+        return model
+    importlib.import_module(type(model).__module__).eager_attention_forward = float64_eager_attention
+    config = model.config
+    kind = config.rope_parameters.get("rope_type", "default")
+    saved = torch.float, torch.float32
+    torch.float = torch.float32 = torch.float64
+    try:
+        inv_freq, factor = modeling_rope_utils.ROPE_INIT_FUNCTIONS[kind](config) if kind != "default" else \
+            (1.0 / config.rope_parameters["rope_theta"] ** (torch.arange(0, config.qk_rope_head_dim, 2) /
+                                                            config.qk_rope_head_dim), 1.0)
+    finally:
+        torch.float, torch.float32 = saved
+    inv_freq = inv_freq.to(torch.float64)
+
+    def rotary(x, position_ids):
+        angles = position_ids[..., None].double() * inv_freq                        # (B, T, dr/2)
+        angles = torch.cat((angles, angles), dim=-1)
+        return (angles.cos() * factor).to(x.dtype), (angles.sin() * factor).to(x.dtype)
+
+    for m in model.modules():
+        kind = type(m).__name__
+        if kind.endswith("RMSNorm"):
+            m.forward = lambda h, m=m: m.weight * (h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + m.variance_epsilon))
+        elif kind.endswith("RotaryEmbedding"):
+            m.forward = rotary
+        elif kind.endswith("TopkRouter"):
+            m.forward = lambda h, m=m: deepseek_router(m, h)
+    return model
+
+
+def deepseek_router(gate, h):
+    """DeepseekV3TopkRouter.forward in the model's dtype (its float32 casts left out)."""
+    import torch
+    h = h.reshape(-1, gate.hidden_dim)
+    logits = torch.nn.functional.linear(h, gate.weight.to(h.dtype))
+    scores = logits.sigmoid()
+    choice = scores + gate.e_score_correction_bias.to(h.dtype)
+    group = choice.view(-1, gate.num_group, gate.num_experts // gate.num_group).topk(2, dim=-1)[0].sum(dim=-1)
+    keep = torch.zeros_like(group).scatter_(1, torch.topk(group, k=gate.topk_group, dim=-1)[1], 1)
+    keep = keep.unsqueeze(-1).expand(-1, gate.num_group, gate.num_experts // gate.num_group).reshape(len(h), -1)
+    idx = torch.topk(choice.masked_fill(~keep.bool(), float("-inf")), k=gate.top_k, dim=-1)[1]
+    w = scores.gather(1, idx)
+    if gate.norm_topk_prob:
+        w = w / (w.sum(dim=-1, keepdim=True) + 1e-20)
+    return logits, w * gate.routed_scaling_factor, idx
+
+
+def float64_eager_attention(module, query, key, value, attention_mask, scaling, dropout=0.0, **kwargs):
+    """transformers' eager_attention_forward with the softmax in the inputs' dtype (MLA: as many K/V heads
+    as heads, nothing to repeat)."""
+    import torch
+    weights = torch.matmul(query, key.transpose(2, 3)) * scaling
+    if attention_mask is not None:
+        weights = weights + attention_mask
+    weights = torch.nn.functional.softmax(weights, dim=-1)
+    return torch.matmul(weights, value).transpose(1, 2).contiguous(), weights

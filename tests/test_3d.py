@@ -92,9 +92,9 @@ def test_bucket_all_reduces_start_before_the_backward_ends(comm):
     t = trainer(comm, dp=comm.size, microbatches=2, bucket_mb=0.002)
     t.gradients(0)
     backward_end = t.engine.started + max(end for _, end, op, _, _ in t.engine.timeline if op == "B")
-    assert len(t.dp.buckets) > 3
+    assert len(t.dp.flats) > 3
     assert t.dp.launch_times[0] < backward_end
-    assert sum(1 for x in t.dp.launch_times if x < backward_end) >= len(t.dp.buckets) - 1
+    assert sum(1 for x in t.dp.launch_times if x < backward_end) >= len(t.dp.flats) - 1
     free(t)
 
 

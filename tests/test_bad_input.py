@@ -56,10 +56,11 @@ def test_training_refuses_text_too_short_for_one_window(tmp_path):
     ({"architectures": ["Qwen2MoeForCausalLM"], "model_type": "qwen2_moe", "num_experts": 8},
      "holds a Qwen2MoeForCausalLM: a mixture of experts hpcpar does not implement (it runs GPT-2 "
      "(GPT2LMHeadModel), Llama (LlamaForCausalLM), Mixtral (MixtralForCausalLM), Qwen3-MoE "
-     "(Qwen3MoeForCausalLM))"),
+     "(Qwen3MoeForCausalLM), DeepSeek-V3 (DeepseekV3ForCausalLM))"),
     ({"architectures": ["FalconForCausalLM"], "model_type": "falcon"},
      "holds a FalconForCausalLM, a family hpcpar does not implement (it runs GPT-2 (GPT2LMHeadModel), "
-     "Llama (LlamaForCausalLM), Mixtral (MixtralForCausalLM), Qwen3-MoE (Qwen3MoeForCausalLM))"),
+     "Llama (LlamaForCausalLM), Mixtral (MixtralForCausalLM), Qwen3-MoE (Qwen3MoeForCausalLM), DeepSeek-V3 "
+     "(DeepseekV3ForCausalLM))"),
 ], ids=["qwen2-moe", "falcon"])
 def test_a_family_hpcpar_does_not_implement_is_named(tmp_path, config, named):
     (tmp_path / "config.json").write_text(json.dumps(config))

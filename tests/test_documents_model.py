@@ -11,11 +11,13 @@ import pytest
 from hpcpar.data import MarkovLanguage, TokenFile, starts_file
 from hpcpar.nn import GPT, Context
 from hpcpar.nn.gpt import preset
+from hpcpar.nn.mtp import mtp_targets
 from hpcpar.ops.masks import kept_targets
 
 MODELS = {"gpt2": preset("tiny", vocab_size=29, seq_len=16, n_layer=2, d_model=16),
           "llama": preset("llama-tiny", vocab_size=29, seq_len=16, n_layer=2, n_head=4, n_kv_head=2, d_model=16,
-                          d_ff=24)}
+                          d_ff=24),
+          "deepseek-mtp": preset("deepseek-tiny", vocab_size=29, seq_len=16, n_layer=2, mtp_depth=2, mtp_lambda=1.0)}
 
 
 def packed_window(batch=3, seed=0):
@@ -35,15 +37,22 @@ def loss_and_grads(model, x, y, ctx):
 @pytest.mark.parametrize("window", [0, 3])
 @pytest.mark.parametrize("arch", list(MODELS))
 def test_packed_loss_is_the_mean_of_each_document_run_alone(arch, window):
-    model = GPT(replace(MODELS[arch], window=window), seed=3, dtype="float64")
+    if window and MODELS[arch].parts.latent:
+        pytest.skip("latent attention has no sliding window (refused)")
+    cfg = replace(MODELS[arch], window=window)
+    model = GPT(cfg, seed=3, dtype="float64")
     x, y, docs = packed_window()
     keep = kept_targets(docs)
-    packed, packed_grads = loss_and_grads(model, x, y, Context(docs=docs[:, :-1], keep=keep))
+    targets = mtp_targets(y, cfg.mtp_depth, docs) if cfg.mtp_depth else y    # MTP: no shift past a document
+    packed, packed_grads = loss_and_grads(model, x, targets, Context(docs=docs[:, :-1], keep=keep))
     alone, alone_grads, pieces = 0.0, None, 0
     for b in range(len(x)):
         for d in np.unique(docs[b, :-1]):
             t = np.flatnonzero(docs[b, :-1] == d)                       # one document's tokens, alone
-            loss, grads = loss_and_grads(model, x[b:b + 1, t], y[b:b + 1, t], Context(keep=keep[b:b + 1, t]))
+            y_alone = y[b:b + 1, t]
+            if cfg.mtp_depth:                   # its last target ends it: the next document's first token
+                y_alone = mtp_targets(y_alone, cfg.mtp_depth, docs[b:b + 1, np.append(t, t[-1] + 1)])
+            loss, grads = loss_and_grads(model, x[b:b + 1, t], y_alone, Context(keep=keep[b:b + 1, t]))
             alone += loss
             alone_grads = grads if alone_grads is None else {n: alone_grads[n] + g for n, g in grads.items()}
             pieces += 1
@@ -131,7 +140,7 @@ def test_prepare_records_where_each_document_starts(tmp_path):
     assert np.load(starts_file(tmp_path / "three" / "val.bin"))[0] == 0
 
 
-@pytest.mark.parametrize("arch", list(MODELS))
+@pytest.mark.parametrize("arch", [a for a in MODELS if not MODELS[a].parts.latent])     # MLA has no window
 def test_generation_keeps_only_the_window_and_reads_the_prompts_document(arch):
     """A window of 4: each windowed layer's KV cache holds 4 positions (a ring buffer), and the cached
     forward - a prompt, more of it, then a token at a time - gives the full forward's logits under the
@@ -190,11 +199,13 @@ def test_documents_on_the_device_match_numpy(monkeypatch, arch):
     cupy = device_module(monkeypatch)
     x, y, docs = packed_window()
     ctx = Context(docs=docs[:, :-1], keep=kept_targets(docs))
+    cfg = replace(MODELS[arch], window=0 if MODELS[arch].parts.latent else 3)
+    y = mtp_targets(y, cfg.mtp_depth, docs) if cfg.mtp_depth else y
     runs = []
     try:
         for name, xp in (("numpy", np), ("cupy", cupy)):
             backend.use(name)
-            model = GPT(replace(MODELS[arch], window=3), seed=3, dtype="float64")
+            model = GPT(cfg, seed=3, dtype="float64")
             loss, grads = loss_and_grads(model, xp.asarray(x), xp.asarray(y), ctx)
             runs.append((loss, {n: backend.to_numpy(g) for n, g in grads.items()}))
     finally:

@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 from hpcpar.pipeline.schedules import KINDS
+from test_deepseek_mpi import DEEPSEEK_DIMS
 from test_moe_train import MIXTRAL_DIMS
 from train_helpers import GPT_DIMS, LLAMA_DIMS, check_step, free, reference, rel_err, trainer
 
@@ -18,17 +19,20 @@ GPT = dict(GPT_DIMS, seq_len=16, layers=4, **DOCS)
 # a Llama whose every other layer has a window of 6 (gpt-oss's pattern), on top of the documents
 LLAMA = dict(LLAMA_DIMS, seq_len=16, **DOCS, window=6, window_layers="::2")
 MOE = dict(MIXTRAL_DIMS, seq_len=16, **DOCS, window=4)
+# latent attention with an MTP module: its shifted targets stop at each document's end, across cp shards
+DEEPSEEK = dict(DEEPSEEK_DIMS, seq_len=16, **DOCS)
 SCHEDULES = [dict(schedule=name, **({"chunks": 2} if kind.chunked else {})) for name, kind in KINDS.items()]
 
 # (dims, layout) checked at each world size: one step's loss and gradients
 LAYOUTS = {
     2: [(GPT, dict(cp=2)), (LLAMA, dict(cp=2)), (LLAMA, dict(cp=2, cp_kind="ulysses")),
         (GPT, dict(tp=2, sequence_parallel=True)), (LLAMA, dict(dp=2, zero=3)),
-        (MOE, dict(dp=2, ep=2))] + [(GPT, dict(pp=2, microbatches=4, **s)) for s in SCHEDULES],
+        (MOE, dict(dp=2, ep=2)), (DEEPSEEK, dict(cp=2))] + [(GPT, dict(pp=2, microbatches=4, **s)) for s in SCHEDULES],
     4: [(GPT, dict(cp=4)), (LLAMA, dict(cp=4)), (LLAMA, dict(tp=2, cp=2, sequence_parallel=True)),
         (GPT, dict(cp=2, pp=2, schedule="interleaved", chunks=2, microbatches=2, recompute=True)),
         (LLAMA, dict(cp=2, dp=2, cp_kind="ulysses", zero=2, recompute_attention=True)),
-        (GPT, dict(cp=2, dp=2, zero=1, boundary_targets=True)), (MOE, dict(cp=2, dp=2, ep=4))],
+        (GPT, dict(cp=2, dp=2, zero=1, boundary_targets=True)), (MOE, dict(cp=2, dp=2, ep=4)),
+        (DEEPSEEK, dict(pp=2, cp=2, microbatches=2))],
     8: [(GPT, dict(tp=2, cp=2, pp=2, microbatches=2)), (LLAMA, dict(cp=4, dp=2, zero=3)),
         (LLAMA, dict(cp=8)), (GPT, dict(tp=2, cp=2, dp=2, cp_kind="ulysses")),
         (dict(MOE, kv_heads=2), dict(tp=2, pp=2, dp=2, ep=2, microbatches=2))],

@@ -5,10 +5,11 @@ import pytest
 
 import hpcpar.data_parallel.replicas
 from hpcpar import progress
-from hpcpar.data_parallel.buckets import make_buckets
+from hpcpar.data_parallel.replicas import cut_buckets
 from hpcpar.nn.gpt import GPT, preset
 from hpcpar.nn.linear import Linear
 from hpcpar.nn.parameter import Parameter
+from test_nn import Reports
 from train_helpers import free, reference, rel_err, trainer
 
 
@@ -20,8 +21,8 @@ def test_a_bucket_never_waits_for_a_later_report():
     """Whole reports share a bucket while they fit; one that does not fit starts a new bucket; a report
     larger than a bucket is cut (between parameters) into several."""
     a, b, c, d, e = params(10, 30, 20, 20), params(10, 20), params(60, 60, 10), params(30), params(10)
-    buckets = make_buckets([a, b, c, d, e], bucket_bytes=8 * 100)
-    assert [bk.params for bk in buckets] == [a, b, c[:2], c[2:], d + e]
+    buckets = cut_buckets([a, b, c, d, e], bucket_bytes=8 * 100)
+    assert buckets == [a, b, c[:2], c[2:], d + e]
 
 
 def test_grad_groups_are_what_the_backward_reports():
@@ -29,7 +30,8 @@ def test_grad_groups_are_what_the_backward_reports():
     ids = np.random.default_rng(0).integers(0, 29, (2, 8))
     _, caches = model.forward(ids, targets=ids)
     reported = []
-    model.backward(1.0, caches, on_grads_ready=lambda ps: reported.append(list(ps)))
+    model.hooks = Reports(reported.append)
+    model.backward(1.0, caches, final=True)
     assert reported == [g for g in model.grad_groups() if g]
     assert sorted(id(p) for g in reported for p in g) == sorted(id(p) for p in model.parameters())
 

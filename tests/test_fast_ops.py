@@ -8,7 +8,7 @@ arithmetic (a maximum is exact in any order) the test says so and asks for equal
 import numpy as np
 import pytest
 
-from hpcpar.data_parallel.buckets import FlatSlice
+from hpcpar.data_parallel.flat import FlatSlice
 from hpcpar.ops.activation import gelu_backward, gelu_backward_fast, gelu_forward, gelu_forward_fast
 from hpcpar.ops.attention import (QUERY_BLOCK, attention_backward, attention_forward, causal_mask, causal_work,
                                   engine_block, query_blocks)

@@ -42,6 +42,18 @@ def test_gpt_on_the_device_matches_numpy(cupy, tied):
     same_run(lambda: GPT(cfg, seed=1, dtype="float64"), cupy, tokens[:, :-1], tokens[:, 1:])
 
 
+def test_deepseek_with_mtp_on_the_device_matches_numpy(cupy):
+    """MLA (YaRN, values wider than the heads), grouped routing and an MTP module on the device: numpy's loss
+    and gradients."""
+    from dataclasses import replace
+
+    from hpcpar.nn.mtp import mtp_targets
+    from test_mla import WIDE_V
+    cfg = replace(WIDE_V, mtp_depth=1)
+    tokens = np.random.default_rng(0).integers(0, cfg.vocab_size, size=(3, cfg.seq_len + 1))
+    same_run(lambda: GPT(cfg, seed=1, dtype="float64"), cupy, tokens[:, :-1], mtp_targets(tokens[:, 1:], 1))
+
+
 def test_mlp_on_the_device_matches_numpy(cupy):
     cfg = MLPConfig(d_in=8, d_model=16, d_ff=32, n_layer=3, d_out=4)
     rng = np.random.default_rng(1)
@@ -59,6 +71,20 @@ def test_a_step_copies_to_the_host_once(cupy, monkeypatch):
     counter = CopyCounter(cupy, monkeypatch)
     t.step(1)
     assert (counter.count, counter.staged) == (1, 0)
+
+
+def test_a_deepseek_step_with_mtp_copies_to_the_host_once(cupy, monkeypatch):
+    """MLA, and the MTP modules' loss sum on the device until the step's one all-reduce carries it (every
+    layer dense here: a mixture of experts copies its routing counts to the host, three a layer)."""
+    from mpi4py import MPI
+    from train_helpers import trainer
+    t = trainer(MPI.COMM_SELF, backend="cupy", dtype="float32", dims=dict(
+        model="deepseek-tiny", layers=2, hidden=32, heads=4, ffn=16, seq_len=8, synthetic_vocab=29, batch_size=8,
+        mtp=1, dims="first_dense=3"))
+    t.step(0)
+    counter = CopyCounter(cupy, monkeypatch)
+    t.step(1)
+    assert (counter.count, counter.staged) == (1, 0) and t.mtp_loss > 0
 
 
 def test_checkpoint_save_and_resume_from_device_arrays(cupy, tmp_path):

@@ -73,6 +73,33 @@ def test_grid_command_without_mpi():
     assert proc.stderr.strip() == "hpcpar: error: tp x pp x dp = 3 x 1 x 1 = 3 does not match the world size 4"
 
 
+def test_a_fold_cuts_a_group_into_blocks_and_their_complement():
+    """ep 2 folded into dp x cp = 4: the ep groups are consecutive ranks of it, the expert-data groups
+    the ranks at the same place in each block; folding a complement again (HSDP over the experts)."""
+    layout = GridLayout(16, tp=2, cp=2, dp=4)
+    members = layout.group(5, "dp", "cp")                       # rank 5: tp 1, cp 0, dp 1
+    assert members == [1, 3, 5, 7, 9, 11, 13, 15]
+    assert layout.folded(5, members, 2) == ([5, 7], [1, 5, 9, 13])
+    assert layout.folded(5, [1, 5, 9, 13], 2) == ([1, 5], [5, 13])
+    with pytest.raises(UsageError, match="does not fold into blocks of 3"):
+        layout.folded(5, members, 3)
+
+
+def test_grid_prints_the_expert_and_hsdp_groups():
+    proc, _ = run(hpcpar() + ["grid", "--ep", "2", "--dp", "4", "--world", "4"])
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stdout.splitlines()
+    assert lines[lines.index("ep 2 folded into dp x cp (comm/grid.py fold):") + 1].split() == ["ep", "groups", "0,1",
+                                                                                                "2,3"]
+    assert [line.split()[2:] for line in lines if line.startswith("  expert-data groups")] == [["0,2", "1,3"]]
+    proc, _ = run(hpcpar() + ["grid", "--dp", "8", "--dp-shard", "4", "--world", "8"])
+    assert [line.split()[2:] for line in proc.stdout.splitlines() if line.startswith("  shard groups")] == \
+        [["0,1,2,3", "4,5,6,7"]]
+    proc, _ = run(hpcpar() + ["grid", "--ep", "3", "--dp", "4", "--world", "4"])
+    assert proc.returncode == 2 and proc.stderr.strip() == "hpcpar: error: --ep 3 must divide dp x cp = 4"
+    assert not proc.stdout
+
+
 def test_ranks_per_node_shows_which_link_each_group_crosses():
     """Two nodes of 8, tp 4 x pp 2 x dp 2: TP and DP inside a node, only the pipeline crosses (tp-dp-pp);
     the order pp-dp-tp sends every TP all-reduce over the network instead."""

@@ -66,3 +66,19 @@ def test_a_communicator_over_any_set_of_axes(comm):
     grid = ParallelGrid(comm, dp=comm.size)
     assert grid.comm_over("dp", "cp") is grid.dp_comm is grid.dp_cp_comm
     grid.free()
+
+
+@pytest.mark.mpi(min_size=4)
+def test_folds_match_the_layout_and_are_made_once(comm):
+    """ParallelGrid.fold: the ep group and its complement, and a fold of that complement, are the pure
+    layout's groups on real ranks; folding again returns the same communicators, counted among the grid's."""
+    grid = ParallelGrid(comm, tp=2, dp=comm.size // 2)
+    layout = GridLayout(comm.size, tp=2, dp=comm.size // 2)
+    ep, edp = grid.fold(grid.dp_cp_comm, 2, ("ep", "edp"))
+    block, rest = layout.folded(comm.rank, layout.group(comm.rank, "dp"), 2)
+    assert ep.mpi.allgather(comm.rank) == block and edp.mpi.allgather(comm.rank) == rest
+    inner, across = grid.fold(edp, 1, ("edp_shard", "edp_across"))
+    assert inner.size == 1 and across.mpi.allgather(comm.rank) == rest
+    assert grid.fold(grid.dp_cp_comm, 2, ("ep", "edp")) == (ep, edp)
+    assert {"ep", "edp", "edp_shard", "edp_across"} <= {c.name for c in grid.communicators()}
+    grid.free()

@@ -41,10 +41,13 @@ def arrays(params):
 def test_planner_counts_a_block_as_the_engine_allocates_it(name):
     cfg = engine_cfg(name)
     job, _ = planner_view(run(model=name), cfg)
-    block = GPT(cfg, layers=[0], first=False, last=False).blocks[0]
-    assert job.model.layer_params() == arrays(block.parameters()) == cfg.block_params()
-    per_token = sum(g.flops for g in layer_gemms(job.model, 1, cfg.seq_len, 1)) / cfg.seq_len
-    assert per_token == gpt_block_forward_flops(cfg)
+    for i in (0, LAYERS - 1):              # DeepSeek's first block is dense, its last has experts
+        block = GPT(cfg, layers=[i], first=False, last=False).blocks[0]
+        assert job.model.layer_params(i) == arrays(block.parameters()) == cfg.block_params(i)
+        per_token = sum(g.flops for g in layer_gemms(job.model, 1, cfg.seq_len, 1, layer=i)) / cfg.seq_len
+        assert per_token == cfg.shape.block_forward_flops(cfg.seq_len, i)
+    assert job.model.layer_params() == cfg.block_params(LAYERS - 1)
+    assert sum(g.flops for g in layer_gemms(job.model, 1, cfg.seq_len, 1)) / cfg.seq_len == gpt_block_forward_flops(cfg)
     assert logits_gemm(job.model, 1, cfg.seq_len, 1).flops / cfg.seq_len == gpt_head_forward_flops(cfg)
 
 
@@ -160,3 +163,15 @@ def test_planner_ranks_hold_what_the_schedule_places(name, schedule, pp):
         assert job.stage_layers(layout)[rank] == sum(len(ranges[s]) for s in chunks)
         assert stage_params(job, layout, rank) == arrays(held.values())
     assert job.ends(layout) == placed.ends()
+
+
+@pytest.mark.parametrize("pp", [1, 2])
+def test_planner_counts_the_mtp_modules_on_the_last_stage(pp):
+    """DeepSeek-tiny with two MTP modules: the last stage's arrays - the modules, and on a pipeline their copy of
+    the token embedding - are the planner's, and the whole model's are its params + mtp_params."""
+    cfg = preset("deepseek-tiny", n_layer=LAYERS, vocab_size=32, mtp_depth=2)
+    job, layout = planner_view(run(pp, model="deepseek-tiny", pp=pp, mtp=2, batch_size=4 * pp), cfg)
+    for s, blocks in enumerate(partition(cfg.n_layer, pp, TrainConfig().partition, cfg)):
+        stage = GPT(cfg, layers=blocks, first=s == 0, last=s == pp - 1)
+        assert stage_params(job, layout, s) == arrays(stage.parameters())
+    assert cfg.n_params() == job.model.params(cfg.n_positions) + job.model.mtp_params() == arrays(GPT(cfg).parameters())

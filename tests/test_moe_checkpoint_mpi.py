@@ -23,7 +23,7 @@ def expert_numbers(t):
     """(expert numbers this rank holds, of its optimizer state) over the model's experts."""
     held = {id(p) for p in t.parameters() if p.expert}
     weights = sum(p.data.size for p in t.parameters() if p.expert)
-    state = sum(a.size for i, b in enumerate(t.dp.buckets) if all(id(p) in held for p in b.params)
+    state = sum(a.size for i, b in enumerate(t.dp.flats) if all(id(p) in held for p in b.params)
                 for a in t.optimizer.state.get(i, {}).values())
     return weights, state
 
@@ -115,7 +115,7 @@ def test_zero3_with_experts_resumes_exactly_and_reshards(comm, shared_dir):
     save_checkpoint(second, f"{shared_dir}/b", 3)
     free(second)
     third = trainer(comm, dp=4, ep=4, zero=3, reshard_after_forward=False, **STEPS)
-    assert all(u.resident == any(p.expert for p in u.params) for u in third.dp.units)
+    assert all(u.resident == any(p.expert for p in u.params) for u in third.dp.flats)
     assert load_checkpoint(third, f"{shared_dir}/b") == 3
     got.append(third.step(3))
     save_checkpoint(third, f"{shared_dir}/c", 4)

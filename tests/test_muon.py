@@ -212,11 +212,13 @@ def test_muon_resumes_bit_for_bit(tmp_path):
     assert "optimizer/exp_avg/h.0.attn.c_attn.weight" not in keys and names
 
 
-@pytest.mark.parametrize("dims", [GPT_DIMS, dict(LLAMA_DIMS, heads=4, kv_heads=2), dict(LLAMA_DIMS, kv_heads=4)],
-                         ids=["gpt2", "llama-gqa", "llama-mha"])
+@pytest.mark.parametrize("dims", [GPT_DIMS, dict(LLAMA_DIMS, heads=4, kv_heads=2), dict(LLAMA_DIMS, kv_heads=4),
+                                  dict(LLAMA_DIMS, model="deepseek-tiny", kv_heads=0)],
+                         ids=["gpt2", "llama-gqa", "llama-mha", "deepseek-mla"])
 def test_qk_clip_brings_each_head_to_tau(dims):
     """The maxima recorded are the forward's; clipping below them and running the same batch again gives
-    every head's largest logit tau exactly (q and k biases scaled too; a shared GQA key left alone).  One
+    every head's largest logit tau exactly (q and k biases scaled too; a shared GQA key, MLA's shared rotary
+    key left alone).  One
     layer: a deeper one's inputs change with the clip before it."""
     from mpi4py import MPI
     from train_helpers import trainer
@@ -237,7 +239,8 @@ def test_qk_clip_brings_each_head_to_tau(dims):
 
 
 @pytest.mark.parametrize("name, extra", [("tiny", {}), ("llama-tiny", {}), ("moe-tiny", dict(n_shared_expert=1)),
-                                         ("mixtral-tiny", dict(n_shared_expert=2))])
+                                         ("mixtral-tiny", dict(n_shared_expert=2)),
+                                         ("deepseek-tiny", dict(first_dense=0))])
 def test_the_shapes_matrices_are_the_engines(name, extra):
     """shape.py's block_matrices - what the planner counts - are the arrays the engine flags for Muon
     (experts' biases not among them)."""

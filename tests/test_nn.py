@@ -4,6 +4,7 @@ import pytest
 
 from gradcheck import assert_grad
 from hpcpar.nn import GPT, Context, GPTConfig, MLPConfig, MLPModel
+from hpcpar.nn.stage import StageHooks
 
 CFG = GPTConfig(vocab_size=23, seq_len=8, n_layer=2, n_head=2, d_model=8, dropout=0.0)
 
@@ -96,12 +97,20 @@ def test_stages_chained_equal_the_whole_model():
                 np.testing.assert_array_equal(p.grad, g[p.name])
 
 
+class Reports(StageHooks):
+    """The model's door (nn/stage.py) doing nothing but handing what the stage reports final to ``report``."""
+
+    def __init__(self, report):
+        self.grads_ready = lambda params: report(list(params))
+
+
 def test_grads_ready_reports_each_parameter_once_after_its_last_use():
     model = GPT(CFG, seed=0, dtype="float64")
     x, y = batch()
     loss, caches = model.forward(x, None, y)
     order = []
-    model.backward(1.0, caches, on_grads_ready=lambda ps: order.extend(p.name for p in ps))
+    model.hooks = Reports(lambda ps: order.extend(p.name for p in ps))
+    model.backward(1.0, caches, final=True)
     assert sorted(order) == sorted(p.name for p in model.parameters())
     assert order[-2:] == ["wte.weight", "wpe.weight"]     # the tied weight: final at the embedding
     assert order[0] == "ln_f.weight"

@@ -4,7 +4,7 @@ import math
 import numpy as np
 import pytest
 
-from hpcpar.data_parallel.buckets import FlatSlice
+from hpcpar.data_parallel.flat import FlatSlice
 from hpcpar.optim import AdamW, SGD, clip_coefficient, learning_rate, make_optimizer
 from hpcpar.runtime import UsageError
 from reference import need

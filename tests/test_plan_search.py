@@ -16,7 +16,7 @@ from hpcpar.runtime import UsageError
                                   "tp8-pp16-dp4-mb1-v1-1f1b-cp16-sp-z1", "tp1-pp1-dp8-mb2-v1-1f1b-z3-rcsel",
                                   "tp2-pp4-dp2-mb1-v3-interleaved-rcsel", "tp1-pp2-dp1-mb4-v1-gpipe",
                                   "tp2-pp4-dp2-mb1-v2-zb-v-z1", "tp1-pp8-dp1-mb1-v2-dualpipev-rcsel",
-                                  "tp1-pp4-dp2-mb2-v1-zb-h2"])
+                                  "tp1-pp4-dp2-mb2-v1-zb-h2", "tp1-pp1-dp32-mb1-v1-1f1b-z3-hs8-rcsel"])
 def test_layout_strings_round_trip(text):
     assert str(parse_layout(text)) == text
 
@@ -210,3 +210,25 @@ def test_a_no_recompute_gemm_efficiency_applies_only_where_nothing_is_recomputed
     # the GEMMs of this small model are compute-bound: their time goes as 1 / efficiency
     slow, usual = layer_times(job, none)["bwd GEMM dW"], layer_times(job, full)["bwd GEMM dW"]
     assert slow == pytest.approx(usual * 0.8 / 0.64, rel=1e-9)
+
+
+def test_hsdp_layouts_shard_inside_a_node_and_are_ranked_on_several():
+    """HSDP (-hsN): ZeRO over a shard group of N dp ranks (x cp), replicated across the rest.  The search
+    tries it on a job of several nodes only, with the shard group filling part of a node; on a network of
+    one port per node (1/8 of a DGX's per GPU) keeping the gathers inside the nodes ranks first."""
+    from dataclasses import replace
+    lay = parse_layout("tp1-pp1-dp32-mb2-v1-1f1b-z3-hs8")
+    assert (lay.replicas, lay.shard, lay.across) == (32, 8, 4)
+    job = small_job(gpus=32, batch=64)
+    assert job.check(lay) is None
+    assert "needs ZeRO" in job.check(Layout(1, 1, 32, mb=2, dp_shard=8))
+    assert "must divide dp" in job.check(Layout(1, 1, 32, mb=2, zero=1, dp_shard=3))
+    assert not any(c.dp_shard for c in candidates(small_job(), Space(zero=(3,))))       # one node: none
+    shards = {c.dp_shard for c in candidates(job, Space(zero=(0, 3), fixed=(("pp", 1),)))}
+    assert shards == {0, 8, 4, 2}               # tp 1: 8 dp ranks a node, tp 2: 4, tp 4: 2 (tp x dp-shard = 8)
+    flat, hsdp = (estimate(job, Layout(1, 1, 32, mb=2, zero=3, dp_shard=s)) for s in (0, 8))
+    assert hsdp.fsdp[0] < flat.fsdp[0] and hsdp.dp_total > 0 == flat.dp_total    # gathers inside, sum across
+    hw = job.hardware
+    slow = replace(job, hardware=replace(hw, inter=replace(hw.inter, bandwidth=hw.inter.bandwidth / 8)))
+    best = search(slow, Space(zero=(3,), fixed=(("tp", 1), ("pp", 1)))).estimates[0]
+    assert best.layout.dp_shard == 8, best.layout

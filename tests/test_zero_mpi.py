@@ -104,10 +104,10 @@ def test_resident_experts_round_their_compute_copy_each_step(comm):
     kw = dict(dp=4, ep=4, zero=3, dims=dict(MIXTRAL_DIMS, experts=4), dtype="float32", precision="bf16", lr=1e-2)
     t = trainer(comm, **kw)
     got = [t.step(s).loss for s in range(2)]
-    resident = [u for u in t.dp.units if u.resident]
+    resident = [u for u in t.dp.flats if u.resident]
     assert resident and all(p.expert for u in resident for p in u.params)
     for u in resident:
-        np.testing.assert_array_equal(u.full, u.shard.astype(u.full.dtype))
+        np.testing.assert_array_equal(u.compute, u.master.astype(u.compute.dtype))
     free(t)
     ref = reference(comm, **kw)
     want = [ref.step(s).loss for s in range(2)]
@@ -228,14 +228,14 @@ def test_zero3_rounds_the_routing_bias_compute_copy_after_it_moves(comm):
               lr=1e-2)
     t = trainer(comm, **kw)
     got = [t.step(s).loss for s in range(2)]
-    kept = [u for u in t.dp.units if any(p.name.endswith("e_score_correction_bias") for p in u.params)]
-    assert kept and all(u.resident and len(u.params) == 1 and u.full.dtype != u.shard.dtype for u in kept)
+    kept = [u for u in t.dp.flats if any(p.name.endswith("e_score_correction_bias") for p in u.params)]
+    assert kept and all(u.resident and len(u.params) == 1 and u.compute.dtype != u.master.dtype for u in kept)
     for u in kept:
-        assert np.abs(u.shard).max() > 0
-        np.testing.assert_array_equal(u.full, u.shard.astype(u.full.dtype))
+        assert np.abs(u.master).max() > 0
+        np.testing.assert_array_equal(u.compute, u.master.astype(u.compute.dtype))
     # its dp x cp copies are one parameter: a gradient on it would count once in the global norm
     for u in kept:
-        u.shard_grad[...] = 1.0
+        u.owned_grad[...] = 1.0
     once = t.grid.world_comm.mpi.allreduce(float(t.dp.norm_sq(t.dp.slices())))
     assert once == sum(u.size for u in kept) == 2 * 4                      # 2 layers x 4 experts
     free(t)

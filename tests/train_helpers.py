@@ -30,7 +30,7 @@ def reference(comm, **kw):
     """The single-rank run of the same configuration, computed on every rank (COMM_SELF)."""
     from mpi4py import MPI
     kw = dict(kw, tp=1, cp=1, pp=1, dp=1, ep=1, microbatches=1, schedule="1f1b", sequence_parallel=False, zero1=False,
-              zero=0, fsdp_blocks=1, reshard_after_forward=True, partition="uniform")
+              zero=0, fsdp_blocks=1, reshard_after_forward=True, partition="uniform", dp_shard=0, whole_tensors=False)
     kw.pop("chunks", None)
     kw.pop("schedule_file", None)
     return trainer(MPI.COMM_SELF, **kw)

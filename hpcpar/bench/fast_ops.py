@@ -8,7 +8,7 @@ bit for bit); only the time differs.
 import numpy as np
 
 from hpcpar.bench.common import Result, interleave, ms, summary, spread
-from hpcpar.data_parallel.buckets import FlatSlice
+from hpcpar.data_parallel.flat import FlatSlice
 from hpcpar.ops.activation import gelu_backward, gelu_backward_fast, gelu_forward, gelu_forward_fast
 from hpcpar.ops.attention import causal_mask
 from hpcpar.ops.softmax import softmax_forward, softmax_forward_fast

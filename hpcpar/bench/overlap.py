@@ -66,7 +66,7 @@ def run(quick):
         exposed[mode].append(t.dp.comm.stats.seconds["wait"] - before)
 
     def all_reduce_alone():
-        for b in t.dp.buckets:
+        for b in t.dp.flats:
             t.dp.comm.all_reduce_(b.grad)
     cases = {name: (lambda mode=mode: step(mode)) for mode, name in MODES.items()}
     cases["all-reduce alone"] = all_reduce_alone
@@ -94,9 +94,9 @@ def run(quick):
         setting = " with the progress thread" if progress == "1" else \
             f" with Iallreduce {algorithm}" if algorithm != "auto" else ""
         res.target(f"dp 2{setting}: all-reduce hidden (polled, median)", ">= 50%", pct(hidden), hidden >= 0.5)
-    n = sum(b.grad.nbytes for b in t.dp.buckets)
+    n = sum(b.grad.nbytes for b in t.dp.flats)
     res.table(f"dp {world.size}, MPIR_CVAR_ASYNC_PROGRESS={progress}, MPIR_CVAR_IALLREDUCE_INTRA_ALGORITHM="
-              f"{algorithm}: {len(t.dp.buckets)} buckets, "
+              f"{algorithm}: {len(t.dp.flats)} buckets, "
               f"{n / 2**20:.1f} MB of gradients (GPT hidden {t.mcfg.d_model}, {t.mcfg.n_layer} layers)",
               ["buckets", "step", "all-reduce alone", "exposed (best)", "exposed (median)", "hidden (best)",
                "hidden (median)"], rows,
@@ -109,7 +109,7 @@ def run(quick):
               f"{len(in_flight)} steps)",
               ["bucket", "size", "launched before finish() (median)", "still in flight at finish()"],
               [[i, f"{b.grad.nbytes / 2**20:.2f} MB", ms(x), pct(s)]
-               for i, (b, x, s) in enumerate(zip(t.dp.buckets, before_end, share))],
+               for i, (b, x, s) in enumerate(zip(t.dp.flats, before_end, share))],
               ["Buckets in backward order, cut where the backward reports gradients (Stage.grad_groups). "
                "The last ones - the first block's and the input embedding's - are launched as the backward "
                "ends: they cannot hide."])

@@ -7,6 +7,12 @@ between steps, and the working set a step adds) against its formula (the same mo
 --memory-budget checks) and against the planner's state terms for the same run (plan/memory.py).
 ZeRO-2 and 3 need dp > 1.
 
+At 8 ranks, the node boundary: the 8 ranks taken as two nodes of 4 (ranks 0-3 and 4-7), one step of
+ZeRO-3 over all 8 against HSDP (--dp-shard 4: ZeRO-3 inside each node, replicated across the two), and
+the payload each rank hands to MPI in groups whose ranks sit on both nodes, by operation - the count
+``hpcpar train``'s summary makes of a real multi-node run (comm/placement.py), and tests/slurm's HSDP
+check reads.
+
 At 2 and 8 ranks, speed: a step at dp 2 (dp 8) under ZeRO-1 and ZeRO-3 side by side (wall time, slowest rank, best
 round), and ZeRO-3 with and without prefetching: **blocked** is the time a step waits for its gathers,
 per wait on the rank that arrived last (the others wait for that rank too: imbalance, not communication);
@@ -80,6 +86,37 @@ def memory(world, quick, res):
     res.target("the planner within 10% of the count on every row", "<= 10 %", pct(off), off <= 0.1)
 
 
+def boundary(world, quick, res, per_node=4):
+    from hpcpar.comm.placement import world_ranks
+    dims = dict(MEMORY_MODEL, **(QUICK if quick else {}))
+    ops = ("all_gather", "reduce_scatter", "all_reduce")
+    rows, across = [], {}
+    for name, extra in (("ZeRO-3 over dp 8", {}), ("HSDP: ZeRO-3 over dp-shard 4, across 2", dict(dp_shard=4))):
+        t = trainer(world, dp=world.size, zero=3, **dims, **extra)
+        t.step(0)
+        for c in t.communicators():
+            c.stats.reset()
+        t.step(1)
+        mine = np.zeros(len(ops) + 1)                   # bytes across the boundary by op, and inside
+        for c in t.communicators():
+            spans = len({r // per_node for r in world_ranks(c.mpi, world)}) > 1
+            for i, op in enumerate(ops):
+                mine[i if spans else -1] += c.stats.bytes[op]
+        t.grid.free()
+        world.Allreduce(MPI.IN_PLACE, mine)
+        across[name] = mine[:-1].sum()
+        rows.append([name] + [size(b) for b in mine[:-1]] + [size(across[name]), size(mine[-1])])
+    flat, hsdp = across.values()
+    res.table(f"Bytes across the node boundary: dp 8 as two nodes of {per_node} ranks, one step of the small model "
+              "(float32)", ["", "all-gather", "reduce-scatter", "all-reduce", "across in all", "inside nodes"], rows,
+              ["payload handed to MPI, all ranks, in the groups whose ranks sit on both nodes (hpcpar train's "
+               "node-boundary count): an all-gather's own part, a reduce-scatter's whole input, an all-reduce's "
+               "buffer; HSDP sends across only the all-reduce of each rank's owned range (1/4 of the gradients)"])
+    res.figures["boundary"] = {"zero3": flat, "hsdp": hsdp}
+    res.target("HSDP: the bytes across the node boundary against ZeRO-3 over all", "< 1/2", ratio(hsdp / flat),
+               hsdp < flat / 2)
+
+
 def speed(world, quick, res):
     dims = QUICK if quick else BENCH_MODEL
     rounds = 2 if quick else 4
@@ -104,8 +141,8 @@ def speed(world, quick, res):
 
     def gathers_alone():
         """The same step's all-gathers, one after the other, blocking, with nothing to hide behind."""
-        for _ in range(fsdp.gathers // len(fsdp.units)):
-            for u in fsdp.units:
+        for _ in range(fsdp.gathers // len(fsdp.flats)):
+            for u in fsdp.flats:
                 u.start_gather()
                 u.finish_gather()
                 u.free()
@@ -142,5 +179,6 @@ def run(quick):
     res = Result()
     if world.size >= 8:
         memory(world, quick, res)
+        boundary(world, quick, res)
     speed(world, quick, res)
     return res if world.rank == 0 else None

@@ -87,6 +87,10 @@ class Architecture:
     qk_norm: bool = False      # Qwen3-MoE: RMSNorm over each head's queries and keys
     window: int = 0            # Mixtral, Qwen3-MoE: sliding-window attention (config.json's sliding_window)
     window_layers: str = ""    # ... in these layers ("": all; layer_types' "sliding_attention" ones)
+    n_shared_expert: int = 0   # DeepSeek-V3 (checkpoint/deepseek_v3.py): the shared experts,
+    router_score: str = "softmax"   # ... the router's scores,
+    mtp_depth: int = 0         # ... the MTP modules the file holds,
+    dims: str = ""             # ... and its further sizes (nn/dims.py's text)
 
 
 def read_header(path, what):

@@ -1,22 +1,25 @@
 """Hugging Face files of the families the engine runs: GPT-2 (gpt2.py), Llama (llama.py), Mixtral
-(mixtral.py: a Llama with mixtures of experts, whose experts the file holds one by one) and Qwen3-MoE
-(qwen3_moe.py: a Mixtral with QK-norm, its experts under other names).
+(mixtral.py: a Llama with mixtures of experts, whose experts the file holds one by one), Qwen3-MoE
+(qwen3_moe.py: a Mixtral with QK-norm, its experts under other names) and DeepSeek-V3 (deepseek_v3.py:
+latent attention, Qwen3-MoE's expert names, the MTP modules as layers after the model's).
 
 What is the same for both lives here, once: which family a file holds (or which family it holds that
 hpcpar does not implement), taking a run's family and dimensions from it (``--init-from``), and the way between a file's tensors and our parameters - the family's prefix
 (``transformer.`` or ``model.``; ``lm_head.weight`` has none) and, for Llama's projections, a transpose.
 """
-from hpcpar.checkpoint import gpt2, llama, mixtral, qwen3_moe
+from hpcpar.checkpoint import deepseek_v3, gpt2, llama, mixtral, qwen3_moe
+from hpcpar.nn.dims import dims_text, parse_dims
 from hpcpar.nn.gpt import ARCHITECTURES
 from hpcpar.runtime import UsageError
 
-FAMILIES = {"gpt2": gpt2, "llama": llama}     # the module that reads and writes each family's files
-FILE_FAMILIES = dict(FAMILIES, mixtral=mixtral, qwen3_moe=qwen3_moe)   # ... and each family a file may hold
+FAMILIES = {"gpt2": gpt2, "llama": llama, "deepseek_v3": deepseek_v3}   # the module that reads and writes each
+FILE_FAMILIES = dict(FAMILIES, mixtral=mixtral, qwen3_moe=qwen3_moe)   # family's files, and each a file may hold
 WITH_EXPERTS = (mixtral, qwen3_moe)             # the families whose files hold experts one by one
 PRESET_OF = {"gpt2": "tiny", "llama": "llama-tiny", "mixtral": "mixtral-tiny",     # --model for a file of it
-             "qwen3_moe": "qwen3-moe-tiny"}
+             "qwen3_moe": "qwen3-moe-tiny", "deepseek_v3": "deepseek-tiny"}
 HF_NAMES = {"gpt2": "GPT-2 (GPT2LMHeadModel)", "llama": "Llama (LlamaForCausalLM)",
-            "mixtral": "Mixtral (MixtralForCausalLM)", "qwen3_moe": "Qwen3-MoE (Qwen3MoeForCausalLM)"}
+            "mixtral": "Mixtral (MixtralForCausalLM)", "qwen3_moe": "Qwen3-MoE (Qwen3MoeForCausalLM)",
+            "deepseek_v3": "DeepSeek-V3 (DeepseekV3ForCausalLM)"}
 # what makes a Hugging Face model a mixture of experts: keys of its config.json (Mixtral, Qwen-MoE,
 # DeepSeek, ...), and a piece of its tensor names
 EXPERT_KEYS = ("num_local_experts", "num_experts", "n_routed_experts")
@@ -46,6 +49,9 @@ def family(mcfg):
         some = f" in layers {mcfg.window_layers}" if mcfg.window_layers else ""
         raise UsageError(f"a {mcfg.parts.title} with a sliding window{some} has no Hugging Face model to write "
                          f"(Mixtral and Qwen3-MoE files window every layer): keep it as a checkpoint (--save)")
+    if mcfg.mtp_depth and not mcfg.parts.latent:
+        raise UsageError(f"a {mcfg.parts.title} with MTP modules has no Hugging Face model to write (DeepSeek-V3's "
+                         f"files hold them): keep it as a checkpoint (--save)")
     if not mcfg.n_expert:
         return FAMILIES[mcfg.arch]
     if not held:
@@ -72,7 +78,9 @@ def file_metadata(mcfg):
 
 def from_file(tensors):
     """A file's tensors (our names, each in our layout) -> our parameters: a Mixtral's or a Qwen3-MoE's
-    experts stacked (each family's names are its own)."""
+    experts stacked (each family's names are its own; DeepSeek-V3's are Qwen3-MoE's), a DeepSeek-V3's MTP
+    modules' copies of the embedding and head dropped."""
+    tensors = deepseek_v3.without_copies(tensors)
     for held in WITH_EXPERTS:
         if held.NAMES.held_by(tensors):
             return mixtral.stacked(tensors, held.NAMES)
@@ -82,6 +90,8 @@ def from_file(tensors):
 def to_file(weights, mcfg):
     """Our parameters -> the tensors of the file of its family (the inverse of ``from_file``)."""
     held = family(mcfg)
+    if held is deepseek_v3:
+        return deepseek_v3.to_file(weights, mcfg)
     return mixtral.unstacked(weights, mcfg.n_layer, held.NAMES) if held in WITH_EXPERTS else weights
 
 
@@ -105,6 +115,8 @@ def file_family(path, what="--init-from"):
         moe = ": a mixture of experts hpcpar does not implement" if any(key in hf for key in EXPERT_KEYS) else \
             ", a family hpcpar does not implement"
         raise UsageError(f"{what} {path} holds a {name}{moe} (it runs {runs})")
+    if gpt2.read_header(gpt2.weights_file(path), what)[1].get("model_type") == "deepseek_v3":
+        return "deepseek_v3"                    # a lone file of ours (its experts are named as Qwen3-MoE's)
     if mixtral.holds_mixtral(path, what):
         return "mixtral"
     if qwen3_moe.holds_qwen3_moe(path, what):
@@ -138,7 +150,8 @@ def adopt(cfg):
                                ("positions", "positions", arch.n_positions), ("ln-eps", "ln_eps", arch.ln_eps),
                                ("rope-theta", "rope_theta", arch.rope_theta), ("experts", "experts", arch.n_expert),
                                ("top-k", "top_k", arch.top_k), ("window", "window", arch.window),
-                               ("window-layers", "window_layers", arch.window_layers)):
+                               ("window-layers", "window_layers", arch.window_layers),
+                               ("shared-experts", "shared_experts", arch.n_shared_expert), ("mtp", "mtp", arch.mtp_depth)):
         mine = getattr(cfg, attr)
         if mine and theirs and mine != theirs:
             raise UsageError(f"--{flag} {mine} contradicts {where}, which has {theirs}")
@@ -150,6 +163,13 @@ def adopt(cfg):
     if arch.n_expert and not cfg.norm_topk and arch.norm_topk:
         raise UsageError(f"--no-norm-topk contradicts {where}, which renormalises its top-k scores")
     cfg.norm_topk = arch.norm_topk
+    if arch.dims:                                # DeepSeek-V3's further sizes: the file's, unless --dims contradicts
+        mine, theirs = parse_dims(cfg.dims), parse_dims(arch.dims)
+        for name, value in mine.items():
+            if theirs.get(name, value) != value:
+                raise UsageError(f"--dims {name}={value} contradicts {where}, which has {theirs[name]}")
+        cfg.dims = dims_text({**theirs, **mine})
+        cfg.router_score = arch.router_score
     if cfg.untied and arch.tied:
         raise UsageError(f"--untied contradicts {where}, whose output head is the tied token embedding")
     cfg.untied = not arch.tied and not ARCHITECTURES[arch.arch].own_head_only   # a Llama's head is always its own

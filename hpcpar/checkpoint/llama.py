@@ -19,7 +19,10 @@ from hpcpar.nn.gpt import ARCHITECTURES
 from hpcpar.runtime import UsageError
 
 PREFIX = ARCHITECTURES["llama"].hf_prefix
-_LINEAR = re.compile(r"\.(self_attn\.[qkvo]|mlp\.(gate|up|down))_proj\.weight$")
+# a torch Linear's weight: Llama's projections, and DeepSeek-V3's (checkpoint/deepseek_v3.py): the latent
+# attention's, the shared experts', the MTP modules' eh_proj
+_LINEAR = re.compile(r"\.(self_attn\.([qkvo]|q_[ab]|kv_b)_proj|self_attn\.kv_a_proj_with_mqa|"
+                     r"mlp\.(shared_experts\.)?(gate|up|down)_proj|eh_proj)\.weight$")
 _LAYER = re.compile(r"^layers\.(\d+)\.")
 
 

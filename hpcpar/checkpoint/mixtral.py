@@ -94,10 +94,13 @@ def stacked(tensors, names=NAMES):
 
 
 def unstacked(weights, n_layer, names=NAMES):
-    """Our names and layouts -> the file's (the inverse of ``stacked``; Llama's tensors left as they are)."""
+    """Our names and layouts -> the file's (the inverse of ``stacked``; Llama's tensors left as they are).
+    Layers without experts (DeepSeek-V3's first, dense ones) stay as they are."""
     out = dict(weights)
     gate_name, up_name, down_name = names.projections
     for i in range(n_layer):
+        if _ours(i)[0] not in out:
+            continue
         gate, gate_up, down = (out.pop(n) for n in _ours(i))
         out[f"layers.{i}.{names.block}.gate.weight"] = gate.T
         F = down.shape[1]

@@ -1,5 +1,5 @@
-"""Sample text from a trained GPT-2 or Llama (with experts: Mixtral, Qwen3-MoE): a checkpoint, an --export, or
-Hugging Face weights (one rank).
+"""Sample text from a trained GPT-2, Llama (with experts: Mixtral, Qwen3-MoE) or DeepSeek-V3: a checkpoint, an
+--export, or Hugging Face weights (one rank).  After the text, the KV cache's bytes per token go to stderr.
 
   hpcpar generate runs/ck --prompt "Alice was" --max-tokens 60
   hpcpar generate runs/export --temperature 0.8 --top-k 40 --seed 1
@@ -14,7 +14,7 @@ HELP = "sample text from a trained model (KV cache, one rank)"
 
 def add_arguments(p):
     p.add_argument("model", help="checkpoint directory, --export directory or .safetensors, or a Hugging Face "
-                                 "GPT-2, Llama, Mixtral or Qwen3-MoE save_pretrained directory")
+                                 "GPT-2, Llama, Mixtral, Qwen3-MoE or DeepSeek-V3 save_pretrained directory")
     p.add_argument("--prompt", default=None, help="text to continue (default: the end-of-text token)")
     p.add_argument("--max-tokens", type=int, default=100, help="tokens to generate (default: 100)")
     p.add_argument("--temperature", type=float, default=1.0, help="0: greedy; < 1 sharper, > 1 flatter "
@@ -39,7 +39,9 @@ def run(args):
             raise UsageError(f"--{name.replace('_', '-')} must not be negative, got {getattr(args, name)}")
     if args.temperature < 0:
         raise UsageError(f"--temperature must not be negative, got {args.temperature}")
-    from hpcpar.training.generate import generate, load_model
+    import sys
+
+    from hpcpar.training.generate import cache_report, generate, load_model
     model, saved = load_model(args.model, args.dtype)
     tok = load_tokenizer(args.tokenizer or saved) if (args.tokenizer or saved) else None
     if tok is None:
@@ -52,6 +54,7 @@ def run(args):
         prompt = tok.encode(args.prompt).ids
     separator = tok.token_to_id(EOT) if tok is not None and (args.documents or model.documents) else None
     ids = generate(model, prompt, args.max_tokens, args.temperature, args.top_k, args.seed, separator)
+    print(cache_report(model.cfg, model.embed.wte.data.itemsize), file=sys.stderr)
     if tok is None:
         print(" ".join(map(str, ids)))
     else:

@@ -13,7 +13,7 @@
                                                 every term of one hpcpar train step on this machine
 
 --model: gpt2, gpt3-175b, llama-70b, ... (the files in hpcpar/plan/models), a .toml file, or dims such
-as l=24,h=2048,a=16,V=50257[,kv=8,f=5632,gated=1,tied=0].  --hardware: a100, h100, h200 or a profile
+as l=24,h=2048,a=16,V=50257[,kv=8,f=5632,gated=1,tied=0].  --hardware: a100, h100, h200, h800 or a profile
 .toml (e.g. from `hpcpar plan calibrate`).  A LAYOUT is written tp8-pp8-dp16-mb1-v1-1f1b[-cp2[-ulysses]]
 [-ep8][-sp][-z1|-z2|-z3][-rcsel|-rcfull]: tensor, pipeline and data parallel sizes, micro-batch size,
 chunks per stage, schedule (gpipe, 1f1b, interleaved, zb-h1, zb-h2, zb-v, dualpipev), sequence
@@ -33,7 +33,7 @@ def add_arguments(p):
     p.add_argument("--model", help="preset name, model .toml, or dims l=..,h=..,a=..,V=..")
     p.add_argument("--gpus", type=int, help="GPUs (ranks) in the job")
     p.add_argument("--gpus-per-node", type=int, help="GPUs per node (default: the hardware profile's)")
-    p.add_argument("--hardware", default="a100", help="a100, h100, h200 or a profile .toml (default a100)")
+    p.add_argument("--hardware", default="a100", help="a100, h100, h200, h800 or a profile .toml (default a100)")
     p.add_argument("--global-batch", type=int, help="sequences per step")
     p.add_argument("--seq-len", type=int, help="tokens per sequence")
     p.add_argument("--dtype", default=None, choices=["bf16", "fp16", "fp32", "fp64"],
@@ -43,6 +43,9 @@ def add_arguments(p):
                    help="TP collectives overlapped with the GEMMs (--no-overlap-tp: exposed, the default)")
     p.add_argument("--fp8", action="store_true", help="linear-layer GEMMs in fp8 (needs an fp8 peak)")
     p.add_argument("--zero", type=int, choices=[0, 1, 2, 3], help="pin the ZeRO stage (3: FSDP)")
+    p.add_argument("--dp-shard", type=int, metavar="N",
+                   help="pin HSDP: ZeRO over groups of N dp ranks, replicated across them (0: over every dp rank; "
+                        "default: on several nodes both tried, the groups filling part of a node)")
     p.add_argument("--optimizer", default="adamw", choices=["adamw", "muon"],
                    help="muon: one momentum for the blocks' matrices, Newton-Schulz and its TP messages in the step")
     p.add_argument("--muon-tp", default="duplicated", choices=["duplicated", "distributed", "blockwise"],
@@ -141,6 +144,8 @@ def _space(args):
             raise UsageError(f"{what} does not divide the {args.gpus} GPUs")
     if args.zero is not None:
         fixed["zero"] = args.zero
+    if args.dp_shard is not None:
+        fixed["dp_shard"] = args.dp_shard
     if args.recompute:
         fixed["recompute"] = args.recompute
     if args.cp_kind:

@@ -9,11 +9,12 @@ that happens inside every layer), a context-parallel ring comes next (key/value 
 attention layer), pipeline neighbours are TP*CP*DP ranks apart (across servers: one activation per
 micro-batch), and data-parallel replicas fill the rest (one gradient all-reduce per step).
 
-The grid knows its axes only from ``AXES``: a new one (expert parallelism, say) is one more word there,
-and sizes, orders, coordinates, groups and communicators follow.  The axes of ``NAMED`` - the 3D grid -
-are in every order, map and coordinate; another axis is left out of them while its size is 1 (the
-grid is then the smaller one, rank for rank), and an order may leave it out: it then sits right after
-the axis before it in ``AXES`` (cp right after tp).  ``GridLayout`` is the pure arithmetic (usable
+The grid knows its axes only from ``AXES``: a new one is one more word there, and sizes, orders,
+coordinates, groups and communicators follow; an axis that lives inside a group is a *fold* of it
+(``fold``: expert parallelism inside dp x cp, HSDP's shard groups inside the replicas).  The axes of
+``NAMED`` - the 3D grid - are in every order, map and coordinate; another axis is left out of them
+while its size is 1 (the grid is then the smaller one, rank for rank), and an order may leave it out:
+it then sits right after the axis before it in ``AXES`` (cp right after tp).  ``GridLayout`` is the pure arithmetic (usable
 without MPI, for teaching and planning); ``ParallelGrid`` adds the communicators.
 """
 from collections.abc import Mapping
@@ -147,6 +148,16 @@ class GridLayout:
                 out.append(g)
         return out
 
+    def folded(self, rank, members, size):
+        """An axis of ``size`` folded into the group ``members``: (this rank's block of ``size`` consecutive
+        members, its complement: the members at its place in every block) - ep in dp x cp: the ep and
+        the expert-data-parallel groups; HSDP: the shard group and the ranks across the groups."""
+        if size < 1 or len(members) % size:
+            raise UsageError(f"a group of {len(members)} ranks does not fold into blocks of {size}")
+        i = members.index(rank)
+        start = i - i % size
+        return members[start:start + size], members[i % size::size]
+
     def pipeline_neighbours(self, rank):
         """(previous, next) stage ranks in this rank's pipeline; None at the ends."""
         c = self.index(rank)
@@ -213,7 +224,7 @@ class ParallelGrid(GridLayout):
             (context-parallel ranks saw other tokens of the same sequences); the dp group when cp = 1
       mp  - the model-parallel group tp x pp of one replica (global grad norm)
     and, on demand, ``comm_among(axis, coordinates)``: a part of one group (the pipeline ranks that hold
-    the two ends of a tied embedding - which ones, the schedule's placement says).
+    the two ends of a tied embedding - which ones, the schedule's placement says), and ``fold``'s groups.
     """
 
     def __init__(self, comm=None, order=DEFAULT_ORDER, **sizes):
@@ -227,7 +238,7 @@ class ParallelGrid(GridLayout):
         self.rank_id = comm.rank
         self.coords = self.coord(comm.rank)
         self.prev_rank, self.next_rank = self.pipeline_neighbours(comm.rank)
-        self._made = {}         # axes -> Communicator, every one comm_over made
+        self._made = {}         # axes (a fold's: name and ranks) -> (axes, Communicator, its world ranks)
         self.parts = []         # the communicators comm_among made
         for axis, i in self.index(comm.rank).items():
             setattr(self, f"{axis}_rank", i)
@@ -242,17 +253,22 @@ class ParallelGrid(GridLayout):
         group of its own (counted apart from cp's ring) when dp = 1 < cp.  ``name``: a
         communicator of its own under that name (counted apart), whatever its members."""
         wide = axes[:1] + tuple(a for a in axes[1:] if self.sizes[a] > 1)
-        if (name or wide) not in self._made:
+        return self._comm(name or wide, wide, self.group(self.rank_id, *wide), name or "_".join(wide))
+
+    def fold(self, group, size, names):
+        """Collective over the world: ``folded``'s groups of ``group`` (this grid's), named ``names``."""
+        axes, members = next((axes, ranks) for axes, c, ranks in self._made.values() if c is group)
+        return tuple(self._comm((name,) + tuple(ranks), axes, ranks, name)
+                     for ranks, name in zip(self.folded(self.rank_id, members, size), names))
+
+    def _comm(self, key, axes, ranks, name):
+        """The Communicator of ``ranks`` (this rank's group in a partition of the world), made once."""
+        if key not in self._made:
             from hpcpar.comm import Communicator
-            at = self.index(self.rank_id)
             # Split(color, key): ranks with equal color form a group, ordered by key
-            color = self.rank(at, **{a: 0 for a in wide})
-            key = 0
-            for a in wide:
-                key = key * self.sizes[a] + at[a]
-            comm = Communicator(self.world_comm.mpi.Split(color, key), name or "_".join(wide))
-            self._made[name or wide] = (wide, comm)
-        return self._made[name or wide][1]
+            comm = Communicator(self.world_comm.mpi.Split(ranks[0], ranks.index(self.rank_id)), name)
+            self._made[key] = (axes, comm, ranks)
+        return self._made[key][1]
 
     def comm_among(self, axis, coordinates, name):
         """Collective over the world: a Communicator of the ranks of this rank's ``axis`` group whose
@@ -273,11 +289,11 @@ class ParallelGrid(GridLayout):
         """Every communicator of this rank, each once: those over the axes a map names (an axis of size
         1 that the grid leaves out has nothing to say), the world, and the parts."""
         shown = set(self.shown_axes())
-        return [c for axes, c in self._made.values() if shown & set(axes)] + [self.world_comm] + self.parts
+        return [c for axes, c, _ in self._made.values() if shown & set(axes)] + [self.world_comm] + self.parts
 
     def free(self):
         """Release the sub-communicators (tests build many grids in one job)."""
-        for c in [c for _, c in self._made.values()] + self.parts:
+        for c in [c for _, c, _ in self._made.values()] + self.parts:
             c.mpi.Free()
 
     def __str__(self):

@@ -35,7 +35,7 @@ def check_context_parallel(cp, seq_len, tp=1, sequence_parallel=False, kind="rin
 def parallelize_context(stage, comm, kind="ring"):
     """Give every attention layer of ``stage`` the ``kind`` core over ``comm``. Returns ``stage``."""
     if comm.size > 1:
-        for block in stage.blocks:
+        for block in stage.transformer_blocks():
             if hasattr(block, "attn"):                   # a transformer block
                 block.attn.core = CORES[kind](comm)
     return stage

@@ -5,8 +5,8 @@ from types import SimpleNamespace
 import numpy as np
 
 from hpcpar.course.on_ranks import COLLECTIVES, Watched, check_ring_messages, groups, stage
+from hpcpar.data_parallel.flat import FlatBuffer
 from hpcpar.course.wrong import Wrong
-from hpcpar.data_parallel.buckets import Bucket
 
 # --- exercise 1: the ring all-reduce, simulated ------------------------------------------------------
 
@@ -136,7 +136,8 @@ def zero1_shard(numel, dp, rank):
     """Reference: the [lo, hi) of a bucket of ``numel`` gradient numbers, padded as hpcpar pads it,
     that ``rank`` of ``dp`` updates under ZeRO-1."""
     grads = SimpleNamespace(data=np.zeros(numel), grad=np.zeros(numel))    # one parameter is all it takes
-    return Bucket([grads], dp).zero_range(rank, dp)
+    flat = FlatBuffer([grads], SimpleNamespace(size=dp, rank=rank))
+    return flat.lo, flat.hi
 
 
 def check_zero1_shard(f):

@@ -1,7 +1,7 @@
 """ZeRO-3 exercise (docs/course/14-zero.md, docs/zero.md): gather a unit before its forward, free it after.
 
-One rank of p is simulated: its units are laid out by the engine (hpcpar/data_parallel/fsdp.py's
-``Unit``: the parameters end to end, padded with zeros to p k numbers, this rank keeping [rank k,
+One rank of p is simulated: its units are laid out by the engine (hpcpar/data_parallel/flat.py's
+``FlatBuffer``: the parameters end to end, padded with zeros to p k numbers, this rank keeping [rank k,
 (rank + 1) k)), and the all-gather is a stand-in for ``Communicator.iall_gather_`` whose data arrives
 only when the request is waited for - the latest MPI may deliver it.  Inside each unit's forward the
 check looks at what the rank holds: the unit's parameters whole, the next unit's gather in flight
@@ -14,7 +14,8 @@ from types import SimpleNamespace
 import numpy as np
 
 from hpcpar.course.wrong import Wrong
-from hpcpar.data_parallel.fsdp import FullyShardedDataParallel, Unit
+from hpcpar.data_parallel.flat import FlatBuffer
+from hpcpar.data_parallel.fsdp import FullyShardedDataParallel
 from hpcpar.nn.stage import Stage
 
 # the units: a tanh layer each, (weight, bias) shapes; their padded sizes differ for every p checked,
@@ -31,8 +32,8 @@ def zero3_forward(units, layers, x, comm):
     stage = Stage()
     stage.blocks = modules
     hooks = FullyShardedDataParallel([stage], comm)
-    for engine, mine in zip(hooks.units, units):
-        engine.shard[...] = mine.shard
+    for engine, mine in zip(hooks.flats, units):
+        engine.master[...] = mine.shard
     y, _ = stage.forward(x)
     return y
 
@@ -119,11 +120,11 @@ def _run(f, p, rank, rng, dtype):
         return [SimpleNamespace(name=f"{'wb'[i]}{j}", data=v.copy(), grad=np.zeros_like(v))
                 for i, v in enumerate(values[j])]
     # every rank's slices, laid out by the engine
-    shards = [[Unit(params(j), SimpleNamespace(size=p, rank=q), None).shard for q in range(p)]
+    shards = [[FlatBuffer(params(j), SimpleNamespace(size=p, rank=q), gathered=True).master for q in range(p)]
               for j in range(len(LAYERS))]
-    units = [Unit(params(j), SimpleNamespace(size=p, rank=rank), None) for j in range(len(LAYERS))]
+    units = [FlatBuffer(params(j), SimpleNamespace(size=p, rank=rank), gathered=True) for j in range(len(LAYERS))]
     gathers = _Gathers(p, rank, shards, [u.size for u in units], what)
-    given = [SimpleNamespace(shard=u.shard.copy(), segments=list(u.segments)) for u in units]
+    given = [SimpleNamespace(shard=u.master.copy(), segments=list(u.segments)) for u in units]
 
     def layer(j):
         def forward(x):

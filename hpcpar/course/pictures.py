@@ -4,7 +4,7 @@
 Each picture shows what a lesson explains, not what its exercise asks: the blocks of causal attention
 (query_blocks), a ring all-reduce's state step by step (the course's simulated ring), the column and
 row cuts of a tensor-parallel pair (Shard), GPipe's timeline (the simulator), a ZeRO-1 bucket's slices
-(Bucket: parameters and padding), the rank grid over two nodes (GridLayout), the causal balance of context parallelism
+(FlatBuffer: parameters and padding), the rank grid over two nodes (GridLayout), the causal balance of context parallelism
 (balanced_positions), ZB-H1's postponed weight gradients, and the rows of an expert all-to-all.
 """
 import sys
@@ -87,10 +87,10 @@ def timeline(name, path, stages=4, microbatches=8):
 
 
 def zero1_bucket(path):
-    from hpcpar.data_parallel.buckets import Bucket
+    from hpcpar.data_parallel.flat import FlatBuffer
     dp, sizes = 4, (5, 3, 6)
     params = [SimpleNamespace(data=np.zeros(n), grad=np.zeros(n)) for n in sizes]
-    bucket = Bucket(params, dp)
+    bucket = FlatBuffer(params, SimpleNamespace(size=dp, rank=0))
     fig = _figure(7, 1.2)
     ax = fig.subplots()
     for i, (_, a, b) in enumerate(bucket.segments):

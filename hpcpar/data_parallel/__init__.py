@@ -1,2 +1,3 @@
-"""Data parallelism: replicas that average gradients (replicas.py) over flat gradient
-buckets (buckets.py), and the ZeRO stages that shard them."""
+"""Data parallelism: the replicas protocol (protocol.py) and its two implementations - replicas that sum
+their gradients in buckets (replicas.py: ZeRO 0-2) and fully sharded units (fsdp.py: ZeRO-3) - over one
+flat buffer (flat.py); the model state each ZeRO stage holds (zero_memory.py)."""

@@ -2,15 +2,16 @@
 plan/memory.py uses too), the engine's run put into it (``formula``: what --memory-budget checks before
 anything is allocated), and the same counted from the engine's own arrays (``held``).
 
-Per rank, P numbers of its pipeline stage (its TP shard), n = dp x cp, U the largest unit (ZeRO-3: a
-block, --fsdp-blocks of them, or the token embedding); bytes a number: m of the weights the optimizer
-updates, r of a compute copy kept beside them (mixed precision; 0 without one), g of a gradient, o of
-the optimizer state (ZeRO-1 shards it), c of a gathered number (the compute dtype).  A mixture of
-experts' routed experts (X numbers, E/ep of them on a rank) follow the same table with n / ep for n:
-their replicas are the ranks of dp x cp that hold the same experts.  Under ZeRO-3 a block's experts
-are a unit of their own over that group, gathered with the block's other unit (U counts both); over a
-group of one rank (ep = dp x cp) they stay whole - ZeRO-0's column, X (m + r) + X g + X o, nothing
-gathered.  So do, under ZeRO-3, DeepSeek-V3's routing biases (R numbers: E a block, part of P under
+Per rank, P numbers of its pipeline stage (its TP shard), n = dp x cp the ranks ZeRO cuts the state
+over (HSDP: a shard group's dp-shard x cp; replicated across the groups, it costs nothing more), U the
+largest unit (ZeRO-3: a block, --fsdp-blocks of them, or the token embedding); bytes a number: m of
+the weights the optimizer updates, r of a compute copy kept beside them (mixed precision; 0 without
+one), g of a gradient, o of the optimizer state (ZeRO-1 shards it), c of a gathered number (the
+compute dtype).  A mixture of experts' routed experts (X numbers, E/ep of them on a rank) follow the
+same table with n / ep for n: their replicas are the ranks of dp x cp that hold the same experts.
+Under ZeRO-3 a block's experts are a unit of their own over that group, gathered with the block's
+other unit (U counts both); over a group of one rank (ep >= n) they stay whole under any stage -
+ZeRO-0's column, X (m + r) + X g + X o, nothing gathered.  So do, under ZeRO-3, DeepSeek-V3's routing biases (R numbers: E a block, part of P under
 ZeRO 0-2), which every rank keeps whole and moves by a rule (data_parallel/fsdp.py).
 
     term              ZeRO 0    ZeRO 1          ZeRO 2     ZeRO 3
@@ -43,16 +44,18 @@ def held(trainer):
     """{term: bytes} this rank holds now (between steps), and the working set of the last step."""
     dp, opt = trainer.dp, trainer.optimizer
     optimizer = sum(a.nbytes for st in opt.state.values() for a in st.values())
-    if dp.zero == 3:
-        weights = sum(u.weight_bytes() for u in dp.units)
-        grads = sum(u.shard_grad.nbytes for u in dp.units)
-        working = dp.peak_gathered
-    else:
-        weights = sum(b.data.nbytes + (b.compute.nbytes if b.compute is not b.data else 0) for b in dp.buckets)
-        full = sum(b.size * b.data.itemsize for b in dp.buckets)
-        grads = (full if dp.zero < 2 else 0) + sum(g.nbytes for g in dp._owned_grads or ())
-        working = full if dp.zero == 2 else 0
+    weights = sum(f.weight_bytes() for f in dp.flats)
+    grads = sum(f.grad_bytes() for f in dp.flats)
+    freed = sum(f.size * f.master.itemsize for f in dp.flats if f.grad is None)    # ZeRO-2: alive in the backward
+    working = dp.peak_gathered if dp.zero == 3 else freed
     return {"weights": weights, "gradients": grads, "optimizer state": optimizer, "ZeRO working set": working}
+
+
+def shard_size(dp, cp, dp_shard=0):
+    """n: the ranks ZeRO cuts a parameter's state over - dp x cp, or under HSDP a shard group's
+    dp-shard x cp (the state is then replicated across the dp / dp-shard groups); the engine's and the
+    planner's (plan/layout.Layout.shard)."""
+    return (dp_shard or dp) * cp
 
 
 def rank_params(cfg, mcfg, pp_rank):
@@ -64,7 +67,7 @@ def rank_params(cfg, mcfg, pp_rank):
     shape = mcfg.shape
     dense, routed = shape.block_split(cfg.tp, cfg.ep)              # a block's numbers outside / in its experts
     bias = shape.routing_bias_params()                             # the routing bias: never gathered
-    block = shape.gathered_block_params(cfg.tp, cfg.ep, cfg.dp * cfg.cp)     # a block's ZeRO-3 unit
+    block = shape.gathered_block_params(cfg.tp, cfg.ep, shard_size(cfg.dp, cfg.cp, cfg.dp_shard))     # a block's ZeRO-3 unit
     total, experts, unit, biases = 0, 0, 0, 0
     held = rank_blocks(cfg, mcfg, pp_rank)
     stages = [s for s, _ in held]
@@ -104,7 +107,7 @@ def per_rank(zero, n, params, unit, *, master, grad, optimizer, compute, copy=0,
     if zero >= 2:
         grads = P * grad / n
     else:
-        grads = P * grad + (P * grad / n if zero == 1 and slice_buffer else 0)
+        grads = P * grad + (P * grad / n if zero == 1 and slice_buffer and n > 1 else 0)
     working = 0
     if zero == 2:
         working = P * grad
@@ -121,7 +124,7 @@ def formula(cfg, mcfg, pp_rank=0):
     b = np.dtype(cfg.dtype).itemsize
     c = {"fp16": 2, "bf16": 2}.get(cfg.precision, b)
     k, km = (state_arrays(cfg.optimizer, cfg.momentum, matrix) for matrix in (False, True))
-    n = cfg.dp * cfg.cp
+    n = shard_size(cfg.dp, cfg.cp, cfg.dp_shard)
     blocks = sum(b for _, b in rank_blocks(cfg, mcfg, pp_rank))
     matrices = tuple(blocks * m for m in mcfg.shape.block_matrix_split(cfg.tp, cfg.ep))     # Muon's (dense, routed)
     return with_experts(cfg.zero, n, cfg.ep, P, X, U, R, matrices, master=b, copy=c if c != b else 0, grad=b,
@@ -134,21 +137,21 @@ def with_experts(zero, n, ep, params, experts, unit, resident=0, matrices=(0, 0)
     them kept whole on every rank even under ZeRO-3: the routing biases) and ``experts`` routed-expert
     numbers over their own group, the n / ep ranks holding the same experts.  Under ZeRO-3 ``unit``
     counts a block's gathered experts already; over a group of one rank they stay whole, as under ZeRO-0
-    (fsdp.Unit.resident).  ``matrices``: Muon's (dense, routed) numbers among them (per_rank).  The
+    (flat.FlatBuffer.resident).  ``matrices``: Muon's (dense, routed) numbers among them (per_rank).  The
     engine's formula and the planner (plan/experts.py) both."""
     dense, routed = matrices
     parts = [per_rank(zero, n, params - resident, unit, matrices=dense, **numbers),
              per_rank(0, n, resident, 0, **numbers)] \
         if zero == 3 and resident else [per_rank(zero, n, params, unit, matrices=dense, **numbers)]
     if experts:
-        parts.append(per_rank(experts_stage(zero, n, ep), n // ep, experts, 0, matrices=routed, **numbers))
+        parts.append(per_rank(experts_stage(zero, n, ep), max(1, n // ep), experts, 0, matrices=routed, **numbers))
     return {term: sum(part[term] for part in parts) for term in TERMS}
 
 
 def experts_stage(zero, n, ep):
-    """The ZeRO stage a rank's routed experts are held at: the run's, except ZeRO-3 over a group of one
-    rank (ep = n), where they stay whole - ZeRO-0's column (fsdp.Unit.resident)."""
-    return zero if n // ep > 1 or zero < 3 else 0
+    """The ZeRO stage a rank's routed experts are held at: the run's, except over a group of one rank
+    (ep >= n), where they stay whole - ZeRO-0's column (flat.py: a resident buffer)."""
+    return zero if n // ep > 1 else 0
 
 
 def check_budget(cfg, mcfg):

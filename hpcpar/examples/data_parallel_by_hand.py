@@ -73,14 +73,22 @@ def main():
     # --- part 2: buckets in backward order, all-reduces overlapping the backward ---------------------
     dp.stats.reset()
     model = GPT(cfg, seed=SEED, dtype="float64")
-    ddp = DataParallel(model.parameters(), dp, bucket_mb=0.2, groups=model.grad_groups())
-    once(world, "")
-    once(world, f"part 2: {len(ddp.buckets)} buckets of about 0.2 MB, filled in backward order, cut where the "
-                "backward reports")
-    for i, b in enumerate(ddp.buckets):
-        once(world, f"  bucket {i}: {len(b.params):>2} tensors, {b.data.nbytes // 1024:>3} KiB, "
-                    f"{b.params[0].name} ... {b.params[-1].name}")
     events = []
+
+    class Narrated(DataParallel):
+        def grads_ready(self, params):      # the model calls this, through its door, as gradients become final
+            launched = len(self.launch_times)
+            super().grads_ready(params)
+            events.append(f"{part(params)}: gradients final"
+                          + "".join(f"; bucket {k} all-reduce started" for k in range(launched, len(self.launch_times))))
+    ddp = Narrated(model.parameters(), dp, bucket_mb=0.2, groups=model.grad_groups())
+    ddp.attach([model])                     # the model's door (nn/stage.py): its hooks are now ddp
+    once(world, "")
+    once(world, f"part 2: {len(ddp.flats)} buckets of about 0.2 MB, filled in backward order, cut where the "
+                "backward reports")
+    for i, b in enumerate(ddp.flats):
+        once(world, f"  bucket {i}: {len(b.params):>2} tensors, {b.master.nbytes // 1024:>3} KiB, "
+                    f"{b.params[0].name} ... {b.params[-1].name}")
 
     def part(params):
         """Which part of the model reported: a block, the head or the embedding."""
@@ -88,15 +96,9 @@ def main():
         return "block " + ".".join(name.split(".")[:2]) if name.startswith("h.") else \
             ("the head" if name.startswith("ln_f") else "the embedding")
 
-    def ready(params):                                 # the model calls this as gradients become final
-        launched = len(ddp.launch_times)
-        ddp.grads_ready(params)
-        events.append(f"{part(params)}: gradients final"
-                      + "".join(f"; bucket {k} all-reduce started" for k in range(launched, len(ddp.launch_times))))
-
     loss, caches = model.forward(ids, ctx, targets)
     ddp.start_step()
-    model.backward(1.0 / tokens, caches, on_grads_ready=ready)
+    model.backward(1.0 / tokens, caches, final=True)
     events.append("backward finished; waiting for the all-reduces")
     ddp.finish()
     events.append(f"gradients vs one rank: max relative difference {worst(model):.1e}   "

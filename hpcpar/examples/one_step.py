@@ -84,7 +84,7 @@ def first(args):
 
 def trace_model(tracer, model, expand):
     """Wrap the stage's modules (and the ops that are not modules) for both passes."""
-    from hpcpar.nn import attention_core, gpt, mlp
+    from hpcpar.nn import attention_core, head, mlp
 
     def both(module, label, mute_inside=False):
         tracer.wrap(module, "forward", label, first, mute_inside)
@@ -111,9 +111,9 @@ def trace_model(tracer, model, expand):
     tracer.wrap(attention_core, "attention_backward", "dQ, dK, dV", first)
     tracer.wrap(mlp, "gelu_forward_fast", "gelu", first)
     tracer.wrap(mlp, "gelu_backward_fast", "gelu'", first)
-    tracer.wrap(gpt, "linear_forward", "logits = h wte^T", first)
-    tracer.wrap(gpt, "cross_entropy_forward", "cross-entropy per token", first)
-    tracer.wrap(gpt, "cross_entropy_backward", "softmax - onehot", lambda a: f"dloss {float(a[0]):.3e}")
+    tracer.wrap(head, "linear_forward", "logits = h wte^T", first)
+    tracer.wrap(head, "cross_entropy_forward", "cross-entropy per token", first)
+    tracer.wrap(head, "cross_entropy_backward", "softmax - onehot", lambda a: f"dloss {float(a[0]):.3e}")
 
 
 def main(argv=None):
@@ -121,7 +121,7 @@ def main(argv=None):
     parser.add_argument("--expand", type=int, default=1, help="blocks traced in detail (default 1)")
     args = parser.parse_args(argv)
 
-    from hpcpar.data_parallel.buckets import FlatSlice
+    from hpcpar.data_parallel.flat import FlatSlice
     from hpcpar.data import MarkovLanguage
     from hpcpar.nn import GPT, Context
     from hpcpar.nn.gpt import preset

@@ -48,17 +48,17 @@ def main():
                 events.append(f"{what:12s} {names[id(u)]}")
             return method(*args)
         return wrapped
-    for u in fsdp.units:
+    for u in fsdp.flats:
         u.start_gather = record(u, "post gather", u.start_gather)
         u.finish_gather = record(u, "wait", u.finish_gather, lambda u: u.gathering is not None)
         u.free = record(u, "free", u.free)
         u.new_grad = record(u, "grad", u.new_grad)
     launch = fsdp._launch
-    fsdp._launch = lambda u: (events.append(f"{'reduce':12s} {names[id(u)]}")
-                              if id(u) not in fsdp._launched else None, launch(u))
+    fsdp._launch = lambda i: (events.append(f"{'reduce':12s} {names[id(fsdp.flats[i])]}")
+                              if not fsdp._launched[i] else None, launch(i))
     t.step(0)
     mode = "kept from forward to backward" if keep else "resharded after forward"
-    once(world, f"one step at dp 2, --zero 3, {mode}: {len(fsdp.units)} units, {fsdp.gathers} all-gathers")
+    once(world, f"one step at dp 2, --zero 3, {mode}: {len(fsdp.flats)} units, {fsdp.gathers} all-gathers")
     for e in events:
         once(world, "  " + e)
     kib = {k: f"{v / 1024:.1f} KiB" for k, v in held(t).items()}

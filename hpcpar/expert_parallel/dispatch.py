@@ -22,7 +22,7 @@ Each rank holds only its El experts: every expert weight (E, ...) is cut along i
 The gradient of expert e on rank r adds every token of its ep group routed to e; the other ep groups
 (the ranks of dp x cp with the same r, (dp x cp) / ep of them: the *expert-data-parallel* group,
 Megatron-core's name) hold the same experts and saw other tokens, so the expert gradients are summed
-over that group, as the dense ones are over dp x cp (``expert_data_group``; the Trainer routes each
+over that group, as the dense ones are over dp x cp (``expert_groups``; the Trainer routes each
 parameter to its group, hpcpar/data_parallel/replicas.py buckets them apart, ZeRO-3's
 hpcpar/data_parallel/fsdp.py gives them units of their own).  Optimizer state, ZeRO slices and the
 gradient norm follow the buckets (the units): each expert is held, updated and counted once per
@@ -31,29 +31,22 @@ expert-data-parallel group.
 import numpy as np
 
 from hpcpar.backend import array_module, to_numpy
-from hpcpar.comm import Communicator
 from hpcpar.nn.moe import MoE
 from hpcpar.nn.parameter import Shard
 
 
-def expert_group(dp_cp_comm, ep):
-    """Collective over dp x cp: the communicator of this rank's ep consecutive ranks."""
-    r = dp_cp_comm.rank
-    return Communicator(dp_cp_comm.mpi.Split(r // ep, r), "ep")
-
-
-def expert_data_group(dp_cp_comm, ep):
-    """Collective over dp x cp: the ranks that hold the same experts as this one (the same place in their
-    ep groups), (dp x cp) / ep of them: the expert gradients are summed over it."""
-    r = dp_cp_comm.rank
-    return Communicator(dp_cp_comm.mpi.Split(r % ep, r), "edp")
+def expert_groups(grid, ep):
+    """Collective over the world: (the ep group, the expert-data-parallel group) of this rank - ep folded
+    into dp x cp (comm/grid.py ``fold``): ep consecutive ranks of dp x cp, and the ranks at the same
+    place in every such block, which hold the same experts."""
+    return grid.fold(grid.dp_cp_comm, ep, ("ep", "edp"))
 
 
 def parallelize_experts(stage, comm):
     """Give every MoE layer of ``stage`` the expert-parallel dispatch over ``comm`` and keep only this
     rank's E / ep experts of each. Returns ``stage``."""
     if comm.size > 1:
-        for block in stage.blocks:
+        for block in stage.transformer_blocks():
             if isinstance(block.mlp, MoE):
                 block.mlp.parallel = ExpertParallel(comm, block.mlp.n_expert)
                 for p in block.mlp.experts.parameters():

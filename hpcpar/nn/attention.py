@@ -71,6 +71,10 @@ class Attention(Module):
         o = attention_cached_forward(q, k, v, kv[0], kv[1], start, self.window)
         return self.c_proj.forward(merge_heads(o))[0]          # (B, T, C)
 
+    def cache_shapes(self, batch, length):
+        """The keys and values ``forward_cached`` keeps per layer: (B, NH, length, HS) each."""
+        return ((batch, self.n_head, length, self.head_size),) * 2
+
     def backward(self, dy, cache, defer=None):
         c_attn, c_core, c_proj, mask, nh = cache
         dy = self.resid_drop.backward(dy, mask)

@@ -18,7 +18,6 @@ from hpcpar.nn.mlp import MLP
 from hpcpar.nn.module import Module
 from hpcpar.nn.moe import MoE
 from hpcpar.nn.rmsnorm import RMSNorm
-from hpcpar.nn.rotary_attention import RotaryAttention
 from hpcpar.nn.swiglu import SwiGLU
 from hpcpar.ops.residual import residual_backward, residual_forward
 
@@ -31,8 +30,8 @@ class TransformerBlock(Module):
         self.attn = Attention(f"{prefix}.attn", cfg.d_model, cfg.n_head, cfg.n_layer, cfg.dropout, seed, dtype)
         self.attn.window = cfg.layer_window(layer)
         self.ln_2 = LayerNorm(f"{prefix}.ln_2", cfg.d_model, seed, dtype, cfg.ln_eps)
-        self.mlp = MoE(f"{prefix}.mlp", cfg, seed, dtype) if cfg.n_expert else \
-            MLP(f"{prefix}.mlp", cfg.d_model, cfg.d_ff, cfg.n_layer, cfg.dropout, seed, dtype)
+        self.mlp = MoE(f"{prefix}.mlp", cfg, seed, dtype) if cfg.moe_layer(layer) else \
+            MLP(f"{prefix}.mlp", cfg.d_model, cfg.dense_ff, cfg.n_layer, cfg.dropout, seed, dtype)
         self.recompute = False
 
     def forward(self, x, ctx=None):
@@ -65,15 +64,17 @@ class TransformerBlock(Module):
 
 
 class LlamaBlock(TransformerBlock):
-    """x1 = x + attn(rmsnorm(x)),  y = x1 + swiglu_mlp(rmsnorm(x1)); Hugging Face's LlamaDecoderLayer names."""
+    """x1 = x + attn(rmsnorm(x)),  y = x1 + swiglu_mlp(rmsnorm(x1)); Hugging Face's LlamaDecoderLayer names.
+    The attention is the family's (``Parts.attention``): rotary grouped-query (Llama, Mixtral, Qwen3-MoE) or
+    multi-head latent attention (DeepSeek-V3, nn/mla.py)."""
 
     def __init__(self, cfg, layer, seed, dtype):
         prefix = f"layers.{layer}"
         self.layer = layer
         self.ln_1 = RMSNorm(f"{prefix}.input_layernorm", cfg.d_model, seed, dtype, cfg.ln_eps)
-        self.attn = RotaryAttention(f"{prefix}.self_attn", cfg, seed, dtype)
+        self.attn = cfg.parts.attention(f"{prefix}.self_attn", cfg, seed, dtype)
         self.attn.window = cfg.layer_window(layer)
         self.ln_2 = RMSNorm(f"{prefix}.post_attention_layernorm", cfg.d_model, seed, dtype, cfg.ln_eps)
-        self.mlp = MoE(f"{prefix}.mlp", cfg, seed, dtype) if cfg.n_expert else \
-            SwiGLU(f"{prefix}.mlp", cfg.d_model, cfg.d_ff, seed, dtype)
+        self.mlp = MoE(f"{prefix}.mlp", cfg, seed, dtype) if cfg.moe_layer(layer) else \
+            SwiGLU(f"{prefix}.mlp", cfg.d_model, cfg.dense_ff, seed, dtype)
         self.recompute = False

@@ -30,6 +30,13 @@ class Embedding(Module):
             if cfg.parts.position_table else None
         self.drop = Dropout("drop", cfg.dropout)
 
+    @classmethod
+    def lookup(cls, wte):
+        """The token lookup on ``wte`` alone - no positions, no dropout: the MTP modules' (nn/mtp.py)."""
+        embed = cls.__new__(cls)
+        embed.wte, embed.wpe, embed.drop = wte, None, Dropout("drop", 0.0)
+        return embed
+
     def forward(self, ids, ctx=None):
         tokens, c_tok = self.tokens_forward(ids, ctx)                   # (B, T, C)
         positions = self.positions(ids, ctx)
@@ -72,3 +79,13 @@ class Embedding(Module):
 
     def tokens_weight_grad(self, dx, ids):
         self.wte.grad += embedding_backward_weight(dx, ids, self.wte.data.shape[0])
+
+
+def embedding_copy(cfg, seed, dtype):
+    """The last pipeline stage's copy of the token embedding (a tied head's, the MTP modules' lookup): drawn
+    like the first stage's, its gradient summed with it every step (train.py), not counted in the norm,
+    not saved twice."""
+    name = cfg.parts.tokens
+    weight = Parameter(name, init_full(name, (cfg.vocab_size, cfg.d_model), 0.02, seed, dtype))
+    weight.counted, weight.tied_copy = False, True
+    return weight

@@ -1,9 +1,8 @@
-"""GPT: token and position embedding, a stack of transformer blocks, final LayerNorm, LM head, loss.
+"""GPT: token and position embedding, a stack of transformer blocks, final norm, LM head (nn/head.py), loss.
 
-A ``GPT`` object is one *pipeline stage*: it holds a contiguous run of blocks, plus the embedding if
-it is the first stage and the head (final LayerNorm, output projection, cross-entropy) if it is the
-last.  The single-rank model is simply the stage that holds everything, so the reference and every
-parallel layout run the very same code.
+A ``GPT`` object is one *pipeline stage*: it holds a contiguous run of blocks, plus the embedding if it is
+the first stage and the head (with the MTP modules, nn/mtp.py) if it is the last.  The single-rank model
+is the stage that holds everything, so the reference and every parallel layout run the very same code.
 
     forward(ids (B, T) or hidden (B, T, C), ctx, targets (B, T) if last) -> loss sum | hidden (B, T, C)
     backward(dloss scale | dhidden, cache) -> dhidden (B, T, C) | None on the first stage
@@ -16,25 +15,26 @@ the tokens counted are the targets kept.
 The architecture is chosen here, once: ``GPTConfig.arch`` names an entry of ``ARCHITECTURES`` - which
 block, which normalisation, positions, biases, gated MLP, K/V heads, head, Hugging Face names and the
 tensor-parallel plan of a block.  GPT-2 ("gpt2", the default) and Llama ("llama": RMSNorm, rotary
-grouped-query attention, SwiGLU, untied head, no biases, docs/llama.md; Qwen3's QK-norm an option) share
-everything else; no code outside the registry asks which family it runs.  Its counts (parameters, FLOPs) are its shape's
+grouped-query attention, SwiGLU, untied head, no biases, docs/llama.md; Qwen3's QK-norm an option) and
+DeepSeek-V3 ("deepseek_v3": a Llama block with latent attention, docs/deepseek.md) share everything else;
+no code outside the registry asks which family it runs.  Its counts (parameters, FLOPs) are its shape's
 (``GPTConfig.shape``, hpcpar/shape.py), the arithmetic the planner uses too.
 """
 from dataclasses import dataclass, replace
 
-from hpcpar.backend import array_module
 from hpcpar.nn.block import LlamaBlock, TransformerBlock
-from hpcpar.nn.embedding import Embedding
+from hpcpar.nn.embedding import Embedding, embedding_copy
 from hpcpar.nn.experts import GeluExperts, SwiGLUExperts
+from hpcpar.nn.head import LMHead
 from hpcpar.nn.layernorm import LayerNorm
-from hpcpar.nn.module import Module, run_or_defer
+from hpcpar.nn.mla import MLAttention, check_latent
+from hpcpar.nn.moe import check_groups
+from hpcpar.nn.mtp import MTP
 from hpcpar.nn.parameter import Parameter, init_full
 from hpcpar.nn.rmsnorm import RMSNorm
+from hpcpar.nn.rotary_attention import RotaryAttention
 from hpcpar.nn.stage import Stage
-from hpcpar.ops.cross_entropy import cross_entropy_backward, cross_entropy_forward
-from hpcpar.ops.linear import linear_backward_input, linear_backward_weight, linear_forward
 from hpcpar.ops.masks import windowed_layers
-from hpcpar.precision import to_fp32
 from hpcpar.runtime import UsageError
 from hpcpar.shape import ModelShape
 
@@ -67,6 +67,21 @@ class GPTConfig:
     aux_loss_coef: float = 0.0   # load-balancing loss coefficient (Switch/Mixtral form)
     capacity_factor: float = 0.0     # 0: dropless; else an expert takes ceil(cf N k / E) rows at most
     bias_rate: float = 0.0       # DeepSeek-V3's auxiliary-loss-free balancing: the bias's step per step
+    first_dense: int = 0         # the first layers keep a dense MLP, d_ff_dense wide (first_k_dense_replace)
+    d_ff_dense: int = 0          # ... their width (0: d_ff; with experts d_ff is an expert's)
+    n_group: int = 1             # group-limited routing (ops/router.py): the experts in n_group groups, a
+    topk_group: int = 1          # token's experts from its topk_group best groups (DeepSeek-V3: 8 and 4)
+    routed_scale: float = 1.0    # the routed experts' combine weights times this (routed_scaling_factor)
+    # DeepSeek-V3's multi-head latent attention (arch "deepseek_v3", nn/mla.py); head_dim is its q/k head width
+    q_lora_rank: int = 0         # the queries' latent (0: queries straight from x)
+    kv_lora_rank: int = 0        # the keys' and values' shared latent: what generation caches
+    qk_rope_dim: int = 0         # a head's rotary q/k features (the key's rotary slice is shared by all heads)
+    v_head_dim: int = 0          # a head's value width (0: head_size)
+    rope_interleave: bool = True     # the rotary features stored as interleaved pairs (DeepSeek's files)
+    yarn: object = None          # ops/yarn.Yarn: rotary frequencies stretched for a longer context (None: plain)
+    # multi-token prediction (nn/mtp.py, docs/deepseek.md)
+    mtp_depth: int = 0           # D extra modules, module k predicting the token k + 1 after the next
+    mtp_lambda: float = 0.3      # the weight of the mean of their losses
 
     def __post_init__(self):
         if not self.d_ff:
@@ -75,9 +90,12 @@ class GPTConfig:
             object.__setattr__(self, "n_kv_head", self.n_head)
         if self.head_dim % 2:
             raise UsageError(f"head_dim {self.head_dim} is odd: rotary positions turn pairs of a head's features")
-        if not self.parts.grouped_kv and (self.head_dim or self.qk_norm):     # GPT-2's attention has neither
-            what = "--head-dim" if self.head_dim else "QK-norm"
+        p = self.parts
+        if (self.head_dim and not (p.grouped_kv or p.latent)) or (self.qk_norm and not p.grouped_kv):
+            what = "--head-dim" if self.head_dim else "QK-norm"     # GPT-2's attention has neither, MLA no QK-norm
             raise UsageError(f"{what} needs a Llama model (--model llama-tiny or llama-small), not {self.arch}")
+        check_latent(self)
+        check_groups(self)
 
     @property
     def parts(self):
@@ -86,6 +104,25 @@ class GPTConfig:
     def layer_window(self, layer):
         """The sliding window of block ``layer`` (0: it attends to every earlier key of its document)."""
         return self.window if self.window and layer in windowed_layers(self.window_layers, self.n_layer) else 0
+
+    @property
+    def v_size(self):
+        """A head's value width: v_head_dim (MLA), else the head size."""
+        return self.v_head_dim or self.head_size
+
+    @property
+    def dense_ff(self):
+        """The width of a dense MLP: d_ff_dense where given, else d_ff."""
+        return self.d_ff_dense or self.d_ff
+
+    @property
+    def routing_bias(self):
+        """A mixture of experts holds DeepSeek-V3's routing bias: moved by --bias-rate, or its family's always."""
+        return bool(self.n_expert and (self.bias_rate or self.parts.routing_bias))
+
+    def moe_layer(self, layer):
+        """Is layer ``layer`` (an MTP module's: n_layer ..) a mixture of experts? Not the first ``first_dense``."""
+        return bool(self.n_expert) and layer >= self.first_dense
 
     @property
     def head_size(self):
@@ -109,8 +146,11 @@ class GPTConfig:
                           ffn=self.d_ff, gated=p.gated, tied=self.tied,
                           positions=p.positions, biases=p.biases, norm=p.norm_kind, dropout=self.dropout > 0,
                           experts=self.n_expert, top_k=self.top_k if self.n_expert else 0,
-                          shared_experts=self.n_shared_expert, expert_bias=bool(self.n_expert and self.bias_rate),
-                          qk_norm=self.qk_norm)
+                          shared_experts=self.n_shared_expert, expert_bias=self.routing_bias,
+                          qk_norm=self.qk_norm, q_lora_rank=self.q_lora_rank, kv_lora_rank=self.kv_lora_rank,
+                          qk_rope_dim=self.qk_rope_dim, v_head_dim=self.v_head_dim,
+                          dense_layers=min(self.first_dense, self.n_layer) if self.n_expert else 0,
+                          dense_ffn=self.dense_ff, mtp=self.mtp_depth)
 
     # --- parameter counts: the model's, and a pipeline stage's parts (pipeline/partition.py) -----
 
@@ -118,70 +158,22 @@ class GPTConfig:
         """Token (V, C) and position (n_positions, C) embeddings (Llama: no position table)."""
         return self.shape.embedding_params(self.n_positions)
 
-    def block_params(self):
-        return self.shape.layer_params()
+    def block_params(self, layer=None):
+        """Parameters of block ``layer`` (None: a block with the model's MLP or mixture of experts)."""
+        return self.shape.layer_params(layer)
 
     def head_params(self, own_weight):
         """Final norm, and the (V, C) output projection when it is not the token embedding's."""
         return self.shape.head_params(own_weight)
 
     def n_params(self):
-        return self.embedding_params() + self.n_layer * self.block_params() + self.head_params(not self.tied)
+        """The whole model's, its MTP modules included (their embedding and head are the model's)."""
+        return self.embedding_params() + sum(self.block_params(i) for i in range(self.n_layer)) \
+            + self.head_params(not self.tied) + self.shape.mtp_params()
 
 
 def preset(name, **overrides):
     return replace(PRESETS[name], **{k: v for k, v in overrides.items() if v is not None})
-
-
-class LMHead(Module):
-    """Final LayerNorm, logits = h W^T with W (V, C) the (tied) token embedding, summed cross-entropy.
-
-    Tensor parallelism (tensor_parallel/layers.py) keeps this code and overrides the four methods
-    at the end: where h is gathered and dh summed over the ranks, and the loss over a vocabulary slice.
-    """
-
-    def __init__(self, cfg, weight, seed, dtype):
-        self.ln_f = cfg.parts.norm(cfg.parts.final_norm, cfg.d_model, seed, dtype, cfg.ln_eps)
-        self.weight = weight
-
-    def forward(self, x, targets, ctx=None):
-        h, c_ln = self.ln_f.forward(x, ctx)                        # (B, T, C)
-        h = self.gather_hidden(h)                                  # (B, T, C)
-        h2 = h.reshape(-1, h.shape[-1])                            # (N, C)
-        logits = linear_forward(h2, self.weight.data.T)            # (N, V)
-        losses, c_ce = self.loss_forward(to_fp32(logits), targets.reshape(-1))   # the loss in fp32
-        keep = None if getattr(ctx, "keep", None) is None else \
-            array_module(losses).asarray(ctx.keep.reshape(-1), dtype=losses.dtype)     # (N,) 1 or 0
-        return (losses.sum() if keep is None else losses @ keep), (h.shape, h2, c_ln, c_ce, keep)
-
-    def forward_cached(self, x):
-        """Forward only, for generation: logits (B, T, V) of the hidden states x (B, T, C), no loss."""
-        return linear_forward(self.ln_f.forward(x)[0], self.weight.data.T)
-
-    def backward(self, dloss, cache, defer=None):
-        shape, h2, c_ln, c_ce, keep = cache
-        dloss = dloss if keep is None else dloss * keep           # (N,): no gradient from a target left out
-        dlogits = self.loss_backward(dloss, c_ce).astype(h2.dtype, copy=False)    # (N, V)
-        run_or_defer(lambda: self._weight_grad(dlogits, h2), defer)
-        dh = linear_backward_input(dlogits, self.weight.data.T)    # (N, C)
-        return self.ln_f.backward(self.reduce_hidden_grad(dh.reshape(shape)), c_ln, defer)
-
-    def _weight_grad(self, dlogits, h2):
-        self.weight.grad += linear_backward_weight(dlogits, h2, bias=False)[0].T   # (V, C)
-
-    # --- one rank holds the whole vocabulary: nothing to gather or sum ---------------------------
-
-    def gather_hidden(self, h):
-        return h
-
-    def reduce_hidden_grad(self, dh):
-        return dh
-
-    def loss_forward(self, logits, targets):
-        return cross_entropy_forward(logits, targets)
-
-    def loss_backward(self, dloss, c_ce):
-        return cross_entropy_backward(dloss, c_ce)
 
 
 class GPT(Stage):
@@ -194,30 +186,40 @@ class GPT(Stage):
         self.blocks = [cfg.parts.block(cfg, i, seed, dtype) for i in layers]
         self.head = None
         if last:
+            # the last stage of a pipeline holds its own copy of a tied embedding (the head's weight, and
+            # the MTP modules' lookup); the two copies start equal and stay equal because their gradients
+            # are summed every step (train.py)
+            copy = None if first or not (cfg.tied or cfg.mtp_depth) else embedding_copy(cfg, seed, dtype)
+            wte = self.embed.wte if first else copy
             if not cfg.tied:
                 weight = Parameter("lm_head.weight", init_full("lm_head.weight", (cfg.vocab_size, cfg.d_model),
                                                                0.02, seed, dtype))
-            elif first:
-                weight = self.embed.wte                            # the same object: one gradient
             else:
-                # the last stage of a pipeline holds its own copy of the tied embedding; the two
-                # copies start equal and stay equal because their gradients are summed every step
-                name = cfg.parts.tokens
-                weight = Parameter(name, init_full(name, (cfg.vocab_size, cfg.d_model), 0.02, seed, dtype))
-                weight.counted, weight.tied_copy = False, True     # the first stage's copy counts
-            self.head = LMHead(cfg, weight, seed, dtype)
+                weight = wte                                       # the same object: one gradient
+            self.head = LMHead(cfg, weight, seed, dtype, MTP(cfg, wte, seed, dtype) if cfg.mtp_depth else None)
         self.mark_matrices()
+
+    def tie_to(self, wte):
+        """One rank holds both ends (pp = 1 interleaved, a V): the head (tied) and the MTP modules use the
+        first stage's embedding ``wte`` itself."""
+        if self.cfg.tied:
+            self.head.weight = wte
+        if self.head.mtp is not None:
+            self.head.mtp.embed.wte = wte
 
 
 @dataclass(frozen=True)
 class TPCut:
     """How tensor parallelism cuts one module of a block (tensor_parallel/parallelize.py): the Linear
     (or Projections) attributes split by columns and by rows; ``groups`` column blocks (GPT-2's fused
-    Q|K|V) are cut each on its own."""
+    Q|K|V) are cut each on its own.  MLA enters the parallel region once, at ``entry`` (an attribute that
+    becomes the input region), and then cuts ``inner`` Linears by columns with no communication."""
     module: str
     columns: tuple
     rows: tuple
     groups: int = 1
+    inner: tuple = ()
+    entry: str = ""
 
 
 @dataclass(frozen=True)
@@ -248,6 +250,9 @@ class Parts:
     hf_with_experts: str    # the Hugging Face family a model of this one with experts is ("": none; with
                             # QK-norm a Llama's is Qwen3-MoE, checkpoint/hf.py)
     tp_head_offset: bool = False  # the attention module needs its first head's index on this rank
+    attention: type = None  # the attention module of a Llama-like block (``LlamaBlock``)
+    latent: bool = False    # multi-head latent attention: q/k heads of head_dim, values of v_head_dim (MLA)
+    routing_bias: bool = False    # a mixture of experts always holds the routing bias (its files do)
 
     @property
     def position_table(self):
@@ -265,7 +270,18 @@ ARCHITECTURES = {
                    biases=False, gated=True, grouped_kv=True, dropout=False, own_head_only=True, hf_prefix="model.",
                    tp=(TPCut("attn", ("qkv",), ("o_proj",)), TPCut("mlp", ("gate_up",), ("down_proj",))),
                    tp_replicated=("ln_1", "ln_2"), tp_per_head=("attn.qk_norm",), experts=SwiGLUExperts,
-                   hf_with_experts="mixtral"),
+                   hf_with_experts="mixtral", attention=RotaryAttention),
+    # DeepSeek-V3: a Llama block with multi-head latent attention (nn/mla.py); its down-projections and latent
+    # norms whole on every TP rank, their gradients this rank's heads' share
+    "deepseek_v3": Parts("DeepSeek-V3", LlamaBlock, RMSNorm, "rmsnorm", "embed_tokens.weight", "norm",
+                         positions="rotary", biases=False, gated=True, grouped_kv=False, dropout=False,
+                         own_head_only=True, hf_prefix="model.",
+                         tp=(TPCut("attn", (), ("o_proj",), inner=("q_proj", "q_b_proj", "kv_b_proj"), entry="enter"),
+                             TPCut("mlp", ("gate_up",), ("down_proj",))),
+                         tp_replicated=("ln_1", "ln_2"), tp_per_head=("attn.down", "attn.q_a_layernorm",
+                                                                      "attn.kv_a_layernorm"),
+                         experts=SwiGLUExperts, hf_with_experts="deepseek_v3", attention=MLAttention, latent=True,
+                         routing_bias=True),
 }
 
 
@@ -284,4 +300,10 @@ PRESETS = {
                               arch="llama", tied=False, ln_eps=1e-6, n_expert=4, top_k=2),
     "qwen3-moe-tiny": GPTConfig(vocab_size=0, seq_len=64, n_layer=2, n_head=4, n_kv_head=2, d_model=64, d_ff=88,
                                 arch="llama", tied=False, ln_eps=1e-6, n_expert=4, top_k=2, qk_norm=True),
+    # DeepSeek-V3 in small (docs/deepseek.md): a dense first layer, then experts in 2 groups with a shared one;
+    # MLA with latents of 24 and 16, heads of 12 + 4 rotary features, values of 10
+    "deepseek-tiny": GPTConfig(vocab_size=0, seq_len=64, n_layer=3, n_head=4, d_model=64, d_ff=32, d_ff_dense=96,
+                               arch="deepseek_v3", tied=False, ln_eps=1e-6, n_expert=4, top_k=2, n_shared_expert=1,
+                               router_score="sigmoid", first_dense=1, n_group=2, topk_group=1, routed_scale=2.5,
+                               q_lora_rank=24, kv_lora_rank=16, head_dim=16, qk_rope_dim=4, v_head_dim=10),
 }

@@ -78,6 +78,14 @@ def check_moe(mcfg, cfg):
                          "--sequence-parallel split over ranks: use them without")
 
 
+def check_groups(cfg):
+    """Refuse group-limited routing that cannot cut the experts (a GPTConfig's check)."""
+    if cfg.n_expert and (cfg.n_expert % cfg.n_group or cfg.n_expert // cfg.n_group < 2
+                         or not 1 <= cfg.topk_group <= cfg.n_group):
+        raise UsageError(f"group-limited routing: {cfg.n_group} groups of the {cfg.n_expert} experts, two or "
+                         f"more each, and topk_group {cfg.topk_group} of them at most")
+
+
 def capacity(capacity_factor, n_token, k, n_expert):
     """Rows an expert may take: ceil(capacity_factor N k / E); None when dropless (capacity_factor 0)."""
     return math.ceil(capacity_factor * n_token * k / n_expert) if capacity_factor else None
@@ -88,11 +96,12 @@ class MoE(Module):
         C, E = cfg.d_model, cfg.n_expert
         self.n_expert, self.k = E, cfg.top_k
         self.score, self.normalise = cfg.router_score, cfg.norm_topk
+        self.groups, self.scale = (cfg.n_group, cfg.topk_group), cfg.routed_scale      # DeepSeek-V3's (ops/router.py)
         self.aux_coef, self.capacity_factor, self.bias_rate = cfg.aux_loss_coef, cfg.capacity_factor, cfg.bias_rate
         self.gate = Linear(f"{prefix}.gate", C, E, std, seed, dtype, bias=False)
         self.gate.weight.router = True          # AdamW's, not Muon's (optim/muon.py)
         self.bias = None
-        if cfg.bias_rate:
+        if cfg.routing_bias:
             name = f"{prefix}.gate.e_score_correction_bias"              # DeepSeek-V3's name
             self.bias = Parameter(name, init_full(name, (E,), "zeros", seed, dtype), decay=False)
         self.experts = cfg.parts.experts(f"{prefix}.experts", E, C, cfg.d_ff, cfg.n_layer, seed, dtype)
@@ -110,7 +119,8 @@ class MoE(Module):
         N = x2.shape[0]
         logits, c_gate = self.gate.forward(x2, ctx)                     # (N, E)
         idx, w, c_route = router_forward(to_fp32(logits), self.k, self.score,
-                                         None if self.bias is None else self.bias.data, self.normalise)
+                                         None if self.bias is None else self.bias.data, self.normalise,
+                                         self.groups, self.scale)
         order, offsets, dropped = route_order(idx, self.n_expert, capacity(self.capacity_factor, N, self.k,
                                                                            self.n_expert))
         slot = slots(order, N, self.k)                                  # (N, k)
@@ -148,7 +158,7 @@ class MoE(Module):
 
     def update_bias(self, counts):
         """After the optimizer step, with the step's expert counts summed over every replica."""
-        if self.bias is not None:
+        if self.bias_rate:
             bias = self.bias.master_data()
             balance_bias_update(bias, array_module(bias).asarray(counts), self.bias_rate)
             if self.bias.master is not None:                            # its low-precision copy

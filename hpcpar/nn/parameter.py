@@ -81,7 +81,7 @@ class Parameter:
                  the ep group, hpcpar/expert_parallel/), and the copies of that shard sit on the (dp x cp) / ep
                  ranks of its expert-data-parallel group, over which its gradient is summed
     master       under mixed precision the fp32 values the optimizer updates (``data`` is then their
-                 low-precision compute copy, hpcpar/data_parallel/buckets.py); None otherwise
+                 low-precision compute copy, hpcpar/data_parallel/flat.py); None otherwise
     matrix       Muon orthogonalises it (hpcpar/optim/muon.py): a block's weight of two or more dimensions,
                  not a router (``router``); set by the stage (nn/stage.py ``mark_matrices``)
     fused        how many matrices lie side by side along its output dimension, orthogonalised apart

@@ -101,6 +101,11 @@ class RotaryAttention(Module):
         o = attention_cached_forward(q, k, v, kv[0], kv[1], start, self.window)     # (B, NH, T, HS)
         return self.o_proj.forward(merge_heads(o))[0]                  # (B, T, C)
 
+    def cache_shapes(self, batch, length):
+        """The keys and values ``forward_cached`` keeps per layer: (B, NKV, length, HS) each."""
+        nkv = self.qkv.parts[1].weight.data.shape[1] // self.head_size
+        return ((batch, nkv, length, self.head_size),) * 2
+
     def backward(self, dy, cache, defer=None):
         (c_in, c_qk), c_core, c_o, cos, sin, nh = cache
         do = split_heads(self.o_proj.backward(dy, c_o, defer), nh)   # (B, nh, T, HS)

@@ -11,6 +11,17 @@ Shapes: N tokens, E experts, k experts per token.
 The bias ``b`` moves the choice and never the weights, so it has no gradient: it is updated by a rule
 instead (``balance_bias_update``), DeepSeek-V3's auxiliary-loss-free load balancing.
 
+DeepSeek-V3's two further steps (its config: n_group, topk_group, routed_scaling_factor):
+
+    group-limited choice    the E experts are G groups of E/G; a group's score is the sum of its two
+                            best s + b; only the experts of the topk_group best groups may be chosen
+                            (the others' s + b set to -inf before the top-k: a token's experts then sit
+                            on at most topk_group groups - nodes, in V3's deployment - bounding its traffic)
+    routed scaling          w <- rho w after the renormalisation (rho = 2.5 in V3), so the routed experts'
+                            sum keeps its size beside the shared expert's
+
+Both are piecewise constant or linear in w: the choice has no gradient, and dw picks up rho.
+
 Backward (idx is piecewise constant: no gradient flows through the choice):
 
     dg = (dw - sum_j dw_j w_j) / sum_j g_j      (normalised; else dg = dw)
@@ -43,25 +54,43 @@ def _normalise_backward(dw, w, total):
     return (dw - (dw * w).sum(axis=1, keepdims=True)) / total
 
 
-def router_forward(logits, k, score="softmax", bias=None, normalise=True):
-    """logits (N, E) -> idx (N, k) ints, w (N, k) combine weights, cache.
+def group_limited(choice, n_group, topk_group):
+    """choice (N, E) -> the same with -inf outside each row's ``topk_group`` best of ``n_group`` groups
+    (a group's score: the sum of its two largest entries)."""
+    xp = array_module(choice)
+    N, E = choice.shape
+    grouped = choice.reshape(N, n_group, E // n_group)
+    top2 = -xp.partition(-grouped, 1, axis=2)[:, :, :2]                 # (N, G, 2): each group's two best
+    group_score = top2.sum(axis=2)                                      # (N, G)
+    kept = xp.argpartition(-group_score, topk_group - 1, axis=1)[:, :topk_group]
+    allowed = xp.zeros((N, n_group), dtype=bool)
+    allowed[xp.arange(N)[:, None], kept] = True
+    return xp.where(xp.repeat(allowed, E // n_group, axis=1), choice, -xp.inf)
+
+
+def router_forward(logits, k, score="softmax", bias=None, normalise=True, groups=(1, 1), scale=1.0):
+    """logits (N, E) -> idx (N, k) ints, w (N, k) combine weights, cache.  ``groups``: (n_group,
+    topk_group) of the group-limited choice; ``scale``: the routed scaling factor.
     The k chosen experts of a row are in decreasing order of s + b (as torch.topk gives them)."""
     xp = array_module(logits)
     s = _scores(logits, score)                              # (N, E)
     choice = s if bias is None else s + bias
+    if groups[0] > 1:
+        choice = group_limited(choice, *groups)
     idx = xp.argpartition(-choice, k - 1, axis=1)[:, :k]    # the k largest, in no order
     order = xp.argsort(-xp.take_along_axis(choice, idx, axis=1), axis=1, kind="stable")
     idx = xp.take_along_axis(idx, order, axis=1)            # (N, k), best first
     g = xp.take_along_axis(s, idx, axis=1)                  # (N, k)
     total = g.sum(axis=1, keepdims=True) if normalise else None
     w = g / total if normalise else g
-    return idx, w, (score, s, idx, w, total)
+    return idx, (w * scale if scale != 1 else w), (score, s, idx, w, total, scale)
 
 
 def router_backward(dw, cache, ds_extra=None):
     """dw (N, k) [+ ds_extra (N, E), a gradient on the scores s] -> dlogits (N, E)"""
-    score, s, idx, w, total = cache
+    score, s, idx, w, total, scale = cache
     xp = array_module(s)
+    dw = dw * scale if scale != 1 else dw                   # w_out = rho w
     dg = dw if total is None else _normalise_backward(dw, w, total)     # (N, k)
     ds = xp.zeros_like(s) if ds_extra is None else ds_extra.copy()
     ds[xp.arange(len(s))[:, None], idx] += dg               # the k columns of a row are distinct

@@ -1,6 +1,6 @@
 """Optimizers, gradient clipping and the learning-rate schedule, on flat buffers.
 
-An optimizer updates *flat slices* (buckets.FlatSlice): flat views (data, grad) of the parameters this
+An optimizer updates *flat slices* (flat.FlatSlice): flat views (data, grad) of the parameters this
 rank is responsible for - whole buckets, or with ZeRO-1 its 1/dp range of each bucket - plus the ranges
 inside them that get weight decay.  Elementwise updates do not care how the model was cut, so every layout applies
 exactly the same arithmetic to every number.

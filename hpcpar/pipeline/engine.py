@@ -17,7 +17,8 @@ can block both of them (the classic deadlock of two ranks that each Send before 
 The loss of each micro-batch is the *sum* of its per-token losses, and its backward starts from
 ``dloss`` = 1 / (tokens in the global batch): added over micro-batches and data-parallel ranks this
 is exactly the single-rank mean.  The gradients of a chunk are final after its last backward of the
-step; there the engine passes ``on_grads_ready`` (data parallelism starts its all-reduces).
+step; the engine tells the chunk so (``final``), and the chunk reports them through its hooks
+(nn/stage.py: data parallelism starts its sums there).
 """
 import time
 from collections import defaultdict
@@ -73,7 +74,7 @@ class PipelineEngine:
         """Message tag: direction 0 = activation, 1 = gradient; ``stage`` = the receiving virtual stage."""
         return (mb * self.n_stages + stage) * 2 + direction
 
-    def run(self, inputs, targets, contexts, dloss, on_grads_ready=None):
+    def run(self, inputs, targets, contexts, dloss):
         """One step. inputs[mb] (first stage) / targets[mb] (last stage) / contexts[mb] per micro-batch.
         Returns this rank's per-micro-batch loss sums (empty unless it holds the last stage)."""
         caches, outputs, received, deferred, losses = {}, {}, {}, {}, {}
@@ -115,9 +116,9 @@ class PipelineEngine:
                 s = self.stage(a.chunk)
                 dy = (dloss if s == self.n_stages - 1 else received[("RECV_B", key)] if ("RECV_B", key) in received
                       else outputs.pop((a.mb, self.local[s + 1])))
-                ready = on_grads_ready if self.final_mb.get(a.chunk) == a.mb else None
+                final = self.final_mb.get(a.chunk) == a.mb
                 work = [] if self.schedule.split_backward else None
-                dx = self.chunks[a.chunk].backward(dy, caches.pop(key), work, ready)
+                dx = self.chunks[a.chunk].backward(dy, caches.pop(key), work, final)
                 if s > 0:
                     outputs[key] = dx
                 if work is None:

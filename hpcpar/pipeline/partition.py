@@ -16,7 +16,7 @@ blocks).  Methods:
 Balanced cuts minimise the largest stage cost over contiguous cuts (dynamic programming, O(S L^2)).
 A cut never drops a block: the counts always sum to the number of blocks, or the request is refused.
 """
-from hpcpar.flops import gpt_block_forward_flops, gpt_head_forward_flops
+from hpcpar.flops import gpt_head_forward_flops
 from hpcpar.runtime import UsageError
 
 
@@ -59,10 +59,15 @@ def balanced(costs, n_stages, first_extra=0.0, last_extra=0.0):
 
 def gpt_block_costs(cfg, method):
     """(per-block cost, first-stage extra, last-stage extra) for a GPT config.  On several stages the
-    last one holds the output projection - its own copy of the token embedding when tied."""
+    last one holds the output projection - its own copy of the token embedding when tied - and the MTP
+    modules (with a copy of the token embedding); a mixture of experts' first blocks may be dense."""
+    shape = cfg.shape
     if method == "params":
-        return [cfg.block_params()] * cfg.n_layer, cfg.embedding_params(), cfg.head_params(own_weight=True)
-    return [gpt_block_forward_flops(cfg)] * cfg.n_layer, 0, gpt_head_forward_flops(cfg)
+        mtp = shape.mtp_params() + (cfg.embedding_params() if cfg.mtp_depth else 0)
+        return ([cfg.block_params(i) for i in range(cfg.n_layer)], cfg.embedding_params(),
+                cfg.head_params(own_weight=True) + mtp)
+    return ([shape.block_forward_flops(cfg.seq_len, i) for i in range(cfg.n_layer)], 0,
+            gpt_head_forward_flops(cfg) + shape.mtp_forward_flops(cfg.seq_len))
 
 
 def ends_light(n_layers, n_stages):

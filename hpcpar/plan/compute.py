@@ -22,7 +22,8 @@ Three kinds of work, each from its own rate:
   before the core: one all-gather forward, and backward an all-gather of K, V and a reduce-scatter of
   dK, dV, all exposed.
 * expert parallelism (plan/experts.py): each MoE layer's dispatch and combine all-to-alls, forward and
-  backward, exposed (hpcpar's engine waits for each).
+  backward, exposed (hpcpar's engine waits for each) - or, where the engine pairs one micro-batch's
+  forward with another's backward (DeepSeek's DualPipe, ``Engine.overlap_ep``), under the other's GEMMs.
 * fp8 (``engine.fp8``): the linear layers' GEMMs at the fp8 peak rate x ``engine.fp8_efficiency`` (the
   engine's dynamic-scaling casts around each fp8 GEMM and its kernels' sustained share); the attention
   core stays 16-bit.
@@ -124,7 +125,11 @@ def layer_times(job, layout):
         "bwd TP all-reduce": tp_bwd,
     }
     t.update(cp_times(job, layout, core))
-    t.update(experts.all_to_all_times(job, layout, tokens_per_rank(job, layout)))
+    ep = experts.all_to_all_times(job, layout, tokens_per_rank(job, layout))
+    if ep and job.engine.overlap_ep:      # the forward's under the paired backward's GEMMs, and back
+        ep = {"fwd EP all-to-all": exposed(ep["fwd EP all-to-all"], t["bwd GEMM dX"] + t["bwd GEMM dW"]),
+              "bwd EP all-to-all": exposed(ep["bwd EP all-to-all"], t["fwd GEMM"])}
+    t.update(ep)
     if layout.recompute == "full":
         t["recompute forward"] = sum(v for k, v in t.items() if k.startswith("fwd "))
     elif layout.recompute == "selective" and job.engine.selective_ops:   # every second linear GEMM

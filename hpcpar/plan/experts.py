@@ -29,7 +29,7 @@ On average every expert gets its share: the rows a rank's experts process are R,
 balanced load; a dropless run with an unbalanced router is slower, a capacity factor below 1 faster).
 """
 from hpcpar.data_parallel.zero_memory import with_experts
-from hpcpar.plan.network import ep_all_to_all_seconds, expert_data_seconds
+from hpcpar.plan.network import across_seconds, ep_all_to_all_seconds, expert_data_seconds
 
 
 def routed_tokens(layout, tokens):
@@ -105,7 +105,13 @@ def all_to_all_times(job, layout, tokens):
 
 
 def gradient_seconds(job, layout, routed, grad_bytes):
-    """(reduce-scatter, all-gather) of the ``routed`` expert numbers' gradients over the expert-data
-    group (0 where each expert lives on one rank of it)."""
-    half = expert_data_seconds(job, layout, routed * grad_bytes) if layout.shard > layout.ep else 0.0
-    return half, half
+    """(reduce-scatter, all-gather) of the ``routed`` expert numbers' gradients over the ranks their
+    state is sharded over (0 where each expert lives on one rank of them), the reduce-scatter followed
+    by HSDP's all-reduce across (and by all of the sum where an expert's shard group is one rank)."""
+    half = expert_data_seconds(job, layout, routed * grad_bytes)
+    return half + gradient_across_seconds(job, layout, routed, grad_bytes), half
+
+
+def gradient_across_seconds(job, layout, routed, grad_bytes):
+    """HSDP's all-reduce of the ``routed`` expert numbers' owned gradients across their shard groups."""
+    return across_seconds(job, layout, routed * grad_bytes, ("expert-data", "expert-across"))

@@ -61,6 +61,13 @@ def expert_model_lines(est):
             f"{per_token(every) / 1e9:.1f} GFLOP were every expert active"]
 
 
+def _over(lay):
+    """The ranks ZeRO shards over, in words: dp*cp, or HSDP's shard group and the groups across."""
+    if lay.across == 1:
+        return f"dp*cp = {lay.shard}"
+    return f"HSDP's dp-shard*cp = {lay.shard}, replicated over {lay.across} groups"
+
+
 def memory_section(est):
     job, lay = est.job, est.layout
     totals = [sum(t.values()) for t in est.memory]
@@ -75,12 +82,13 @@ def memory_section(est):
              f"{(dense + routed) / 1e9:.3f} B parameters on this rank)"]
     if routed:     # the routed experts: E/ep of them, whole over TP, sharded over their own group
         held = experts_stage(lay.zero, lay.shard, lay.ep)
-        we, ge, oe = state_bytes_per_param(job, held, lay.shard // lay.ep)
-        group = f" (ZeRO-{held}: /{lay.shard // lay.ep})" if held else \
-            " (ZeRO-3's group of one rank: whole)" if lay.zero else ""
-        lines.append(f"  dense {dense / 1e9:.3f} B (ZeRO over dp*cp = {lay.shard}) + routed experts {routed / 1e9:.3f} B "
+        we, ge, oe = state_bytes_per_param(job, held, lay.expert_shard)
+        group = f" (ZeRO-{held}: /{lay.expert_shard})" if held else \
+            " (ZeRO's group of one rank: whole)" if lay.zero else ""
+        lines.append(f"  dense {dense / 1e9:.3f} B (ZeRO over {_over(lay)}) + routed experts {routed / 1e9:.3f} B "
                      f"(E/ep = {job.model.experts // lay.ep} of each layer's, ZeRO over (dp*cp)/ep = "
-                     f"{lay.shard // lay.ep})")
+                     + (f"{lay.expert_shard})" if lay.across == 1 else
+                        f"{lay.replicas // lay.ep}: {lay.expert_shard} of them in a shard group)"))
         for name, a, b, shards in (("weights", w, we, 3), ("gradients", g, ge, 2), ("optimizer state", o, oe, 1)):
             lines.append(f"  {name:18s} {dense / 1e9:.3f} B * {a:.3g} + {routed / 1e9:.3f} B * {b:.3g} bytes"
                          + (group if lay.zero >= shards else "") + f" = {_gib(terms[name])}")
@@ -196,8 +204,10 @@ def pipeline_section(est):
 
 def totals_section(est):
     job, lay = est.job, est.layout
-    experts_over = f" (the routed experts' over (dp*cp)/ep={lay.shard // lay.ep})" if lay.ep > 1 else ""
-    lines = [f"DATA PARALLEL gradients over dp*cp={lay.shard}{experts_over}: reduce-scatter + all-gather = "
+    experts_over = f" (the routed experts' over (dp*cp)/ep={lay.replicas // lay.ep})" if lay.ep > 1 else ""
+    how = "reduce-scatter + all-gather" if lay.across == 1 else \
+        f"reduce-scatter over {lay.shard} + all-reduce of 1/{lay.shard} across {lay.across} groups + all-gather"
+    lines = [f"DATA PARALLEL gradients over dp*cp={lay.replicas}{experts_over}: {how} = "
              f"{_ms(est.dp_total).strip()}, exposed {_ms(est.dp_exposed).strip()}"
              + (" (overlapped with the last micro-batch's backward, in buckets)" if job.engine.overlap_dp else "")]
     if lay.zero >= 3:

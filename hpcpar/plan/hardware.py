@@ -111,6 +111,6 @@ def from_mapping(d, name):
 
 
 def load_hardware(spec):
-    """A preset name (a100, h100, h200) or a path to a profile TOML -> Hardware."""
+    """A preset name (a100, h100, h200, h800) or a path to a profile TOML -> Hardware."""
     mapping, name = catalog.read(spec, "hardware", "hardware profile", " or a .toml profile")
     return from_mapping(mapping, name)

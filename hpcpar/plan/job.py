@@ -22,8 +22,8 @@ def expert_check(model, layout):
         return None
     if not model.experts:
         return f"ep={ep} needs a model with experts"
-    if ep < 1 or layout.shard % ep:
-        return f"ep={ep} does not divide dp*cp = {layout.shard}"
+    if ep < 1 or layout.replicas % ep:
+        return f"ep={ep} does not divide dp*cp = {layout.replicas}"
     if model.experts % ep:
         return f"ep={ep} does not divide the {model.experts} experts"
     return None
@@ -57,6 +57,8 @@ class Engine:
     overlap_tp: bool = False          # TP collectives run under the GEMMs (Megatron's tp-comm-overlap,
                                       # PyTorch's async TP): only the part longer than the GEMMs shows
     fp8: bool = False                 # linear-layer GEMMs in fp8 (the attention core stays 16-bit)
+    overlap_ep: bool = False          # EP all-to-alls run under another micro-batch's compute (DualPipe's
+                                      # paired F and B chunks): only the part longer than that shows
     cp_allgather: bool = False        # context parallelism all-gathers K and V before the attention core,
                                       # exposed (Llama 3's), instead of a ring overlapped with it (compute.py)
     collective_buffer_bytes: float = 0.0   # fixed NCCL buffers per GPU (memory.py)
@@ -144,7 +146,12 @@ class Job:
         if lay.zero not in (0, 1, 2, 3):
             return f"ZeRO stage {lay.zero} (use 0 to 3)"
         if lay.zero and lay.shard == 1:
-            return f"ZeRO-{lay.zero} needs dp * cp > 1"
+            return f"ZeRO-{lay.zero} needs dp * cp > 1" if not lay.dp_shard else \
+                f"ZeRO-{lay.zero} over HSDP's shard groups of {lay.dp_shard} x cp {lay.cp} = 1 rank"
+        if lay.dp_shard and (not lay.zero or lay.dp % lay.dp_shard):
+            return f"HSDP's dp-shard {lay.dp_shard} needs ZeRO and must divide dp = {lay.dp}"
+        if lay.dp_shard and lay.shard % lay.ep and lay.ep % lay.shard:
+            return f"HSDP's shard group of {lay.shard} ranks and ep = {lay.ep} must divide one another"
         if lay.cp < 1 or self.seq_len % (2 * lay.cp if lay.cp > 1 else 1):
             return f"cp={lay.cp} does not split the sequence {self.seq_len} into 2*cp load-balanced chunks"
         if lay.cp_kind not in ("ring", "ulysses"):

@@ -1,6 +1,6 @@
 """A layout: how one training step is split over the GPUs, written as one string.
 
-    tp8-pp8-dp16-mb1-v1-1f1b[-cp2[-ulysses]][-ep8][-sp][-z1|-z2|-z3][-rcsel|-rcfull]
+    tp8-pp8-dp16-mb1-v1-1f1b[-cp2[-ulysses]][-ep8][-sp][-z1|-z2|-z3[-hs4]][-rcsel|-rcfull]
 
     tpT    tensor-parallel size (ranks sharing every layer)
     ppP    pipeline stages
@@ -16,6 +16,8 @@
     sp     sequence parallelism (LayerNorm/dropout activations sharded over TP as well)
     zK     ZeRO stage K over the DP (x CP) ranks: z1 shards the optimizer state, z2 the gradients as
            well, z3 (FSDP) the weights too (gathered layer by layer when needed)
+    hsN    HSDP: ZeRO shards over groups of N dp ranks (x cp) - inside a node, when they fit - and
+           replicates across the D / N groups (reduce-scatter and gather inside, all-reduce across)
     rcsel  selective recomputation (attention scores recomputed), rcfull: every layer recomputed
 
 Layers go to stages as the engine cuts them (``stage_layers``, pipeline/partition.py): hpcpar's
@@ -27,6 +29,7 @@ stages its schedule places on it, and the ends sit where the placement puts them
 from dataclasses import dataclass, replace
 from functools import lru_cache
 
+from hpcpar.data_parallel.zero_memory import shard_size
 from hpcpar.pipeline.partition import partition
 from hpcpar.pipeline.schedules import KINDS, SCHEDULES, ends, holders
 from hpcpar.runtime import UsageError
@@ -48,6 +51,7 @@ class Layout:
     cp: int = 1                 # context-parallel size
     cp_kind: str = "ring"       # ring | ulysses: how the cp ranks attend (docs/context_parallel.md)
     ep: int = 1                 # expert-parallel size, taken from the dp * cp ranks (docs/moe.md)
+    dp_shard: int = 0           # HSDP: ZeRO's shard groups of this many dp ranks (0: all of dp)
 
     def __post_init__(self):
         object.__setattr__(self, "zero", int(self.zero))     # zero=True reads as stage 1
@@ -62,6 +66,8 @@ class Layout:
             text += "-sp"
         if self.zero:
             text += f"-z{self.zero}"
+        if self.dp_shard:
+            text += f"-hs{self.dp_shard}"
         tag = {v: k for k, v in RECOMPUTE.items()}[self.recompute]
         return text + (f"-{tag}" if tag else "")
 
@@ -70,9 +76,25 @@ class Layout:
         return self.tp * self.cp * self.pp * self.dp
 
     @property
-    def shard(self):
-        """Ranks that ZeRO shards model state over: DP and CP ranks hold the same weights."""
+    def replicas(self):
+        """Ranks that hold the same weights: DP and CP ranks; gradients are summed over them."""
         return self.dp * self.cp
+
+    @property
+    def shard(self):
+        """Ranks that ZeRO shards model state over: every replica, or HSDP's shard group."""
+        return shard_size(self.dp, self.cp, self.dp_shard)
+
+    @property
+    def across(self):
+        """HSDP: the shard groups, which each own range is all-reduced over (1 without HSDP)."""
+        return self.replicas // self.shard
+
+    @property
+    def expert_shard(self):
+        """Ranks the routed experts' state is sharded over: the shard group's ranks holding the same
+        experts (one when ep spans the shard group)."""
+        return max(1, self.shard // self.ep)
 
     def grid(self):
         """(tp, cp, pp, dp): the part of a layout that decides where every rank sits."""
@@ -106,7 +128,7 @@ def parse_layout(text):
         else:
             key = part.rstrip("0123456789")
             value = part[len(key):]
-            if key not in ("tp", "pp", "dp", "mb", "v", "cp", "ep") or not value:
+            if key not in ("tp", "pp", "dp", "mb", "v", "cp", "ep", "hs") or not value:
                 raise UsageError(f"layout {text!r}: cannot read {part!r} (expected e.g. "
                                  f"tp8-pp8-dp16-mb1-v1-1f1b, schedules {', '.join(SCHEDULES)}; see hpcpar plan --help)")
             numbers[key] = int(value)
@@ -116,7 +138,7 @@ def parse_layout(text):
     return Layout(tp=numbers["tp"], pp=numbers["pp"], dp=numbers["dp"], mb=numbers.get("mb", 1),
                   v=numbers.get("v", 1), schedule=flags["schedule"] or "1f1b", recompute=flags["recompute"],
                   zero=flags["zero"], sp=flags["sp"], cp=numbers.get("cp", 1), cp_kind=flags["cp_kind"],
-                  ep=numbers.get("ep", 1))
+                  ep=numbers.get("ep", 1), dp_shard=numbers.get("hs", 0))
 
 
 @lru_cache(maxsize=None)

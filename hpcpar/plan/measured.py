@@ -54,7 +54,7 @@ def planner_view(trainer_cfg, model_cfg):
               dtype=DTYPES[c.dtype], engine=train_engine(**muon_engine(c)))
     layout = Layout(c.tp, c.pp, c.dp, mb=c.batch_size // (c.dp * c.microbatches), v=c.chunks,
                     schedule=c.schedule, recompute=recompute_policy(c), zero=zero_stage(c),
-                    sp=c.sequence_parallel, cp=c.cp, ep=c.ep)
+                    sp=c.sequence_parallel, cp=c.cp, ep=c.ep, dp_shard=c.dp_shard)
     return job, layout
 
 

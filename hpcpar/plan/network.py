@@ -11,7 +11,10 @@ so time = steps * alpha + bytes / beta.  Which link a group uses follows from th
 next to tensor parallelism as in Megatron-Core): a group whose members share one node talks over
 NVLink; one that spans nodes goes through the network, and when k of its members share a node the k
 rings that leave that node use k network ports at once, so beta = min(NVLink, k * port).  ZeRO and
-the gradient reduction run over the "shard" group: the dp * cp ranks that hold the same weights.
+the gradient reduction run over the "shard" group: the dp * cp ranks that hold the same weights - or,
+under HSDP, a shard group of dp-shard * cp of them, tp apart (inside a node when it fits), after which
+each owned range, 1/shard of the gradients, is all-reduced over the "across" group (tp * shard apart,
+across the nodes): reduce-scatter + all-reduce of n / shard instead of one reduce-scatter over all.
 Context parallelism passes K and V chunks round a ring (cp_ring_seconds), all-gathers them
 (cp_allgather_seconds), or trades the sequence cut for a head cut by all-to-alls (Ulysses,
 cp_all_to_all_seconds).  An all-to-all over N ranks hands each of the N-1 others one block of
@@ -38,9 +41,12 @@ def members_per_node(layout, axis, gpus_per_node):
     """(group size, members of rank 0's group on rank 0's node) for the group along ``axis``: the
     members are ``stride`` ranks apart, so ceil(gpus_per_node / stride) of them share node 0."""
     tp, cp, dp = layout.tp, layout.cp, layout.dp
-    size, stride = {"tp": (tp, 1), "cp": (cp, tp), "dp": (dp, tp * cp), "shard": (dp * cp, tp),
+    expert_across = layout.replicas // layout.ep // layout.expert_shard
+    size, stride = {"tp": (tp, 1), "cp": (cp, tp), "dp": (dp, tp * cp), "shard": (layout.shard, tp),
+                    "across": (layout.across, tp * layout.shard),
                     "pp": (layout.pp, tp * cp * dp), "ep": (layout.ep, tp),
-                    "expert-data": (dp * cp // layout.ep, tp * layout.ep)}[axis]
+                    "expert-data": (layout.expert_shard, tp * layout.ep),
+                    "expert-across": (expert_across, tp * layout.ep * layout.expert_shard)}[axis]
     return size, min(size, -(-gpus_per_node // stride))
 
 
@@ -89,18 +95,28 @@ def p2p_seconds(job, layout, nbytes):
 
 
 def shard_seconds(job, layout, nbytes):
-    """One reduce-scatter (or all-gather) of ``nbytes`` over the dp * cp ranks holding the same weights."""
+    """One reduce-scatter (or all-gather) of ``nbytes`` over the ranks ZeRO shards over (module docstring)."""
     link = group_link(job.hardware, layout, "shard", job.gpus_per_node)
     return reduce_scatter_seconds(link, layout.shard, nbytes)
+
+
+def across_seconds(job, layout, nbytes, groups=("shard", "across")):
+    """HSDP: the all-reduce of each owned range of ``nbytes`` of gradients (nbytes / shard of them) over
+    the groups across (0 without HSDP); ``groups``: the experts' ("expert-data", "expert-across")."""
+    size, _ = members_per_node(layout, groups[1], job.gpus_per_node)
+    inside, _ = members_per_node(layout, groups[0], job.gpus_per_node)
+    link = group_link(job.hardware, layout, groups[1], job.gpus_per_node)
+    return all_reduce_seconds(link, size, nbytes / inside)
 
 
 def dp_gradient_seconds(job, layout, nbytes):
     """(reduce-scatter part, all-gather part) of averaging ``nbytes`` of gradients over DP (x CP).
 
     A plain all-reduce is a reduce-scatter followed by an all-gather; ZeRO-1 does the same two halves
-    with the optimizer step in between (gradients scattered, updated parameters gathered)."""
+    with the optimizer step in between (gradients scattered, updated parameters gathered).  Under HSDP
+    the reduce-scatter inside the shard group is followed by the all-reduce across the groups."""
     half = shard_seconds(job, layout, nbytes)
-    return half, half
+    return half + across_seconds(job, layout, nbytes), half
 
 
 def cp_chunk_bytes(job, layout):
@@ -169,6 +185,7 @@ def ep_all_to_all_seconds(job, layout, nbytes):
 
 
 def expert_data_seconds(job, layout, nbytes):
-    """One reduce-scatter (or all-gather) of ``nbytes`` of expert gradients over the expert-data group."""
+    """One reduce-scatter (or all-gather) of ``nbytes`` of expert gradients over the ranks their state is
+    sharded over: the expert-data group (under HSDP its part in a shard group)."""
     link = group_link(job.hardware, layout, "expert-data", job.gpus_per_node)
-    return reduce_scatter_seconds(link, layout.shard // layout.ep, nbytes)
+    return reduce_scatter_seconds(link, layout.expert_shard, nbytes)

@@ -77,6 +77,13 @@ FRAMEWORKS = {
     "llm-foundry": dict(engine=dict(FUSED_LOSS, flash_attention=True, mixed_state_bytes=(4, 4, 8)),
                         eager=COMPOSER_EAGER,
                         recompute=("none", "full"), schedules=("1f1b",), zero=(3,), sp=(False,), dtype="bf16"),
+    # DeepSeek's HAI-LLM as the V3 report describes it (section 3.2): DualPipe (hpcpar's nearest is its V
+    # form, dualpipev), its all-to-alls overlapped with the paired chunk's compute, FP8 GEMMs (3.3), flash
+    # attention, ZeRO-1, no TP or SP; BF16 weights, FP32 gradients, FP32 master weights and BF16 AdamW
+    # moments (3.3.3): 2 + 4 + (4 + 2 + 2); it recomputes the norms and MLA's up-projections (selective).
+    "hai-llm": dict(engine=dict(flash_attention=True, fp8=True, overlap_ep=True, mixed_state_bytes=(2, 4, 8)),
+                    recompute=("none", "selective", "full"), schedules=("dualpipev",), zero=(1,), sp=(False,),
+                    dtype="bf16"),
 }
 for _name in ("torchtitan", "llm-foundry", "megatron-core"):
     FRAMEWORKS[_name]["engine"] = dict(PYTORCH, **FRAMEWORKS[_name]["engine"])

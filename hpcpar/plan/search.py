@@ -4,9 +4,10 @@
    parallelism talks inside every layer, so a TP group stays on one node's NVLink: Narayanan et al.
    2021, takeaway #1) - and for each the
    micro-batch sizes, schedules, chunks v, recomputation, ZeRO stage, context parallelism,
-   expert parallelism (for a model with experts: every ep dividing both dp * cp and the experts) and
-   sequence parallelism of the
-   search space; drop what does not divide (Job.check).
+   expert parallelism (for a model with experts: every ep dividing both dp * cp and the experts),
+   HSDP (on a job of several nodes, under ZeRO: besides sharding over every dp rank, shard groups of
+   the most dp ranks whose tp * cp * dp-shard ranks fill part of one node) and sequence parallelism of
+   the search space; drop what does not divide (Job.check).
 2. Keep what fits in memory, and rank it with the textbook pipeline bubble (fast, analytic).
 3. Re-estimate with the pipeline simulator the best ``refine`` of them and the best of every
    (tp, cp, pp, dp) grid within 30 % of the best, and rank again: that is the answer.  (The analytic and simulated bubbles differ
@@ -38,6 +39,7 @@ class Space:
     micro_batch_sizes: tuple = (1, 2, 4, 8)
     chunks: tuple = (2, 3, 4, 6, 8, 12)
     max_tp: int = 0                      # 0: the GPUs of one node
+    hsdp: bool = True                    # on several nodes, ZeRO's HSDP shard groups inside a node too
     fixed: tuple = ()                    # ((field, value), ...)
 
 
@@ -51,9 +53,18 @@ def expert_sizes(model, shard):
     return [e for e in divisors(shard) if model.experts % e == 0] if model.experts else [1]
 
 
+def node_shard(job, space, tp, cp, dp):
+    """The HSDP shard sizes to try besides 0 (every dp rank): on a job of several nodes the most dp ranks
+    whose shard group, tp * cp * dp-shard consecutive ranks, fits a node evenly (none if that is all dp)."""
+    if not space.hsdp or job.gpus <= job.gpus_per_node:
+        return []
+    fit = [d for d in divisors(dp) if job.gpus_per_node % (tp * cp * d) == 0]
+    return [max(fit)] if fit and max(fit) < dp else []
+
+
 def candidates(job, space=Space()):
     """Every layout of the space whose shapes divide (no memory check yet); ``space.fixed`` pins
-    any of tp, cp, pp, dp, mb, v, schedule, recompute, zero, cp_kind, ep."""
+    any of tp, cp, pp, dp, mb, v, schedule, recompute, zero, cp_kind, ep, dp_shard."""
     fixed = dict(space.fixed)
     max_tp = space.max_tp or job.gpus_per_node
     sp_choices = (True,) if True in space.sp else (False,)
@@ -75,9 +86,12 @@ def candidates(job, space=Space()):
                 chunks = free("v", (kind.default_chunks,) if kind.v_shape or not kind.chunked else space.chunks)
                 kinds = free("cp_kind", space.cp_kinds) if cp > 1 else ["ring"]
                 eps = free("ep", expert_sizes(job.model, dp * cp))
-                for v, rc, zero, kind, ep in product(chunks, free("recompute", space.recompute),
-                                                     free("zero", space.zero), kinds, eps):
-                    lay = Layout(tp, pp, dp, mb, v, schedule, rc, zero, sp_choices[0] and tp > 1, cp, kind, ep)
+                shards = free("dp_shard", [0] + node_shard(job, space, tp, cp, dp))
+                for v, rc, zero, kind, ep, hs in product(chunks, free("recompute", space.recompute),
+                                                         free("zero", space.zero), kinds, eps, shards):
+                    if hs and not zero:
+                        continue
+                    lay = Layout(tp, pp, dp, mb, v, schedule, rc, zero, sp_choices[0] and tp > 1, cp, kind, ep, hs)
                     if job.check(lay) is None:
                         yield lay
 

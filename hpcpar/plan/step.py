@@ -34,7 +34,7 @@ from hpcpar.plan.flops import step_flops
 from hpcpar.plan.layout import by_class
 from hpcpar.plan.memory import (ALLOCATOR_CACHE, STATE_TERMS, analytic_inflight, keeps_stage_gathered,
                                 layout_memory, number_bytes, stage_memory, stage_params, state_bytes_per_param)
-from hpcpar.plan.network import (all_reduce_seconds, dp_gradient_seconds, group_link, p2p_seconds,
+from hpcpar.plan.network import (across_seconds, all_reduce_seconds, dp_gradient_seconds, group_link, p2p_seconds,
                                  reduce_scatter_seconds, shard_seconds)
 from hpcpar.tensor_parallel.muon import muon_costs
 
@@ -103,7 +103,7 @@ def dp_exposure(job, layout, stages):
     """(total, exposed) seconds of DP gradient traffic, the worst stage."""
     worst = (0.0, 0.0)
     once = layout.zero >= 3 and keeps_stage_gathered(job, layout)
-    if layout.shard == 1 or (layout.zero >= 3 and not once):
+    if layout.replicas == 1 or (layout.zero >= 3 and not once and layout.across == 1):
         return worst
     grad_bytes = state_bytes_per_param(job)[1]
     traffic = by_class(job.stage_classes(layout), lambda i: gradient_traffic(job, layout, i, grad_bytes, once))
@@ -127,6 +127,11 @@ def gradient_traffic(job, layout, stage, grad_bytes, once):
     # a mixture of experts' routed experts are summed over their own expert-data group
     dense, routed = experts.split_params(job.model, stage_params(job, layout, stage),
                                          job.stage_layers(layout)[stage], layout)
+    if layout.zero >= 3 and not once:     # the reduce-scatters run in the pipeline (fsdp_exposure): here
+        #                                   HSDP's all-reduce across the shard groups, once a step
+        rs = across_seconds(job, layout, dense * grad_bytes)
+        rs += experts.gradient_across_seconds(job, layout, routed, grad_bytes) if routed else 0.0
+        return rs, 0.0, (dense + routed) * grad_bytes
     rs, ag = dp_gradient_seconds(job, layout, dense * grad_bytes)
     if routed:
         ers, eag = experts.gradient_seconds(job, layout, routed, grad_bytes)
@@ -145,9 +150,9 @@ def fsdp_exposure(job, layout, params, layers, compute):
     grads = state_bytes_per_param(job)[1]
     dense, routed = experts.split_params(job.model, params, layers, layout)
     total = 2 * shard_seconds(job, layout, dense * job.elem_bytes) + shard_seconds(job, layout, dense * grads)
-    if routed:
+    if routed:                  # [1]: one reduce-scatter or all-gather over the experts' shard group alone
         total += 2 * experts.gradient_seconds(job, layout, routed, job.elem_bytes)[1] \
-            + experts.gradient_seconds(job, layout, routed, grads)[0]
+            + experts.gradient_seconds(job, layout, routed, grads)[1]
     first_unit = total * job.model.gathered_block_params(layout.tp, layout.ep, layout.shard) / (dense + routed)
     return total, max(total - compute, first_unit)
 

@@ -3,6 +3,8 @@
 ColumnParallelLinear  Y = X [W_1 | ... | W_tp]: rank i computes X W_i, its own columns of Y.
                       Input region: f (or the sequence all-gather).  No communication in forward.
 ColumnParallelProjections  several of them on one input (Llama's q, k, v; gate, up), one region crossing.
+RegionEntry / HeadParallelLinear  the region crossed once on its own (MLA: on x), then column cuts inside
+                      it with no communication (MLA's up-projections, after latents every rank computes).
 RowParallelLinear     Y = [X_1 ... X_tp] [W_1; ...; W_tp] = sum_i X_i W_i: rank i holds rows W_i and
                       the matching columns X_i (the column-parallel output), computes a partial sum,
                       and g (or the sequence reduce-scatter) adds them up.  Bias after the sum.
@@ -16,7 +18,7 @@ parallelism, where each rank sees only its tokens - their gradients are partial 
 """
 from hpcpar.backend import array_module, scatter_add
 from hpcpar.nn.embedding import Embedding
-from hpcpar.nn.gpt import LMHead
+from hpcpar.nn.head import LMHead
 from hpcpar.nn.module import Module, run_or_defer
 from hpcpar.nn.parameter import Shard
 from hpcpar.ops.linear import bias_backward, linear_backward_input, linear_backward_weight, linear_forward
@@ -84,6 +86,31 @@ class ColumnParallelProjections(Module):
         return self.region.backward(self.comm, dx)                # the sum of every projection's term, once
 
 
+class RegionEntry(Module):
+    """The input region on its own: f (or the sequence all-gather) forward, the all-reduce (or
+    reduce-scatter) of the summed input gradient backward.  MLA enters it once, on x (nn/mla.py)."""
+
+    def __init__(self, comm, sequence_parallel=False):
+        self.comm, self.region = comm, input_region(sequence_parallel)
+
+    def forward(self, x):
+        return self.region.forward(self.comm, x)
+
+    def backward(self, dx):
+        return self.region.backward(self.comm, dx)
+
+
+class HeadParallelLinear(ColumnParallelLinear):
+    """A column cut inside a region already entered: no communication either way; its input gradient is
+    this rank's heads' share, summed where the region was entered (``RegionEntry``)."""
+
+    def forward(self, x, ctx=None):
+        return self.local_forward(x), x
+
+    def backward(self, dy, x, defer=None):
+        return self.local_backward(dy, x, defer)
+
+
 class RowParallelLinear(Module):
     def __init__(self, linear, comm, sequence_parallel=False):
         self.comm, self.region = comm, output_region(sequence_parallel)
@@ -116,7 +143,9 @@ class VocabParallelEmbedding(Embedding):
         self.comm, self.sp = comm, sequence_parallel
         self.region = output_region(sequence_parallel)
         self.vocab_size = embed.wte.full_shape[0]
-        self.wte = embed.wte.shard_(Shard(0, comm.size, comm.rank))                    # (V/tp, C)
+        self.wte = embed.wte
+        if self.wte.shard is None:                      # the MTP modules share the embedding's, cut already
+            self.wte.shard_(Shard(0, comm.size, comm.rank))                             # (V/tp, C)
         self.lo = comm.rank * self.wte.data.shape[0]
         self.wpe, self.drop = embed.wpe, embed.drop               # wpe: None under rotary positions
         replicate([self.wpe] if self.wpe else [], comm, sequence_parallel)
@@ -149,7 +178,7 @@ class VocabParallelLMHead(LMHead):
 
     def __init__(self, head, comm, sequence_parallel=False):
         self.comm, self.region = comm, input_region(sequence_parallel)
-        self.ln_f = head.ln_f
+        self.ln_f, self.mtp = head.ln_f, head.mtp
         replicate(self.ln_f.parameters(), comm, sequence_parallel)
         self.weight = head.weight
         if self.weight.shard is None:                   # a tied weight may be cut by the embedding already

@@ -13,6 +13,10 @@ Llama block: rmsnorm -> [q_proj, k_proj, v_proj: column, by heads, one input reg
              K/V heads they read, r NKV/tp .., so tp must divide NKV as well as NH; QK-norm (Qwen3)
              normalises each head on its own rank, its two gains whole on every rank, their gradients
              summed over TP (each rank's holds its heads' share)
+DeepSeek:    rmsnorm -> [f, or the sequence all-gather, once on x] -> down-projections and latent norms
+             whole on every rank -> [q_b_proj (q_proj), kv_b_proj: columns by heads, no communication] ->
+             rope, heads -> [o_proj: row]: 1 all-reduce forward, 1 backward (nn/mla.py); the whole parts'
+             gradients this rank's heads' share, summed over TP (as QK-norm's); its first dense MLPs as Llama's
 MoE block:   attention cut as above; the mixture of experts (router, experts, shared experts) is
              replicated: every TP rank runs it on the tokens it holds (all of them, or with sequence
              parallelism its own slice of the sequence); no all-reduce around it
@@ -28,8 +32,9 @@ from hpcpar.nn.gpt import GPT
 from hpcpar.nn.linear import Projections
 from hpcpar.nn.moe import MoE
 from hpcpar.runtime import UsageError
-from hpcpar.tensor_parallel.layers import (ColumnParallelLinear, ColumnParallelProjections, RowParallelLinear,
-                                           VocabParallelEmbedding, VocabParallelLMHead, replicate)
+from hpcpar.tensor_parallel.layers import (ColumnParallelLinear, ColumnParallelProjections, HeadParallelLinear,
+                                           RegionEntry, RowParallelLinear, VocabParallelEmbedding,
+                                           VocabParallelLMHead, replicate)
 
 
 def check_divisible(cfg, tp, sequence_parallel, seq_len=None):
@@ -43,8 +48,9 @@ def check_divisible(cfg, tp, sequence_parallel, seq_len=None):
     if n_kv_head is not None and n_kv_head % tp:
         raise UsageError(f"--tp {tp} must divide the number of key/value heads ({n_kv_head}): each rank "
                          f"holds the K/V heads of its own query heads")
-    if cfg.d_ff % tp:
-        raise UsageError(f"--tp {tp} must divide the feed-forward width ({cfg.d_ff})")
+    for width in {cfg.d_ff, getattr(cfg, "dense_ff", cfg.d_ff)}:           # a mixture of experts' dense layers
+        if width % tp:
+            raise UsageError(f"--tp {tp} must divide the feed-forward width ({width})")
     if sequence_parallel:
         if n_head is None:
             raise UsageError("sequence parallelism needs a model with a sequence axis (a GPT)")
@@ -58,7 +64,7 @@ def parallelize(stage, comm, sequence_parallel=False):
         return stage
     sp = sequence_parallel
     parts = stage.cfg.parts if isinstance(stage, GPT) else None      # the family's plan (nn/gpt.py)
-    for block in stage.blocks:
+    for block in stage.transformer_blocks():
         if parts is None:                                             # the deep MLP's block
             cut(block, comm, sp, columns=("c_fc",), rows=("c_proj",))
             continue
@@ -68,6 +74,11 @@ def parallelize(stage, comm, sequence_parallel=False):
                 replicate(module.parameters(), comm, sp)
                 continue
             cut(module, comm, sp, columns=c.columns, rows=c.rows, groups=c.groups)
+            for name in c.inner:                                      # MLA: inside the region entered once
+                if getattr(module, name) is not None:
+                    setattr(module, name, HeadParallelLinear(getattr(module, name), comm))
+            if c.entry:
+                setattr(module, c.entry, RegionEntry(comm, sp))
         if parts.tp_head_offset:
             block.attn.head_offset = comm.rank * block.attn.n_head // comm.size
         replicate([p for name in parts.tp_replicated for p in getattr(block, name).parameters()], comm, sp)
@@ -78,6 +89,10 @@ def parallelize(stage, comm, sequence_parallel=False):
             stage.embed = VocabParallelEmbedding(stage.embed, comm, sp)
         if stage.head is not None:
             stage.head = VocabParallelLMHead(stage.head, comm, sp)
+            mtp = stage.head.mtp                  # the MTP modules: blocks cut above, their lookup vocabulary-parallel
+            if mtp is not None:
+                mtp.embed = VocabParallelEmbedding(mtp.embed, comm, sp)
+                replicate([p for m in mtp.depths for p in m.replicated()], comm, sp)
     else:
         for part in (stage.embed, stage.head):
             if part is not None:

@@ -65,6 +65,11 @@ class TrainConfig:
                                             "backward of the step", group="layout")
     fsdp_blocks: int = opt(1, "--zero 3: blocks per unit (gathered and freed together)", group="layout",
                            bound="count")
+    dp_shard: int = opt(0, "HSDP: ZeRO cuts its state over groups of N data-parallel ranks (x cp) and replicates "
+                           "it across the groups - reduce-scatter and gather inside a group, all-reduce across "
+                           "(0: over all of dp x cp; docs/zero.md)", group="layout", bound="natural")
+    whole_tensors: bool = opt(False, "ZeRO: each parameter lives whole on one rank of its group, balanced by size, "
+                                     "instead of equal ranges of the flat buffers", group="layout")
     memory_budget: float = opt(0.0, "refuse to start when a rank would hold more than this many GB of parameters, "
                                     "gradients, optimizer state and gathered units (0: no limit)", group="layout",
                                bound="natural")
@@ -72,9 +77,10 @@ class TrainConfig:
     # --- model ------------------------------------------------------------------------------
     model: str = opt("", "model preset (GPT-2 blocks, or llama-*: RMSNorm, RoPE, SwiGLU, grouped-query "
                          "attention; moe-tiny, mixtral-tiny: the same with mixtures of experts; qwen3-moe-tiny: "
-                         "mixtral-tiny with QK-norm; '': tiny, or the family of --init-from)",
+                         "mixtral-tiny with QK-norm; deepseek-tiny: DeepSeek-V3's latent attention and experts; "
+                         "'': tiny, or the family of --init-from)",
                      ["tiny", "small", "gpt2", "llama-tiny", "llama-small", "moe-tiny", "mixtral-tiny",
-                      "qwen3-moe-tiny", "mlp"], "model")
+                      "qwen3-moe-tiny", "deepseek-tiny", "mlp"], "model")
     layers: int = opt(0, "number of blocks (0: preset)", group="model", bound="natural")
     hidden: int = opt(0, "model width d_model (0: preset)", group="model", bound="natural")
     heads: int = opt(0, "attention heads (0: preset)", group="model", bound="natural")
@@ -114,6 +120,15 @@ class TrainConfig:
     window_layers: str = opt("", "the layers --window applies to: a slice like ::2 (every other layer, as "
                                  "gpt-oss) or 4: (from layer 4 on, as Qwen), or a list like 0,2,5 ('': all)",
                              group="model")
+    dims: str = opt("", "more of the model's sizes as name=value pairs: DeepSeek's q_lora_rank, kv_lora_rank, "
+                        "qk_rope_dim, v_head_dim, rope_interleave, first_dense, d_ff_dense, n_group, topk_group, "
+                        "routed_scale and yarn_* (nn/dims.py; '': the preset's, or those of --init-from)",
+                    group="model")
+    mtp: int = opt(0, "multi-token prediction: D modules on the last stage, module k predicting the token k + 1 "
+                      "after the next through the shared embedding and head (DeepSeek-V3; 0: none, or those of "
+                      "--init-from; docs/deepseek.md)", group="model", bound="natural")
+    mtp_lambda: float = opt(0.3, "the weight of the MTP modules' mean loss in the loss trained on", group="model",
+                            bound="natural")
     # --- data -------------------------------------------------------------------------------
     data: str = opt("synthetic", "synthetic, or a path: a text file (characters), a .bin token file, or a "
                                  "directory from `hpcpar data prepare` (train.bin, val.bin, tokenizer)", group="data")
@@ -207,7 +222,7 @@ class TrainConfig:
 
 DEFAULT_MODEL = "tiny"          # --model when neither the flag nor an --init-from file names one
 PRESET_LR = {"tiny": 1e-2, "small": 3e-3, "gpt2": 6e-4, "llama-tiny": 1e-2, "llama-small": 3e-3, "moe-tiny": 1e-2,
-             "mixtral-tiny": 1e-2, "qwen3-moe-tiny": 1e-2, "mlp": 1e-2}
+             "mixtral-tiny": 1e-2, "qwen3-moe-tiny": 1e-2, "deepseek-tiny": 1e-2, "mlp": 1e-2}
 
 GROUPS = {"layout": "parallel layout", "model": "model", "data": "data", "optim": "optimisation",
           "run": "numerics and backend", "files": "files and output", "watch": "hangs and shutdown"}
@@ -365,6 +380,22 @@ def check_zero(cfg):
                          f"to shard; use --zero 0 (or more ranks: --dp)")
     if cfg.zero != 3 and (cfg.fsdp_blocks != 1 or not cfg.reshard_after_forward):
         raise UsageError("--fsdp-blocks and --no-reshard-after-forward shape ZeRO-3's units: they need --zero 3")
+    if (cfg.dp_shard or cfg.whole_tensors) and not cfg.zero:
+        raise UsageError(f"--{'dp-shard' if cfg.dp_shard else 'whole-tensors'} shapes how ZeRO cuts its state: "
+                         f"it needs --zero 1, 2 or 3")
+    if cfg.dp_shard:
+        shard = cfg.dp_shard * cfg.cp
+        if cfg.dp % cfg.dp_shard:
+            raise UsageError(f"--dp-shard {cfg.dp_shard} must divide dp = {cfg.dp}: shard groups of equal size")
+        if cfg.zero >= 2 and shard == 1:
+            raise UsageError(f"--zero {cfg.zero} shards over dp-shard x cp = 1 rank: there is nothing to shard; "
+                             f"use --zero 0 (or a larger --dp-shard)")
+        if shard % cfg.ep and cfg.ep % shard:
+            raise UsageError(f"--dp-shard {cfg.dp_shard} x cp {cfg.cp} = {shard} and --ep {cfg.ep} must divide "
+                             f"one another: each shard group holds whole expert groups, or lies inside one")
+    if cfg.whole_tensors and cfg.memory_budget:
+        raise UsageError("--memory-budget counts equal ranges of the flat buffers; --whole-tensors balances "
+                         "whole tensors instead: give one of them")
     if cfg.memory_budget and cfg.model == "mlp":
         raise UsageError("--memory-budget needs a GPT model (the planner's memory formula knows no MLP)")
 
@@ -412,6 +443,8 @@ def _check_model(cfg, world):
         if cfg.documents or cfg.window or cfg.synthetic_doc_len:
             raise UsageError("--documents, --window and --synthetic-doc-len need a GPT model (the MLP has no "
                              "sequence)")
+        if cfg.mtp:
+            raise UsageError("--mtp needs a GPT model (the MLP predicts no tokens)")
     if cfg.window_layers and not cfg.window:
         raise UsageError(f"--window-layers {cfg.window_layers} chooses the layers of --window: give --window W")
 

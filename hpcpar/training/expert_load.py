@@ -24,8 +24,8 @@ from hpcpar.nn.moe import MoE
 
 
 def moe_layers(chunks):
-    """{global layer index: MoE} of the blocks this rank holds."""
-    return {b.layer: b.mlp for c in chunks for b in getattr(c, "blocks", []) if isinstance(b.mlp, MoE)}
+    """{global layer index: MoE} of the blocks this rank holds (an MTP module's block: n_layer + k - 1)."""
+    return {b.layer: b.mlp for c in chunks for b in c.transformer_blocks() if isinstance(b.mlp, MoE)}
 
 
 def effective_experts(counts):
@@ -40,14 +40,16 @@ class ExpertLoad:
         self.layers = moe_layers(chunks)
         # TP ranks route the same tokens (count them once), or with sequence parallelism each its own slice
         self.counts_here = grid.tp_rank == 0 or sequence_parallel
-        self.n_layer, self.n_expert, self.k = mcfg.n_layer, mcfg.n_expert, mcfg.top_k
+        # every block of the model, the MTP modules' after the rest; the figures are the MoE layers'
+        self.n_layer, self.n_expert, self.k = mcfg.n_layer + mcfg.mtp_depth, mcfg.n_expert, mcfg.top_k
+        self.moe = [i for i in range(self.n_layer) if mcfg.moe_layer(i)]
         self.grid, self.loss_terms = grid, loss_terms
         self.warned = False
 
     def step(self):
         """Collective over the world when the model has experts: update the routing biases and return
         this step's figures (a dict), or None for a dense model."""
-        if not self.n_expert:
+        if not self.moe:                        # no experts, or every layer dense (--dims first_dense)
             return None
         L, E = self.n_layer, self.n_expert
         mine = np.zeros(L * E + 2)
@@ -61,10 +63,12 @@ class ExpertLoad:
         for i, moe in self.layers.items():
             moe.update_bias(counts[i])
             moe.stats.clear()
-        worst = min(range(L), key=lambda i: effective_experts(counts[i]))
+        worst = min(self.moe, key=lambda i: effective_experts(counts[i]))
+        least = effective_experts(counts[worst])
+        counts = counts[self.moe]                                  # the dense first layers route nothing
         figures = {"load_min": int(counts.min()), "load_max": int(counts.max()),
                    "load_mean": float(counts.sum(axis=1).mean() / E), "dropped": int(total[L * E]),
-                   "effective_experts": effective_experts(counts[worst]),
+                   "effective_experts": least,
                    "aux_loss": float(total[L * E + 1]) / self.loss_terms}
         figures["collapsed_layer"] = worst if figures["effective_experts"] < (E + self.k) / 2 else None
         return figures

@@ -31,6 +31,7 @@ import numpy as np
 
 from hpcpar.checkpoint.gpt2 import check_tensors
 from hpcpar.checkpoint.hf import expected_shapes, read_architecture
+from hpcpar.nn.dims import parse_dims
 from hpcpar.nn.gpt import GPT, GPTConfig
 from hpcpar.runtime import UsageError
 
@@ -67,11 +68,13 @@ def _weights_model(path):
         raise UsageError(f"hpcpar generate: {path} does not say its number of attention heads "
                          f"(put its config.json beside it)")
     unsaid = {k: v for k, v in (("ln_eps", arch.ln_eps), ("rope_theta", arch.rope_theta)) if v}  # else defaults
-    experts = dict(n_expert=arch.n_expert, top_k=arch.top_k, norm_topk=arch.norm_topk) if arch.n_expert else {}
+    experts = dict(n_expert=arch.n_expert, top_k=arch.top_k, norm_topk=arch.norm_topk,
+                   n_shared_expert=arch.n_shared_expert, router_score=arch.router_score) if arch.n_expert else {}
     mcfg = GPTConfig(vocab_size=arch.vocab_size, seq_len=arch.n_positions, n_layer=arch.n_layer,
                      n_head=arch.n_head, d_model=arch.d_model, d_ff=arch.d_ff, tied=arch.tied, arch=arch.arch,
                      n_kv_head=arch.n_kv_head, head_dim=arch.head_dim, qk_norm=arch.qk_norm, window=arch.window,
-                     window_layers=arch.window_layers, **experts, **unsaid)
+                     window_layers=arch.window_layers, mtp_depth=arch.mtp_depth, **experts, **unsaid,
+                     **parse_dims(arch.dims))
     weights = read_weights(path)
     if arch.tied:
         weights.pop("lm_head.weight", None)
@@ -104,14 +107,13 @@ def forward_cached(model, ids, kv, start):
 
 
 def new_cache(model, batch, length):
-    """Empty keys and values for ``length`` positions: one (k, v) pair of (B, NKV, L, HS) per block,
-    NKV the key/value heads (GPT-2: all NH heads; a grouped-query Llama: NH / NKV times fewer), L the
-    length - or a sliding-window layer's window, if shorter: all it ever reads."""
-    cfg = model.cfg
+    """An empty cache for ``length`` positions, one per block as its attention keeps it: a (k, v) pair of
+    (B, NKV, L, HS), NKV the key/value heads (GPT-2: all NH heads; a grouped-query Llama: NH / NKV times
+    fewer), or MLA's latent (B, L, r) and rotary key (B, L, dr) (DeepSeek-V3, nn/mla.py); L the length - or
+    a sliding-window layer's window, if shorter: all it ever reads."""
     dtype = model.embed.wte.data.dtype
-    shapes = [(batch, cfg.n_kv_head, min(length, block.attn.window or length), cfg.head_size)
-              for block in model.blocks]
-    return [(np.zeros(shape, dtype), np.zeros(shape, dtype)) for shape in shapes]
+    return [tuple(np.zeros(s, dtype) for s in block.attn.cache_shapes(batch, min(length, block.attn.window or length)))
+            for block in model.blocks]
 
 
 def document_start(ids, separator):
@@ -119,6 +121,14 @@ def document_start(ids, separator):
     of the separator alone is a document of one token); 0 without a separator."""
     ends = [i for i, t in enumerate(ids[:-1]) if separator is not None and t == separator]
     return ends[-1] + 1 if ends else 0
+def cache_report(cfg, itemsize):
+    """One line: the KV cache's bytes per token, against a cache of every head's keys and values."""
+    shape = cfg.shape
+    mine, heads = shape.kv_cache_per_token(), shape.heads_kv_per_token()
+    kind = (f"the latent ({cfg.kv_lora_rank}) and the rotary key ({cfg.qk_rope_dim})" if cfg.parts.latent else
+            f"the keys and values of {cfg.n_kv_head} K/V heads of {cfg.head_size}")
+    return (f"KV cache: {mine * itemsize:,} bytes a token ({cfg.n_layer} layers x {kind}); the {cfg.n_head} heads' "
+            f"own keys and values would take {heads * itemsize:,} ({heads / mine:.1f} x)")
 
 
 def pick(logits, temperature, top_k, rng):

@@ -126,6 +126,8 @@ class Loop:
                     record["loss_scale"] = scale
                 if t.qk_clip is not None:               # each layer's heads' largest logits (qk_clip.py)
                     record["qk_max"] = t.qk_clip.last.tolist()
+                if t.mtp_loss is not None:              # the MTP modules' lambda-weighted mean (nn/mtp.py)
+                    record["mtp_loss"] = t.mtp_loss
                 if t.experts is not None:               # the routing of this step (expert_load.py)
                     record["experts"] = {k: v for k, v in t.experts.items() if k != "collapsed_layer"}
                     warning = t.expert_load.warning(t.experts, step)
@@ -332,7 +334,8 @@ class Progress(Observer):
             self.bar.update(1)
         steps, say = self.cfg.steps, self.loop._print
         if (step + 1) % self.log_every == 0 or step == steps - 1:
-            say(f"step {step + 1:>5}/{steps}  loss {record['loss']:.12g}  grad_norm {record['grad_norm']:.4g}  "
+            mtp = f"  mtp_loss {record['mtp_loss']:.12g}" if "mtp_loss" in record else ""
+            say(f"step {step + 1:>5}/{steps}  loss {record['loss']:.12g}{mtp}  grad_norm {record['grad_norm']:.4g}  "
                 f"lr {record['lr']:.3g}  {record['step_time_s'] * 1e3:.1f} ms")
         if "val_loss" in record:
             say(f"step {step + 1:>5}/{steps}  val_loss {record['val_loss']:.12g}")

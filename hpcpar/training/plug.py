@@ -142,13 +142,13 @@ def _one_f_one_b(m, put):
 
 
 def _zero1_shard(m, put):
-    from hpcpar.data_parallel.buckets import Bucket
+    from hpcpar.data_parallel.flat import FlatBuffer
 
-    def zero_range(self, index, parts):
+    def owned_range(self, rank, n):
         numel = self.segments[-1][2] if self.segments else 0          # the parameters, not the padding
-        lo, hi = m.zero1_shard(numel, parts, index)
+        lo, hi = m.zero1_shard(numel, n, rank)
         return int(lo), int(hi)
-    put(Bucket, "zero_range", zero_range)
+    put(FlatBuffer, "owned_range", owned_range)
 
 
 def _ring_attention(m, put):

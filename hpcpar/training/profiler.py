@@ -34,7 +34,7 @@ from contextlib import contextmanager
 
 from hpcpar import optim, precision
 from hpcpar.comm import communicator, requests
-from hpcpar.data_parallel.replicas import DataParallel
+from hpcpar.data_parallel.protocol import Replicas
 
 OPS_CATEGORY = {"hpcpar.ops.linear": "GEMM", "hpcpar.ops.attention": "attention",
                 "hpcpar.ops.ring_attention": "attention", "hpcpar.ops.gqa": "attention",
@@ -166,7 +166,7 @@ class Profiler:
         for cls in (optim.SGD, optim.AdamW, Muon, QKClip):          # (Muon's Newton-Schulz included)
             self._replace(cls, "step", self._timed(cls.step, "optimizer"))
         for method in ("norm_sq", "zero_grad"):
-            self._replace(DataParallel, method, self._timed(getattr(DataParallel, method), "optimizer"))
+            self._replace(Replicas, method, self._timed(getattr(Replicas, method), "optimizer"))
         for method in COMM_METHODS:
             self._replace(communicator.Communicator, method, self._timed(
                 getattr(communicator.Communicator, method), lambda args: f"comm {args[0].name}"))

@@ -16,7 +16,9 @@ from hpcpar.flops import gpt_step_flops, mlp_step_flops
 from hpcpar.pipeline.bubble import mean_costs, pipeline_bubble, simulated_bubble
 from hpcpar.comm.placement import describe_boundary, world_ranks
 
-GROUPS = ("tp", "cp", "pp", "dp", "dp_cp", "ep", "edp", "embed", "world")      # the communicators, in the order shown
+# the communicators, in the order shown (HSDP's shard groups and the groups across: data_parallel/protocol.py)
+GROUPS = ("tp", "cp", "pp", "dp", "dp_cp", "dp_shard", "dp_across", "dp_cp_shard", "dp_cp_across", "ep", "edp",
+          "edp_shard", "edp_across", "embed", "world")
 
 
 def summarize(loop, peak):

@@ -29,6 +29,7 @@ from hpcpar.comm.device import select_device
 from hpcpar.training.config import check
 from hpcpar.context_parallel import check_context_parallel, parallelize_context
 from hpcpar.data import MarkovLanguage, Regression, TokenFile, validation_file
+from hpcpar.data_parallel.protocol import shard_groups
 from hpcpar.data_parallel.replicas import DataParallel
 from hpcpar.data_parallel.fsdp import FullyShardedDataParallel
 from hpcpar.comm.grid import ParallelGrid
@@ -37,9 +38,11 @@ from hpcpar.training import plug
 from hpcpar.training.documents import DocumentFigures
 from hpcpar.training.expert_load import ExpertLoad, moe_layers
 from hpcpar.training.qk_clip import QKClip
-from hpcpar.expert_parallel.dispatch import expert_data_group, expert_group, parallelize_experts
+from hpcpar.expert_parallel.dispatch import expert_groups, parallelize_experts
+from hpcpar.nn.dims import parse_dims
 from hpcpar.nn.gpt import preset
 from hpcpar.nn.moe import check_moe, moe_options
+from hpcpar.nn.mtp import mtp_targets
 from hpcpar.ops.attention import engine_block
 from hpcpar.ops.masks import Mask, kept_targets, windowed_layers
 from hpcpar.ops.ring_attention import balanced_positions, document_balance
@@ -52,7 +55,7 @@ from hpcpar.runtime import UsageError
 from hpcpar.tensor_parallel import parallelize
 from hpcpar.tensor_parallel.parallelize import check_divisible
 from hpcpar.tensor_parallel.muon import muon_options
-from hpcpar.data_parallel.zero_memory import check_budget
+from hpcpar.data_parallel.zero_memory import check_budget, shard_size
 
 
 StepResult = namedtuple("StepResult", "loss grad_norm lr skipped stop")
@@ -95,7 +98,7 @@ def model_config(cfg):
                       d_ff=cfg.ffn or (4 * cfg.hidden if cfg.hidden else None),
                       positions=cfg.positions or None, ln_eps=cfg.ln_eps or None, rope_theta=cfg.rope_theta or None,
                       norm_topk=cfg.norm_topk, window=cfg.window or None, window_layers=cfg.window_layers or None,
-                      **moe_options(cfg))
+                      mtp_depth=cfg.mtp or None, mtp_lambda=cfg.mtp_lambda, **moe_options(cfg), **parse_dims(cfg.dims))
         windowed_layers(mcfg.window_layers, mcfg.n_layer)          # a bad --window-layers, refused here
         if mcfg.seq_len > mcfg.n_positions:
             raise UsageError(f"--seq-len {mcfg.seq_len} is longer than the model's {mcfg.n_positions} positions")
@@ -109,6 +112,8 @@ def model_config(cfg):
             raise UsageError("--qk-clip scales W_q and W_k, and QK-norm normalises q and k again: use one of them")
         if not mcfg.parts.dropout and cfg.dropout:
             raise UsageError(f"--model {cfg.model} has no dropout: drop --dropout {cfg.dropout}")
+        if mcfg.mtp_depth >= mcfg.seq_len:
+            raise UsageError(f"--mtp {mcfg.mtp_depth} leaves no target in a sequence of {mcfg.seq_len} tokens")
     stages = cfg.pp * cfg.chunks
     if mcfg.n_layer < stages:
         raise UsageError(f"{mcfg.n_layer} layers cannot fill pp x chunks = {cfg.pp} x {cfg.chunks} = {stages} stages")
@@ -167,27 +172,35 @@ class Trainer:
         self.reads_inputs, self.computes_loss = g.pp_rank == first, g.pp_rank == last
         self.chunks = self._build_chunks()
         params = self.parameters()
-        # both copies of a tied embedding, when the two ends sit on two pipeline ranks; their gradients
-        # are summed over those two ranks (one rank holding both ends ties them in _build_chunks)
-        split_ends = first != last and cfg.model != "mlp" and mcfg.tied
+        # both copies of a tied embedding (or the one the MTP modules look up), when the two ends sit on two
+        # pipeline ranks; their gradients are summed over those two ranks (one rank holding both ends ties
+        # them in _build_chunks)
+        split_ends = first != last and cfg.model != "mlp" and (mcfg.tied or mcfg.mtp_depth)
         self.embed_comm = g.comm_among("pp", (first, last), "embed") if split_ends else None
-        self.tied = [p for p in params if self.embed_comm and p.name == "wte.weight"]
+        self.tied = [p for p in params if self.embed_comm and p.name == mcfg.parts.tokens]
         partial = [p for p in params if p.tp_partial]
         uses = {}
         for chunk in self.chunks:
             for p in chunk.parameters():
                 uses[id(p)] = uses.get(id(p), 0) + 1
+        # ZeRO's cut of each parameter's replicas: (shard, across), HSDP's groups when --dp-shard is given
+        shard = shard_size(cfg.dp, cfg.cp, cfg.dp_shard)
+        self.cuts = {False: shard_groups(g, g.dp_cp_comm, shard)}
+        if self.edp_comm is not None:
+            self.cuts[True] = shard_groups(g, self.edp_comm, max(1, shard // cfg.ep))
         if cfg.zero == 3:
             # the routing biases, moved after the step on every rank alike (nn/moe.py), stay whole
             biases = [m.bias for m in moe_layers(self.chunks).values() if m.bias is not None]
             self.dp = FullyShardedDataParallel(self.chunks, g.dp_cp_comm, uses, self.compute, alone=self.tied,
                                                blocks_per_unit=cfg.fsdp_blocks,
                                                reshard_after_forward=cfg.reshard_after_forward,
-                                               comm_of=self.replica_comm, whole=biases)
+                                               groups_of=self.groups_of, whole=biases,
+                                               whole_tensors=cfg.whole_tensors)
         else:
             self.dp = DataParallel(params, g.dp_cp_comm, cfg.bucket_mb, cfg.zero, late=self.tied + partial,
                                    uses=uses, compute_dtype=self.compute, groups=self._grad_groups(),
-                                   comm_of=self.replica_comm)
+                                   groups_of=self.groups_of, whole_tensors=cfg.whole_tensors)
+        self.dp.attach(self.chunks)                     # the stages report to it (nn/stage.py's door)
         self.partial = partial
         self.optimizer = make_optimizer(cfg.optimizer, cfg.lr, cfg.momentum, cfg.beta1, cfg.beta2, cfg.eps,
                                         cfg.weight_decay, **muon_options(cfg, g.tp_comm, self.xp))
@@ -207,6 +220,7 @@ class Trainer:
         # what the documents did to attention (documents.py), for the blocks the engine runs on this xp
         self.doc_figures = DocumentFigures(mcfg.seq_len, cfg.cp, g.cp_rank, cfg.cp_kind == "ring",
                                            engine_block(self.xp.empty((mcfg.seq_len, 1)))) if cfg.documents else None
+        self.mtp_loss = None                            # the last step's MTP loss (nn/mtp.py), with --mtp
 
     # --- construction -------------------------------------------------------------------------
 
@@ -220,15 +234,14 @@ class Trainer:
             s = self.schedule.stage(g.pp_rank, c)
             held[s] = Model(mcfg, cfg.seed, self.dtype, layers=ranges[s], first=s == 0, last=s == S - 1)
         chunks = list(held.values())
-        if cfg.model != "mlp" and mcfg.tied and S > 1 and 0 in held and S - 1 in held:
-            held[S - 1].head.weight = held[0].embed.wte     # one rank holds both ends (pp = 1 interleaved, a V)
-        self.ep_comm = ep_comm = expert_group(g.dp_cp_comm, cfg.ep) if cfg.ep > 1 else None
-        self.edp_comm = expert_data_group(g.dp_cp_comm, cfg.ep) if cfg.ep > 1 else None
+        if cfg.model != "mlp" and (mcfg.tied or mcfg.mtp_depth) and S > 1 and 0 in held and S - 1 in held:
+            held[S - 1].tie_to(held[0].embed.wte)           # one rank holds both ends (pp = 1 interleaved, a V)
+        self.ep_comm, self.edp_comm = expert_groups(g, cfg.ep) if cfg.ep > 1 else (None, None)
         for chunk in chunks:
             parallelize(chunk, g.tp_comm, cfg.sequence_parallel)
             parallelize_context(chunk, g.cp_comm, cfg.cp_kind)
-            if ep_comm is not None:
-                parallelize_experts(chunk, ep_comm)
+            if self.ep_comm is not None:
+                parallelize_experts(chunk, self.ep_comm)
             chunk.set_recompute(cfg.recompute, cfg.recompute_attention)
         return chunks
 
@@ -256,13 +269,16 @@ class Trainer:
             if docs is not None:                              # ops/masks.py: the rule, positions, the loss
                 ctx.docs = docs[mb, :-1]
                 ctx.keep = None if cfg.boundary_targets else kept_targets(docs[mb])
+            if y is not None and getattr(self.mcfg, "mtp_depth", 0):     # (1 + D, B, T): the shifted targets
+                y = mtp_targets(y, self.mcfg.mtp_depth,       # of the whole sequence, before CP cuts it; no
+                                None if docs is None else docs[mb])      # shift past its own document
             if cfg.cp > 1:                                    # this CP rank's tokens: (B, T) -> (B, T/cp)
                 if docs is not None:                          # the deal that balances the documents' work
                     ctx.cp_positions = document_balance(self.mcfg.seq_len, cfg.cp, Mask(ctx.docs))
                     ctx.positions = ctx.cp_positions[g.cp_rank]
                 else:
                     ctx.positions = balanced_positions(self.mcfg.seq_len, cfg.cp, g.cp_rank)
-                x, y = (None if a is None else a[:, ctx.positions] for a in (x, y))
+                x, y = (None if a is None else a[..., ctx.positions] for a in (x, y))
                 ctx.keep = None if ctx.keep is None else ctx.keep[:, ctx.positions]
             if docs is not None and training:
                 self.doc_figures.add(ctx)
@@ -302,7 +318,7 @@ class Trainer:
             trace.active().span("data", "data", start, time.perf_counter())
         self.dp.start_step()
         dloss = self.scaler.scale / self.loss_terms         # fp16: the loss scaled up (precision.py)
-        losses = self.engine.run(inputs, targets, contexts, dloss, self.dp.grads_ready)
+        losses = self.engine.run(inputs, targets, contexts, dloss)
         self.dp.finish(self._late_sums())
         return losses
 
@@ -322,7 +338,7 @@ class Trainer:
         cfg, g = self.cfg, self.grid
         slices = self.dp.slices()
         norm_sq = self.dp.norm_sq(slices)              # each parameter counted on one rank of its replicas
-        loss, norm, stop = self.world_totals(losses, norm_sq, stop_requested)
+        loss, norm, stop, self.mtp_loss = self.world_totals(losses, norm_sq, stop_requested)
         scale = self.scaler.scale
         norm /= scale                                   # the norm of the unscaled gradients
         lr = learning_rate(step, cfg.lr, cfg.min_lr, cfg.warmup, cfg.steps)
@@ -349,15 +365,24 @@ class Trainer:
 
     def world_totals(self, losses, norm_sq=0.0, stop_requested=False):
         """Collective over the world: (the step's mean loss, the global gradient norm, whether any rank
-        was asked to stop) from this rank's per-micro-batch loss sums and squared-gradient share.
+        was asked to stop, the MTP modules' weighted mean loss or None) from this rank's per-micro-batch
+        loss sums, squared-gradient share and MTP loss sum (nn/mtp.py, read and cleared here).
 
-        One all-reduce gives every rank all three, so all of them finish this step and stop together.
+        One all-reduce gives every rank all of them, so all of them finish this step and stop together.
         The numbers stay on the device until after the reduction: the step's only device-to-host copy."""
         g, xp = self.grid, self.xp
-        mine = sum(losses) if (self.computes_loss and g.tp_rank == 0) else 0.0   # the last stage, once
-        totals = xp.stack([xp.asarray(v, dtype=np.float64) for v in (mine, norm_sq, float(stop_requested))])
-        totals = backend.to_numpy(g.world_comm.all_reduce(totals))
-        return float(totals[0]) / self.loss_terms, math.sqrt(totals[1]), totals[2] > 0
+        once = self.computes_loss and g.tp_rank == 0                           # the last stage, once
+        mine = sum(losses) if once else 0.0
+        values = [mine, norm_sq, float(stop_requested)]
+        with_mtp = getattr(self.mcfg, "mtp_depth", 0)           # a fourth number only with MTP modules
+        if with_mtp:
+            mtp = [c.head.mtp for c in self.chunks if c.head is not None and c.head.mtp is not None]
+            mtp_sum = sum((m.take_loss_sum() for m in mtp), 0.0)
+            values.append(mtp_sum if once else 0.0)
+        totals = backend.to_numpy(g.world_comm.all_reduce(xp.stack([xp.asarray(v, dtype=np.float64)
+                                                                      for v in values])))
+        mtp_loss = float(totals[3]) / self.loss_terms if with_mtp else None
+        return float(totals[0]) / self.loss_terms, math.sqrt(totals[1]), totals[2] > 0, mtp_loss
 
     def evaluate(self, batches):
         """Collective: the mean loss on ``batches`` batches of the validation data, forward only (no
@@ -398,9 +423,14 @@ class Trainer:
         dp x cp, or an expert's (dp x cp) / ep (expert_parallel/dispatch.py)."""
         return self.edp_comm if p.expert else self.grid.dp_cp_comm
 
+    def groups_of(self, p):
+        """(shard, across): the groups ZeRO cuts ``p``'s state over and all-reduces its owned range over
+        (protocol.shard_groups)."""
+        return self.cuts[p.expert]
+
     def communicators(self):
-        """The grid's communicators and the expert-parallel ones (counted in the summary, profiled)."""
-        return self.grid.communicators() + ([self.ep_comm, self.edp_comm] if self.ep_comm is not None else [])
+        """The grid's communicators, the folded ones too (counted in the summary, profiled)."""
+        return self.grid.communicators()
 
     def parameters(self):
         """This rank's parameters, each once (one rank may hold both ends of a tied embedding)."""

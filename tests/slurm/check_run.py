@@ -1,6 +1,7 @@
 """Checks of a finished training job for tests/slurm/run.sh, read from what the job itself wrote.
 
   check_run.py boundary LOG TP PP DP       the node boundary, from the summary hpcpar train printed
+  check_run.py hsdp LOG                     HSDP's shard groups inside a node, from the same summary
   check_run.py same-losses A B [FIRST]     two metrics files hold the same losses (from step FIRST on)
 
 Prints what it checked, one line each; exits 1 with the reason when a check fails.
@@ -66,6 +67,26 @@ def boundary(log, tp, pp, dp):
     print(f"    bytes/step {moved}")
 
 
+def hsdp(log):
+    """A ZeRO-3 run with --dp-shard one node's ranks: from its per-group byte counters, every all-gather
+    and reduce-scatter of the shard groups (dp_shard) moved inside a node, and only the all-reduce of
+    each owned range across the groups (dp_across) and the loss scalars (world) crossed between them."""
+    links = summary_line(log, "node links")
+    inside, across = (side.split(", ") for side in
+                      re.fullmatch(r"inside a node: (.*); across nodes: (.*)", links).groups())
+    if "dp_shard" not in inside or "dp_shard" in across or "dp_across" not in across:
+        fail(f"expected the shard groups inside a node and the groups across them across nodes: {links}")
+    print(f"    node links {links}")
+    moved = summary_line(log, "bytes/step")
+    crossing, kept = re.fullmatch(r"across nodes [^:]+: (.*); inside nodes [^:]+: (.*)", moved).groups()
+    names = {part.split()[0] for part in crossing.split(", ")}
+    if not names <= {"dp_across", "world"} or "dp_across" not in names:
+        fail(f"bytes other than the all-reduce across the shard groups crossed between the nodes: {moved}")
+    if "dp_shard" not in {part.split()[0] for part in kept.split(", ")}:
+        fail(f"the shard groups moved nothing inside the nodes: {moved}")
+    print(f"    bytes/step {moved}")
+
+
 def losses(path):
     with open(path) as f:
         return {row["step"]: row["loss"] for row in map(json.loads, f)}
@@ -83,4 +104,4 @@ def same_losses(a, b, first=0):
 
 
 if __name__ == "__main__":
-    {"boundary": boundary, "same-losses": same_losses}[sys.argv[1]](*sys.argv[2:])
+    {"boundary": boundary, "hsdp": hsdp, "same-losses": same_losses}[sys.argv[1]](*sys.argv[2:])

@@ -13,7 +13,7 @@
 # on one node - run through srun and mpiexec, as a scaling array (`hpcpar scaling`), and preempted
 # with real checkpoints; on both nodes, tp 4 x pp 2 in float64, checked for where the node boundary
 # falls (check_run.py), preempted by Slurm, and left running on one node when the other dies
-# (jobs/resilient.sbatch); plus one stand-in, fault.py in this folder: a rank that raises mid-job.
+# (jobs/resilient.sbatch), and HSDP with its shard groups inside the nodes; plus one stand-in, fault.py in this folder: a rank that raises mid-job.
 set -euo pipefail
 
 cd "$(dirname "${BASH_SOURCE[0]}")/../.."
@@ -201,6 +201,27 @@ check_multi_node() {
         || bad "two nodes and one node trained differently"
 }
 
+# HSDP across nodes: dp 8 on 2 nodes x 4 ranks, ZeRO-3 cut over each node's four ranks (--dp-shard 4)
+# and replicated across the two.  From the job's own per-group byte counters (the summary's node
+# lines): the shard groups' all-gathers and reduce-scatters stayed inside the nodes, and only the
+# all-reduce of each owned range and the loss scalars crossed; the losses are those of ZeRO-3 over
+# all 8 ranks of one node.
+check_hsdp() {
+    local args="--model tiny --steps $STEPS --batch-size 16 --dtype float64 --zero 3 --no-progress"
+    export RUN_DIR=$WORK/hsdp
+    HPCPAR_ARGS="$args --dp-shard 4 --metrics $RUN_DIR/metrics.jsonl" TP=1 PP=1 DP=8 \
+        submit hsdp --nodes=2 --ntasks-per-node=4 jobs/multi_node.sbatch
+    expect_rc 0
+    expect_trained 8 "tp 1 x pp 1 x dp 8"
+    expect_banner 0 2
+    .venv/bin/python tests/slurm/check_run.py hsdp "$OUT" || bad "the shard groups' traffic crossed the nodes"
+    RUN_DIR=$WORK/hsdp-flat HPCPAR_ARGS="$args --metrics $WORK/hsdp-flat/metrics.jsonl" TP=1 PP=1 DP=8 \
+        submit hsdp-flat --nodes=1 --ntasks=8 jobs/single_node.sbatch
+    expect_rc 0
+    .venv/bin/python tests/slurm/check_run.py same-losses "$RUN_DIR/metrics.jsonl" "$WORK/hsdp-flat/metrics.jsonl" \
+        || bad "HSDP on two nodes and ZeRO-3 on one trained differently"
+}
+
 # A two-point strong-scaling array over tp: each array task runs `hpcpar scaling` for its point,
 # which starts the training with srun and then redraws the report from every result so far - the
 # tasks run one after the other (--exclusive), so the second draws both points.
@@ -382,7 +403,7 @@ check() {
 }
 
 # every check, in order (lost_node last: it leaves node2 down); `run.sh NAME...` runs only those
-CHECKS=(single_node_srun single_node_mpiexec multi_node scaling_array missing_variable layout_larger_than_job
+CHECKS=(single_node_srun single_node_mpiexec multi_node hsdp scaling_array missing_variable layout_larger_than_job
         bad_flag fault_aborts preemption preemption_across_nodes lost_node)
 
 main() {
