@@ -1,7 +1,7 @@
 """Muon on real ranks, float64: two steps of every layout give the single rank's losses and weights
 within 1e-10 - tensor parallelism's duplicated and distributed modes (GPT-2's fused Q|K|V, Llama's
-grouped K/V), pipeline, data, context and expert parallelism, QK-clip (its maxima too) - and blockwise
-does not.  One job per
+grouped K/V), pipeline, data, context and expert parallelism, ZeRO 1, 2 and 3 (each matrix whole on its
+owner) and HSDP, QK-clip (its maxima too) - and blockwise does not.  One job per
 world size, one reference per model, every layout of that size against it."""
 import pytest
 
@@ -17,13 +17,18 @@ QK = 0.01                   # below the tiny models' largest logits (0.012 to 0.
 # world size -> (model, layout without dp: dp fills the world)
 LAYOUTS = {
     2: [(GPT, dict(tp=2)), (GPT, dict(tp=2, muon_tp="distributed")), (GPT, dict(pp=2)), (GPT, dict(cp=2)),
-        (MIXTRAL, dict(tp=2, muon_tp="distributed")), (MIXTRAL, dict(ep=2))],
+        (MIXTRAL, dict(tp=2, muon_tp="distributed")), (MIXTRAL, dict(ep=2)), (GPT, dict(zero=1)),
+        (MIXTRAL, dict(zero=3))],
     4: [(GPT, dict(tp=2, pp=2)), (GPT, dict(tp=2, muon_tp="distributed", sequence_parallel=True)),
         (GPT, dict(tp=4, muon_tp="distributed")), (MIXTRAL, dict(tp=2, ep=2)), (MIXTRAL, dict(cp=2, ep=2)),
-        (GPT, dict(tp=2, cp=2, qk_clip=QK)), (MIXTRAL, dict(cp=2, cp_kind="ulysses", ep=2, qk_clip=QK))],
+        (GPT, dict(tp=2, cp=2, qk_clip=QK)), (MIXTRAL, dict(cp=2, cp_kind="ulysses", ep=2, qk_clip=QK)),
+        (GPT, dict(tp=2, zero=1, muon_tp="distributed")), (GPT, dict(pp=2, zero=2)), (MIXTRAL, dict(ep=2, zero=3)),
+        (GPT, dict(cp=2, zero=3, qk_clip=QK))],
     8: [(GPT, dict(tp=2, pp=2, muon_tp="distributed")), (GPT, dict(tp=2, cp=2, pp=2)),
         (MIXTRAL, dict(tp=2, cp=2, ep=2, muon_tp="distributed")), (MIXTRAL, dict(pp=2, ep=4)),
-        (GPT, dict(tp=2, cp=2, pp=2, cp_kind="ulysses", qk_clip=QK)), (MIXTRAL, dict(tp=2, cp=2, ep=2, qk_clip=QK))],
+        (GPT, dict(tp=2, cp=2, pp=2, cp_kind="ulysses", qk_clip=QK)), (MIXTRAL, dict(tp=2, cp=2, ep=2, qk_clip=QK)),
+        (GPT, dict(tp=2, pp=2, zero=3, muon_tp="distributed")), (MIXTRAL, dict(tp=2, cp=2, ep=2, zero=1)),
+        (MIXTRAL, dict(pp=2, ep=2, zero=3, qk_clip=QK)), (GPT, dict(zero=3, dp_shard=2))],
 }
 
 
@@ -47,6 +52,8 @@ def test_muon_matches_one_rank(comm):
         dp = comm.size // model
         t = trainer(comm, dims=dims, dp=dp, microbatches=min(2 * layout.get("pp", 1), dims["batch_size"] // dp),
                     **MUON, **layout)
+        if layout.get("zero"):              # Muon under ZeRO: every matrix whole on one rank of its group
+            assert t.cfg.whole_tensors and all(t.dp.owner(p) is not None for p in t.parameters() if p.matrix)
         gots = steps(t)
         free(t)
         what = f"{key} {layout}"
@@ -84,12 +91,13 @@ def shared_dir(comm, tmp_path_factory):
 
 @pytest.mark.mpi(min_size=4)
 def test_muon_checkpoints_reshard(comm, shared_dir):
-    """Muon's state (a matrix's momentum; AdamW's moments for the rest) saved at tp 2 x pp 2 resumes at
-    tp 4 and at dp 4: the third step's loss is the straight run's."""
+    """Muon's state (a matrix's momentum; AdamW's moments for the rest) saved at tp 2 x dp 2 under ZeRO-1
+    (each matrix on its owner) resumes at tp 4, at pp 2 x dp 2 and at dp 4 under ZeRO-3: the third step's
+    loss is the straight run's."""
     from hpcpar.checkpoint import load_checkpoint, save_checkpoint
     if comm.size != 4:
         pytest.skip("4 ranks")
-    source = dict(dims=GPT, tp=2, pp=2, microbatches=2, **MUON)
+    source = dict(dims=GPT, tp=2, dp=2, zero=1, **MUON)
     straight = trainer(comm, **source)
     want = [straight.step(s).loss for s in range(3)]
     free(straight)
@@ -98,7 +106,7 @@ def test_muon_checkpoints_reshard(comm, shared_dir):
         first.step(s)
     save_checkpoint(first, shared_dir, 2)
     free(first)
-    for target in (dict(tp=4, muon_tp="distributed"), dict(dp=4)):
+    for target in (dict(tp=4, muon_tp="distributed"), dict(pp=2, dp=2, microbatches=2), dict(dp=4, zero=3)):
         second = trainer(comm, dims=GPT, **MUON, **target)
         assert load_checkpoint(second, shared_dir) == 2
         got = second.step(2).loss
@@ -112,17 +120,24 @@ def test_muon_costs_are_the_engines(comm):
     Newton-Schulz FLOPs (NewtonSchulz.flops) and the bytes its optimizer hands the TP group, every mode."""
     from hpcpar.tensor_parallel.muon import MODES, muon_costs
     if comm.size not in (2, 4):
-        pytest.skip("tp 2 (and ep 2 on 4 ranks)")
-    dims, ep = (GPT, 1) if comm.size == 2 else (MIXTRAL, 2)
+        pytest.skip("tp 2 (and ep 2, ZeRO-1 on 4 ranks)")
+    dims, ep, zero = (GPT, 1, 0) if comm.size == 2 else (MIXTRAL, 2, 1)
     for mode in MODES:
-        t = trainer(comm, dims=dims, tp=2, dp=comm.size // 2, ep=ep, muon_tp=mode, **MUON)
+        t = trainer(comm, dims=dims, tp=2, dp=comm.size // 2, ep=ep, zero=zero, muon_tp=mode, **MUON)
         losses = t.gradients(0)
         before = sum(c.bytes for c in t.grid.tp_comm.stats.of.values())
         t.update(0, losses)
         sent = sum(c.bytes for c in t.grid.tp_comm.stats.of.values()) - before
         blocks = sum(len(c.blocks) for c in t.chunks)
         want = muon_costs(t.mcfg.shape, blocks, 2, ep, mode, MUON["ns_steps"], 8)
-        assert (t.optimizer.ns.flops, sent) == want, mode
+        if zero:                        # each matrix on its owner: the group shares the work, by the mean
+            n = t.grid.dp_cp_comm.size
+            want = muon_costs(t.mcfg.shape, blocks, 2, ep, mode, MUON["ns_steps"], 8, owners=(n, max(1, n // ep)))
+            group = t.grid.dp_cp_comm.mpi
+            got = group.allreduce(t.optimizer.ns.flops) / n, group.allreduce(sent) / n
+            assert rel_err(got, want) < 1e-12, (mode, got, want)
+        else:
+            assert (t.optimizer.ns.flops, sent) == want, mode
         free(t)
 
 
@@ -136,16 +151,22 @@ def test_muon_state_is_the_formula_and_the_planners(comm):
     from hpcpar.plan.memory import stage_memory
     if comm.size != 4:
         pytest.skip("4 ranks")
-    for dims, layout in ((GPT, dict(dp=4)), (MIXTRAL, dict(pp=2, dp=2, ep=2)), (MIXTRAL, dict(tp=2, ep=2, dp=2))):
+    for dims, layout in ((GPT, dict(dp=4)), (MIXTRAL, dict(pp=2, dp=2, ep=2)), (MIXTRAL, dict(tp=2, ep=2, dp=2)),
+                         (GPT, dict(dp=4, zero=1))):
         t = trainer(comm, dims=dims, **MUON, **layout)
         t.step(0)
         got = held(t)["optimizer state"]
         want = formula(t.cfg, t.mcfg, t.grid.pp_rank)["optimizer state"]
         job, lay = planner_view(t.cfg, t.mcfg)
         planned = stage_memory(job, lay, t.grid.pp_rank, 1)["optimizer state"]
+        if layout.get("zero"):          # whole matrices on their owners: the group holds what the table says
+            got = t.grid.dp_cp_comm.mpi.allreduce(got) / t.grid.dp_cp_comm.size
         if layout.get("tp", 1) == 1:
             assert got == want == planned, (layout, got, want, planned)
         momentum = sum(st["momentum_buffer"].nbytes for st in t.optimizer.state.values())
+        if layout.get("zero"):
+            momentum = t.grid.dp_cp_comm.mpi.allreduce(momentum) / t.grid.dp_cp_comm.size
         blocks = sum(len(c.blocks) for c in t.chunks)
-        assert momentum == 8 * blocks * sum(t.mcfg.shape.block_matrix_split(t.cfg.tp, t.cfg.ep)), layout
+        assert momentum == 8 * blocks * sum(t.mcfg.shape.block_matrix_split(t.cfg.tp, t.cfg.ep)) / \
+            (t.grid.dp_cp_comm.size if layout.get("zero") else 1), layout
         free(t)

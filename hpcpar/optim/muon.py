@@ -168,15 +168,17 @@ class Muon:
 
 
 def layout(s):
-    """(matrices [(p, a, b)] whole in slice s, the other ranges [(a, b)] in order) of a flat slice."""
-    mats = sorted(((p, a, b) for p, a, b in s.segments if p.matrix), key=lambda m: m[1])
-    rest, at = [], 0
-    for _, a, b in mats:
-        if a > at:
-            rest.append((at, a))
-        at = b
-    if at < s.data.size:
-        rest.append((at, s.data.size))
+    """(matrices [(p, a, b)], the other parameters' ranges [(a, b)], adjacent ones joined) of the parameters
+    whole in flat slice s: all of them, ZeRO or not, for Muon keeps each matrix whole on one rank
+    (--whole-tensors, data_parallel/flat.py); a slice's padding is nobody's and keeps no state."""
+    mats, rest = [], []
+    for p, a, b in sorted(s.segments, key=lambda seg: seg[1]):
+        if p.matrix:
+            mats.append((p, a, b))
+        elif rest and rest[-1][1] == a:
+            rest[-1] = (rest[-1][0], b)
+        else:
+            rest.append((a, b))
     return mats, rest
 
 

@@ -210,13 +210,15 @@ def estimate(job, layout, simulate=True, per_search=None):
 def muon_seconds(job, layout):
     """Muon's Newton-Schulz on the rank with the most blocks, at the GEMM rate of one of its products,
     and its messages over TP: one all-gather a slice (duplicated), or ns_steps + 1 all-reduces a slice
-    (distributed), a slice a bucket of the stage's weights; 0 for another optimizer."""
+    (distributed), a slice a bucket of the stage's weights; under ZeRO a rank's mean share, each matrix on
+    its owner; 0 for another optimizer."""
     e = job.engine
     if e.optimizer != "muon":
         return 0.0
     blocks = max(job.stage_layers(layout))
     master = number_bytes(job)["master"]
-    flops, sent = muon_costs(job.model, blocks, layout.tp, layout.ep, e.muon_tp, e.ns_steps, master)
+    owners = (layout.shard, max(1, layout.shard // layout.ep)) if layout.zero else (1, 1)   # ZeRO: whole on owners
+    flops, sent = muon_costs(job.model, blocks, layout.tp, layout.ep, e.muon_tp, e.ns_steps, master, owners=owners)
     dtype = e.ns_dtype or {4: "fp32", 8: "fp64"}[master]
     h = job.model.hidden
     seconds = flops / job.hardware.gemm_rate(2 * h * h * h, dtype) if flops else 0.0     # a (h, h) product's rate

@@ -414,8 +414,10 @@ def _check_optim(cfg, world):
     if cfg.optimizer != "muon" and changed:
         raise UsageError(f"{_flag(changed[0])} sets Muon's update: it needs --optimizer muon")
     if cfg.optimizer == "muon" and cfg.zero:
-        raise UsageError(f"--optimizer muon orthogonalises whole matrices, and --zero {cfg.zero} cuts them into "
-                         f"element ranges over dp x cp: use --zero 0")
+        if cfg.memory_budget:
+            raise UsageError("--memory-budget counts equal ranges of the flat buffers; Muon under ZeRO keeps each "
+                             "matrix whole on one rank: give one of them")
+        cfg.whole_tensors = True            # Muon needs each matrix whole on its owner (docs/optimizers.md)
     if cfg.qk_clip and cfg.model == "mlp":
         raise UsageError("--qk-clip needs a GPT model (the MLP has no attention)")
     if cfg.qk_clip and cfg.plug:
