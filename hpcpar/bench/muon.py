@@ -9,7 +9,9 @@ tp = world size: a model of 8 heads (tp 8 divides it), one step's gradients; for
 the optimizer update's wall time (slowest rank, best round) and the bytes it handed the TP group
 (against muon_costs, the planner's figure); then how far blockwise is from the exact modes - the
 update of the TP-cut matrices from the same gradients (cosine, |blockwise - exact| / |exact|) and the
-loss after ``STEPS`` steps of each, trained from the same start on the synthetic language.
+loss after ``STEPS`` steps of each, trained from the same start on the synthetic language.  And ZeRO-1 at
+dp = world size: what each rank owns whole (data_parallel/flat.py's owners), its Newton-Schulz FLOPs and
+its update's time - the owners' balance.
 """
 import numpy as np
 from mpi4py import MPI
@@ -120,6 +122,33 @@ def modes(world, quick, res):
                all(sent[m] == res.figures[m]["planned_bytes"] for m in MODES))
 
 
+def balance(world, quick, res):
+    """ZeRO-1 at dp = world size: what each rank owns (whole matrices, longest first to the least loaded,
+    data_parallel/flat.py), the Newton-Schulz work it does, and its update's time."""
+    dims = dict(BENCH_MODEL, **(QUICK if quick else {}))
+    t = trainer(world, dp=world.size, zero=1, optimizer="muon", **dims)
+    t.step(0)
+    t.gradients(1)
+    owned = sum(b - a for s in t.dp.slices() for _, a, b in s.segments)
+    matrices = sum(b - a for s in t.dp.slices() for p, a, b in s.segments if p.matrix)
+    t.optimizer.ns.flops = 0
+    times = interleave({"update": lambda: t.optimizer.step(t.dp.slices(), 1e-6)}, 2 if quick else 5, MPI.Wtime)
+    flops = t.optimizer.ns.flops / (len(times["update"]) + 1)          # one update's (the untimed first too)
+    every = np.array(world.allgather([owned, matrices, flops, best(times["update"])]), dtype=float)
+    t.grid.free()
+    rows = [[r, f"{o:,.0f}", f"{m:,.0f}", f"{f / 1e9:.2f}", f"{u * 1e3:.1f} ms"] for r, (o, m, f, u) in enumerate(every)]
+    spread = every[:, 1].max() / every[:, 1].mean()
+    res.figures["zero_balance"] = {"owned": every[:, 0].tolist(), "matrices": every[:, 1].tolist(),
+                                   "ns_flops": every[:, 2].tolist(), "update_s": every[:, 3].tolist()}
+    res.table(f"Muon under ZeRO-1 at dp {world.size}: what each rank owns and orthogonalises (the bench model)",
+              ["rank", "numbers owned", "of them matrices", "Newton-Schulz GFLOP", "update"], rows,
+              [f"Each parameter whole on one rank, the longest first to the least loaded (LPT, data_parallel/flat.py "
+               f"owners); the most matrix numbers on a rank over the mean: {spread:.2f}x (equal element ranges would "
+               f"be 1.00x, and cut matrices)."])
+    res.target(f"dp {world.size}: the owners' matrix numbers within 4/3 of the mean (LPT's bound)", "<= 1.33x",
+               f"{spread:.2f}x", spread <= 4 / 3)
+
+
 def run(quick):
     world = MPI.COMM_WORLD
     res = Result()
@@ -127,4 +156,5 @@ def run(quick):
         one_rank(quick, res)
     else:
         modes(world, quick, res)
+        balance(world, quick, res)
     return res if world.rank == 0 else None
