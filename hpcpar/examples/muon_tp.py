@@ -15,6 +15,8 @@ matrix (optim/newton_schulz.py).  Each mode below is tensor_parallel/muon.py's, 
 
 The last lines show the difference: the singular values of the two halves put back together.
 """
+import sys
+
 import numpy as np
 
 from hpcpar.examples._common import once, rank_by_rank, require_size, snapshot, traffic
@@ -49,6 +51,7 @@ def main():
         rank_by_rank(world, [f"{mode:<12} O_r row 0 = {_row(o[0])}   (communication: {sent})",
                              f"{mode:<12} max |O_r - NS(U)[:, 4r:4r+4]| = {np.abs(o - whole[:, cols]).max():.1e}"])
         once(world, f"{mode}: [O_0 | O_1] has singular values {_sv(both)}")
+    return 0
 
 
 def _sv(m):
@@ -60,4 +63,5 @@ def _row(v):
 
 
 if __name__ == "__main__":
-    main()
+    from hpcpar.runtime import run_guarded
+    sys.exit(run_guarded(main))
