@@ -2,7 +2,7 @@
 blockwise mode is another optimizer (tensor_parallel/muon.py)."""
 import numpy as np
 
-from hpcpar.course.wrong import Wrong
+from hpcpar.course.wrong import Wrong, check_pair
 from hpcpar.optim.newton_schulz import newton_schulz
 
 
@@ -57,11 +57,5 @@ def blockwise_singular_values():
 
 
 def check_blockwise(answer):
-    want = blockwise_singular_values()
-    if not (isinstance(answer, tuple) and len(answer) == 2 and
-            all(isinstance(a, (int, float)) and not isinstance(a, bool) for a in answer)):
-        raise Wrong(f"ANSWER is a pair of numbers (the singular value at tp 2, at tp 4), got {answer!r}")
-    for tp, got, right in zip((2, 4), answer, want):
-        if abs(got - right) > 0.01 * right:
-            raise Wrong(f"the singular value at tp {tp}, {got!r}, is too {'large' if got > right else 'small'} "
-                        "(within 1 % passes)")
+    check_pair(answer, blockwise_singular_values(), ("tp 2", "tp 4"),
+               "a pair of numbers (the singular value at tp 2, at tp 4)", "the singular value", "large", "small")
