@@ -128,8 +128,16 @@ def test_refused_in_one_line():
         check(TrainConfig(optimizer="muon", momentum=1.5), 1)
     with pytest.raises(UsageError, match="unknown optimizer"):
         make_optimizer("lion", 1e-3)
+    with pytest.raises(UsageError, match="--qk-clip needs a GPT"):
+        check(TrainConfig(model="mlp", qk_clip=1.0), 1)
+    with pytest.raises(UsageError, match="keeps each matrix whole"):
+        check(TrainConfig(optimizer="muon", zero=1, dp=2, memory_budget=1.0), 2)
+    from hpcpar.training.train import model_config
+    with pytest.raises(UsageError, match="QK-norm normalises"):
+        model_config(check(TrainConfig(model="qwen3-moe-tiny", qk_clip=1.0), 1))
     assert check(TrainConfig(optimizer="muon"), 1).momentum == 0.95
     assert check(TrainConfig(optimizer="sgd"), 1).momentum == 0.9
+    assert check(TrainConfig(optimizer="muon", zero=1, dp=2), 2).whole_tensors     # each matrix on one owner
 
 
 def _torch_muon_in(torch, monkeypatch, dtype_cast):
