@@ -28,6 +28,7 @@ matrices here; under tensor parallelism, where p is a shard, tensor_parallel/muo
 import math
 
 from hpcpar.backend import array_module
+from hpcpar.flops import newton_schulz_flops
 from hpcpar.optim.newton_schulz import COEFFICIENTS, newton_schulz
 
 SCALES = ("moonlight", "keller")
@@ -66,7 +67,6 @@ class NewtonSchulz:
 
 def orthogonalise_whole(p, u, ns):
     """O for a parameter whose matrices this rank holds whole: newton_schulz on each (a new array)."""
-    from hpcpar.flops import newton_schulz_flops
     out = array_module(u).empty_like(u)
     for m, o in zip(matrices(p, u), matrices(p, out)):
         o[...] = ns(m)
