@@ -257,3 +257,12 @@ def test_the_shapes_matrices_are_the_engines(name, extra):
     cfg = preset(name, vocab_size=11, **extra)
     engine = sum(p.data.size for p in GPT(cfg, 0, np.float64).parameters() if p.matrix)
     assert engine == cfg.n_layer * sum(cfg.shape.block_matrix_split(1, 1))
+
+
+def test_whole_tensors_balance_the_group_not_each_buffer():
+    """Each buffer's longest to the least loaded rank of the group: a load carried from buffer to buffer
+    spreads two buffers' big matrices over two ranks, where buffer by buffer both went to rank 0."""
+    from hpcpar.data_parallel.flat import owners
+    assert owners([100, 10], 2) == owners([100, 10], 2) == [0, 1]
+    load = [0, 0]
+    assert owners([100, 10], 2, load) == [0, 1] and owners([100, 10], 2, load) == [1, 0] and load == [110, 110]
