@@ -433,3 +433,15 @@ ADDED_MUON = {
 }
 for _number, _codes in ADDED_MUON.items():
     WRONG.setdefault(_number, []).extend(_codes)
+
+
+# exercise 36: the owners and the numbers handed, as the solution writes them, one rule changed
+OWN = (SOLUTIONS / "ex36.py").read_text()
+WRONG[36] = [
+    OWN.replace("        mine, k = [0] * len(sizes), [0] * n\n", "        mine, k = [0] * len(sizes), [0] * n\n        load = [0] * n\n"),
+    OWN.replace("key=lambda j: -sizes[j]", "key=lambda j: sizes[j]"),                      # shortest first
+    OWN.replace("r = min(range(n), key=lambda r: load[r])", "r = min(range(n), key=lambda r: (load[r], -r))"),  # ties high
+    OWN.replace("handed += n * max(k) + max(k)", "handed += sum(sizes) + k[0]"),                # no padding
+    OWN.replace("handed += n * max(k) + max(k)", "handed += n * max(k)"),                      # the all-gather left out
+    OWN.replace("r = min(range(n), key=lambda r: load[r])", "r = j % n"),                       # round robin
+]

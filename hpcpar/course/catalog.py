@@ -262,5 +262,13 @@ EXERCISES = [
           "roots of that Gram's eigenvalues"),
       after="See it with Newton-Schulz's five steps instead of exact orthogonalisation: .venv/bin/mpiexec -n 2 "
             ".venv/bin/python -m hpcpar.examples.muon_tp (the last line: blockwise's halves put together)"),
+    E(36, "17-muon.md", "optimizers", "which rank owns which matrix under ZeRO, and what each hands MPI",
+      "ownership", check_muon.check_ownership, check_muon.ownership,
+      hidden=("hpcpar.data_parallel", "hpcpar.optim.muon"), hints=(
+          "a rank that took the longest matrix of one buffer has the most numbers when the next buffer starts",
+          "the ranges of a buffer are equal, so the fullest rank sets everyone's, and the others pad",
+          "method: keep one count per rank across the buffers; in each buffer, in decreasing size, give each "
+          "matrix to the rank with the lowest count; a rank hands n times the fullest share plus the share "
+          "itself, buffer by buffer")),
 ]
 BY_NUMBER = {e.number: e for e in EXERCISES}

@@ -59,3 +59,39 @@ def blockwise_singular_values():
 def check_blockwise(answer):
     check_pair(answer, blockwise_singular_values(), ("tp 2", "tp 4"),
                "a pair of numbers (the singular value at tp 2, at tp 4)", "the singular value", "large", "small")
+
+
+def ownership(buffers, n):
+    """Reference: (the owner of each matrix, buffer by buffer; the numbers each rank hands MPI in one ZeRO-1
+    step for these buffers) - data_parallel/flat.py's whole-tensor layout over a group of n ranks."""
+    from hpcpar.data_parallel.flat import layout, owners
+    load, out, handed = [0] * n, [], 0
+    for sizes in buffers:
+        out.append(owners(sizes, n, list(load)))
+        _, size = layout(sizes, n, True, load)
+        handed += size + size // n              # the reduce-scatter hands the buffer, the all-gather its range
+    return out, [handed] * n
+
+
+def check_ownership(f):
+    # (buffers of matrix sizes, ranks): ties, a buffer of one matrix, more ranks than matrices in a buffer,
+    # a group of 3; the second buffer's longest must not go to the rank that took the first's
+    cases = [([[100, 10], [100, 10]], 2), ([[64, 64, 16], [48], [32, 32, 32, 8]], 3), ([[5, 7, 3, 9, 1, 2]], 2),
+             ([[30], [30], [30], [30]], 4), ([[12, 12, 12], [40, 2]], 4)]
+    for buffers, n in cases:
+        got = f([list(b) for b in buffers], n)
+        want = ownership(buffers, n)
+        if not (isinstance(got, tuple) and len(got) == 2):
+            raise Wrong("return (owners, handed): owners a list per buffer, handed a number per rank")
+        owners_got, handed = got
+        case = f"buffers {buffers} over {n} ranks"
+        for i, (g, w) in enumerate(zip(list(owners_got), want[0])):
+            if list(g) != w:
+                j = next((k for k, (a, b) in enumerate(zip(g, w)) if a != b), min(len(g), len(w)))
+                raise Wrong(f"{case}: in buffer {i} the owner of the matrix of {buffers[i][j] if j < len(buffers[i]) else '?'} "
+                            f"numbers is {list(g)[j] if j < len(g) else 'missing'}, not the rank the rule picks")
+        if len(owners_got) != len(want[0]):
+            raise Wrong(f"{case}: owners for {len(owners_got)} buffers, expected one list per buffer")
+        if list(handed) != want[1]:
+            raise Wrong(f"{case}: the numbers handed MPI are {list(handed)}, not what one ZeRO-1 step hands "
+                        "(what does a rank hand the reduce-scatter, and what the all-gather - padding included?)")
