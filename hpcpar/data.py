@@ -26,6 +26,7 @@ other file, is one long document).  The layout is drawn apart from the tokens, s
 every window's documents - and the tokens the loss counts - without drawing a token.
 """
 import json
+import math
 from pathlib import Path
 
 import numpy as np
@@ -157,16 +158,46 @@ class MarkovLanguage:
         return tokens[:, :-1], tokens[:, 1:]
 
 
-def read_optional_json(path, what=""):
-    """The JSON in ``path``, or {} when there is no such file; one line (``what`` first) when it is
-    unreadable."""
+# what a value of a JSON file hpcpar reads must be: the test, and the words of the message
+KINDS = {"count": (lambda v: isinstance(v, int) and not isinstance(v, bool) and v >= 0, "a whole number >= 0"),
+         "number": (lambda v: isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) and v >= 0,
+                    "a finite number >= 0"),
+         "bool": (lambda v: isinstance(v, bool), "true or false"),
+         "text": (lambda v: isinstance(v, str), "a string"),
+         "list": (lambda v: isinstance(v, list), "a list"),
+         "object": (lambda v: isinstance(v, dict), "an object")}
+
+
+def check_value(where, key, value, kind):
+    """Refuse ``value`` unless it is of ``kind`` (a key of KINDS; "kind?" also allows null)."""
+    if kind.endswith("?") and value is None:
+        return
+    holds, words = KINDS[kind.rstrip("?")]
+    if not holds(value):
+        raise UsageError(f"{where}: {key} must be {words}, not {value!r}")
+
+
+def read_optional_json(path, what="", types=None):
+    """The JSON object in ``path``, or {} when there is no such file; one line (``what`` first) when it is
+    unreadable, not an object, or one of its keys in ``types`` ({key: kind of KINDS}) is of another kind."""
     path = Path(path)
     if not path.is_file():
         return {}
     try:
-        return json.loads(path.read_text())
+        obj = json.loads(path.read_text())
     except (OSError, ValueError) as err:
         raise UsageError(f"{what}cannot read {path}: {err}") from None
+    if not isinstance(obj, dict):
+        raise UsageError(f"{what}{path} must hold a JSON object, not {type(obj).__name__}")
+    for key, kind in (types or {}).items():
+        if key in obj:
+            check_value(f"{what}{path}", key, obj[key], kind)
+    return obj
+
+
+# meta.json beside prepared token files (hpcpar data prepare, training/text.py)
+META_TYPES = {"vocab_size": "count", "dtype": "text", "train_tokens": "count", "val_tokens": "count",
+              "characters": "count", "sources": "list"}
 
 
 def window_tokens(seq_len):
@@ -177,7 +208,24 @@ def window_tokens(seq_len):
 
 def token_meta(path):
     """The meta.json beside a .bin token file (written by ``hpcpar data prepare``), or {}."""
-    return read_optional_json(Path(path).parent / "meta.json")
+    return read_optional_json(Path(path).parent / "meta.json", types=META_TYPES)
+
+
+def check_tokens(path, tokens, meta):
+    """A token file against its meta.json: as many tokens as it says (``train_tokens`` of train.bin,
+    ``val_tokens`` of val.bin), and every id below its vocabulary - an id at or above it would index past
+    the embedding (on one tensor-parallel rank only: a wrong result, or an error on one rank)."""
+    where = Path(path).parent / "meta.json"
+    count = {"train.bin": "train_tokens", "val.bin": "val_tokens"}.get(Path(path).name)
+    if count in meta and meta[count] != tokens.size:
+        raise UsageError(f"{path} holds {tokens.size} tokens but {where} says {count} = {meta[count]}: a "
+                         f"truncated or replaced file (prepare it again)")
+    vocab = meta.get("vocab_size")
+    if vocab is not None and tokens.size:
+        top = int(tokens.max())
+        if top >= vocab:
+            raise UsageError(f"{path} holds token id {top} but {where} says vocab_size = {vocab}: the ids must "
+                             f"be below it (a meta.json of other data?)")
 
 
 def starts_file(path):
@@ -235,6 +283,7 @@ class TokenFile:
             # an empty file cannot be mapped; it holds 0 tokens, refused below with the others too short
             self.tokens = np.memmap(path, dtype=token_dtype, mode="r") if path.stat().st_size else \
                 np.zeros(0, dtype=token_dtype)
+            check_tokens(path, self.tokens, meta)
             self.vocab_size = meta.get("vocab_size") or (int(self.tokens.max()) + 1 if self.tokens.size else 0)
             self.chars = None
         else:

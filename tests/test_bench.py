@@ -110,3 +110,13 @@ def test_recomputation_bench_measures_less_kept_memory_the_more_is_recomputed(ar
     tokens = np.random.default_rng(0).integers(0, 1024, size=(2, QUICK_MODEL["seq_len"] + 1))
     kept, peak = zip(*(memory(model, tokens[:, :-1], tokens[:, 1:], mode) for mode in MODES))   # none, sel., full
     assert kept[2] < kept[1] < kept[0] and peak[2] < peak[1] < peak[0]
+
+
+@pytest.mark.slow
+def test_quick_bf16_benchmarks_name_the_provider_and_hold_their_targets_as_figures():
+    from hpcpar.bench import bf16_cores, bf16_step
+    res = bf16_step.run(quick=True)
+    assert any("GEMM rates" in t["title"] for t in res.tables) and "bf16 profile" in res.figures
+    assert {t["what"].split(":")[0] for t in res.targets} >= {"bf16 step / its own bf16 GEMM floor"}
+    res = bf16_cores.run(quick=True)
+    assert set(res.figures["text"]["val_loss"]) == {"fp32", "bf16"}

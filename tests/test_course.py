@@ -390,3 +390,27 @@ def test_no_lesson_or_hint_hands_over_its_answer(exercise):
         for n in flat:
             if n > 4:          # small numbers (the 2 of tp 2) are everywhere; the answers' own numbers are not
                 assert not re.search(rf"(?<![\w.]){re.escape(f'{n:g}')}(?![\w.])", text), f"{exercise.lesson} prints {n:g}"
+
+
+# --- exercises 37-41: documents, DeepSeek-V3, going on without a rank ------------------------------------
+
+def test_the_new_checks_name_what_is_wrong(tmp_path):
+    said = {(37, 3): "the second beginning with id 0", (38, 1): "the block of another rank",
+            (39, 5): "counted for one layer", (40, 4): "zb-v, 2 chunks", (40, 5): "counts the token embedding",
+            (41, 0): "which it already holds", (41, 1): "which does not hold it", (41, 2): "nothing gives new rank",
+            (41, 3): "the fewest pieces to send", (41, 4): "no optimizer state travels",
+            (41, 6): "computes another list"}
+    for (number, i), text in said.items():
+        ok, message = _verdict(tmp_path, number, WRONG[number][i])
+        assert not ok and text in message, (number, i, message)
+
+
+def test_the_cache_reference_is_what_generation_allocates():
+    from hpcpar.course.check_deepseek import FIELDS, kv_cache_bytes
+    from hpcpar.nn.gpt import GPT, preset
+    from hpcpar.training.generate import new_cache
+    for name in ("deepseek-tiny", "llama-tiny", "tiny"):
+        cfg = preset(name, vocab_size=32, n_layer=2)
+        cache = new_cache(GPT(cfg, 0, "float64"), 1, 3)                  # one sequence of 3 positions
+        want = kv_cache_bytes({f: getattr(cfg.shape, f) for f in FIELDS}, 8)[0]
+        assert sum(a.nbytes for pair in cache for a in pair) == 3 * want, name

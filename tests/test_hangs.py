@@ -166,3 +166,42 @@ def test_a_segfault_is_named_by_the_guard(tmp_path):
     assert proc.stderr.splitlines()[0] == ("hpcpar: rank 1 (tp 0, pp 1, dp 0) was killed by signal 11 (SIGSEGV) "
                                            "in step 7, micro-batch 1"), proc.stderr
     assert not list(tmp_path.glob("core*"))
+
+
+@pytest.mark.parametrize("stop", [None, pytest.param("SIGTERM", marks=pytest.mark.slow)])
+def test_a_stalled_rank_in_a_run_directory_that_cannot_be_written_still_ends(tmp_path, stop):
+    """Two ranks, one stopped, and no flight record or alarm can be written (the run directory read-only,
+    or a file where the flight directory would be): the alarm's mkdir used to kill the watchdog thread
+    and the job spun for ever, SIGTERM included.  Now each watchdog says what it cannot write and ends the
+    job within the hang timeout (or, after SIGTERM, the shutdown timeout) + 30 s."""
+    run_dir, metrics, deadline = tmp_path / "run", tmp_path / "m.jsonl", 3
+    run_dir.mkdir()
+    (run_dir / "flight").write_text("a file where the flight records would go")
+    run_dir.chmod(0o555)                     # read-only too (a root user writes there all the same)
+    timeouts = ["--hang-timeout", str(deadline)] if stop is None else \
+        ["--hang-timeout", "300", "--shutdown-timeout", str(deadline)]
+    cmd = mpiexec(2) + hpcpar() + ["train"] + FAST + ["--steps", "100000", "--metrics", str(metrics)] + timeouts
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=run_dir)
+    ranks = {}
+    try:
+        assert wait_for_lines(metrics, 2), "the run did not start"
+        ranks = rank_processes(str(metrics), world=2)
+        os.kill(ranks[1], signal.SIGSTOP)
+        if stop:
+            proc.send_signal(signal.SIGTERM)
+        start = time.monotonic()
+        _, err = proc.communicate(timeout=deadline + 30)
+        seconds = time.monotonic() - start
+    except subprocess.TimeoutExpired:
+        for pid in ranks.values():
+            os.kill(pid, signal.SIGKILL)
+        proc.kill()
+        proc.communicate()
+        pytest.fail(f"the job outlived its deadline of {deadline} + 30 s")
+    finally:
+        run_dir.chmod(0o755)
+    assert proc.returncode == 1 and seconds < deadline + 30, err
+    assert "Traceback" not in err, err
+    assert "hpcpar: warning: flight records cannot be written in ./flight" in err, err
+    assert re.search(r"hpcpar: rank 0 \(tp 0, pp 0, dp 0\): .*; cannot raise the alarm in \./flight \(.*\): ending "
+                     r"the job without the other ranks' records", err), err

@@ -249,6 +249,14 @@ def test_preemptible_saves_and_resumes_in_one_directory(tmp_path):
     assert line.endswith(f"--save {tmp_path}/ckpt --save-every 20 --resume {tmp_path}/ckpt")
 
 
+@pytest.mark.parametrize("script", JOB_SCRIPTS)
+def test_scripts_that_resume_run_one_at_a_time(script):
+    """A script that resumes a checkpoint directory waits for any job of its name (singleton): two runs
+    of one directory would delete each other's steps (hpcpar's lock refuses the second, too)."""
+    text = (ROOT / "jobs" / script).read_text()
+    assert ("--resume" in text) == ("#SBATCH --dependency=singleton" in text), script
+
+
 # --- running the payload, with stand-ins for srun and scontrol ------------------------------------
 
 @pytest.fixture

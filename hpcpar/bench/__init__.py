@@ -35,6 +35,11 @@ BENCHMARKS = {
                      "Each fast op against the plain one beside it, at the 8-layer step's shapes; the blocked AdamW"),
     "step": Spec("s", "step", "A training step of the 8-layer GPT on one rank against PyTorch eager, at 1 and 2 "
                  "threads, and where its time goes", timeout=1500),
+    "bf16-step": Spec("bf", "bf16_step", "bf16 on the CPU's matrix units: the GEMM providers' rates; a bf16 step "
+                      "against PyTorch autocast at hidden 512 and 1024, fp32 with oneMKL against eager, one "
+                      "thread; the bf16 step against its GEMM floor", timeout=1500),
+    "bf16-cores": Spec("bf2", "bf16_cores", "bf16 on the whole 2-core machine: hpcpar's 2-rank layouts against "
+                       "PyTorch autocast on 2 threads; a bf16 run on real text against fp32", timeout=1500),
     "torch-parallel": Spec("e", "torch_parallel", "Pipeline, tensor and data parallelism against "
                            "torch.distributed on gloo", ranks=(2,), timeout=900),
     "pp-breakdown": Spec("ppb", "pp_breakdown", "A pp 2, 1F1B step by stage: compute, messages, bubble, tied sum; "
@@ -72,6 +77,8 @@ BENCHMARKS = {
                  "step against ZeRO-1's and the gathers prefetching hides (2 and 8 ranks)", ranks=(2, 8),
                  quick_ranks=(2,), timeout=900),
     "watchdog": Spec("wd", "watchdog", "Watchdog and flight recorder: their share of a 2x2x2 step", ranks=(8,)),
+    "shrink": Spec("sh", "shrink", "A dead rank under --on-failure shrink (Open MPI, ULFM): SIGKILL to the first "
+                   "new step at 4 and 8 ranks against a relaunch; the buddies' in-memory copies per step", timeout=2400),
     "threads": Spec("th", "threads", "The README's first run: hpcpar's BLAS thread choice against one thread, "
                     "idle and with six busy processes", timeout=1200),
 }

@@ -12,6 +12,8 @@ import platform
 import sys
 from pathlib import Path
 
+from hpcpar.blas import cpu_flags
+
 # Environment variables that change how fast BLAS, OpenMP or MPI run: listed whatever their value.
 BLAS_ENV_PREFIXES = ("OPENBLAS_", "MKL_", "OMP_", "GOTO", "KMP_", "NVPL_", "BLIS_", "MPIR_CVAR_")
 
@@ -26,21 +28,16 @@ def cpu_model():
     return platform.processor() or platform.machine()
 
 
-# The CPU flags that decide which kernels BLAS and numpy's SIMD loops can use.
-SIMD_FLAGS = ("sse4_2", "avx", "avx2", "fma", "avx512f", "avx512bw", "avx512vl", "avx512_bf16", "avx512_fp16",
-              "amx_tile", "amx_bf16", "asimd", "sve", "sve2")
-
-
-def cpu_flags():
-    """The SIMD flags of ``SIMD_FLAGS`` this CPU reports (/proc/cpuinfo), in that order."""
+def gemm_providers():
+    """The GEMM libraries installed for hpcpar (hpcpar/blas) and the bf16 choice auto makes here."""
+    from hpcpar import blas
+    installed = ", ".join(f"{p.name} ({p.describe()})" for p in blas.installed())
     try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith(("flags", "Features")):
-                have = set(line.split(":", 1)[1].split())
-                return [f for f in SIMD_FLAGS if f in have]
-    except OSError:
-        pass
-    return []
+        import ml_dtypes
+    except ImportError:
+        return installed + "; no bf16 (ml_dtypes is not installed)"
+    chosen, why = blas.choose("auto", ml_dtypes.bfloat16)
+    return installed + f"; a bf16 run's auto choice: {chosen.name} ({why})"
 
 
 def gemm_rates():
@@ -78,8 +75,10 @@ def openblas_core():
 
 
 def set_blas_threads(n):
-    """Let numpy's OpenBLAS use ``n`` threads from now on (the benchmarks start with one); False if
-    this numpy's BLAS offers no such switch."""
+    """Let numpy's OpenBLAS, and the run's GEMM library (hpcpar/blas), use ``n`` threads from now on (the
+    benchmarks start with one); False if this numpy's BLAS offers no such switch."""
+    from hpcpar import blas
+    blas.provider().set_threads(n)
     fn = _openblas("set_num_threads")
     if fn is not None:
         fn(int(n))
@@ -133,6 +132,7 @@ def describe(launcher, env):
     return [
         ("CPU", f"{cpu_model()}, {cores} cores available, {memory:.0f} GiB memory"),
         ("CPU SIMD flags", " ".join(cpu_flags()) or "unknown"),
+        ("GEMM providers (hpcpar/blas)", gemm_providers()),
         ("GEMM rate, one thread (numpy, 1024 x 1024 x 1024)", gemm_rates()),
         ("OS", platform.platform()),
         ("Python", sys.version.split()[0]),

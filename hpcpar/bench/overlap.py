@@ -55,7 +55,7 @@ def run(quick):
         now = time.perf_counter()
         if t.dp.poll == "gemms":
             launched_before_end.append([now - x for x in t.dp.launch_times])
-            in_flight.append([not r.mpi_request.Get_status() for r in t.dp._requests])
+            in_flight.append([not r.mpi_request.Get_status() for r in t.dp.sums.requests()])
         finish(late)
     t.dp.finish = finish_observed
 

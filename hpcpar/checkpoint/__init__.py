@@ -3,6 +3,7 @@
 On disk (docs/checkpoints.md):
 
     DIR/latest                       the name of the newest complete step directory (atomically replaced)
+    DIR/lock                         the run writing here (host, pid, Slurm job)
     DIR/step-00000120/manifest.json  layout, model, optimizer, every tensor's full shape, dtype and
                                      sharding, and the SHA-256 of every file
     DIR/step-00000120/rank-00003.safetensors   the pieces this rank held (parameters, optimizer state)
@@ -11,7 +12,10 @@ A tensor is stored as the pieces its layout cut it into, with the cut (dimension
 recorded, so any other layout can load it: read the pieces, assemble the full tensor, take its own
 shard.  That one rule is resume, resharding and conversion.
 
-files.py      atomic writes, checksums
+files.py      atomic writes, checksums, an atomic swap, a probe of a directory, finite numbers
+directory.py  a checkpoint directory's steps: publishing, recovering an interrupted publish, rotation
+lock.py       one run writing a checkpoint directory at a time
+manifest.py   what a manifest records (the resolved model, the run), and what a resume checks
 pieces.py     what a rank saves, and how loaded full tensors go back into a Trainer
 save.py       the collective save protocol
 load.py       finding, verifying and loading the latest complete checkpoint

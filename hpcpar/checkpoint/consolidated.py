@@ -19,7 +19,7 @@ import numpy as np
 from safetensors import SafetensorError, safe_open
 from safetensors.numpy import save as safetensors_bytes
 
-from hpcpar.checkpoint.files import CheckpointError, write_atomic, write_json
+from hpcpar.checkpoint.files import CheckpointError, finite, write_atomic, write_json
 from hpcpar.checkpoint.gpt2 import CONFIG, WEIGHTS, check_tensors, weights_file
 from hpcpar.checkpoint.hf import (expected_shapes, file_key, file_layout, file_metadata, from_file, hf_config,
                                   parameter_name, to_file)
@@ -38,6 +38,7 @@ def read_weights(path):
                 name = parameter_name(key)
                 if name is not None:
                     out[name] = file_layout(name, f.get_tensor(key))      # our (in, out) layout
+                    finite(key, out[name], str(path))                     # NaN weights would train NaN
             return from_file(out)
     except FileNotFoundError:
         raise CheckpointError(f"{path} is missing") from None
@@ -55,7 +56,9 @@ def init_from(trainer, path):
         # all or nothing: every tensor the model has, of its shape, and no other, before any is loaded
         check_tensors(path, {n: w.shape for n, w in weights.items()}, expected_shapes(trainer.mcfg))
         apply(trainer, weights.__getitem__, ())
-    except (CheckpointError, UsageError) as err:
+    except CheckpointError as err:
+        error = UsageError(f"--init-from: {err}")          # a file the user named: exit 2, like any bad input
+    except UsageError as err:
         error = err
     agree(trainer.grid.world_comm.mpi, error)
 
@@ -107,6 +110,8 @@ def export(trainer, path, tokenizer=None):
     error = None
     if weights is not None:
         try:
+            for name, w in weights.items():
+                finite(name, w, f"not exporting to {path}: the weights are not finite")
             weights = to_file(weights, trainer.mcfg)
             if Path(path).suffix == ".safetensors":
                 write_weights(weights, path, file_metadata(trainer.mcfg))

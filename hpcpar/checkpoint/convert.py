@@ -4,10 +4,14 @@ convert CHECKPOINT out.safetensors   the full weights, GPT-2 names (what other t
 convert CHECKPOINT OUTDIR            a one-piece-per-tensor checkpoint, optimizer state included:
                                      loads under any layout like any other checkpoint
 convert weights.safetensors OUTDIR   a checkpoint at step 0 from consolidated weights (fresh optimizer)
+
+OUTDIR must not hold a checkpoint (a run's directory, or the source itself): nothing is overwritten.
 """
+import shutil
 from pathlib import Path
 
 from hpcpar.checkpoint.consolidated import read_weights, write_weights
+from hpcpar.checkpoint.directory import publish, step_name, steps
 from hpcpar.checkpoint.files import FORMAT, CheckpointError, fsync_dir, sha256, write_atomic, write_json
 from hpcpar.checkpoint.load import CheckpointReader, latest_checkpoint
 
@@ -26,24 +30,36 @@ def open_checkpoint(path):
     return CheckpointReader(step_dir)
 
 
-def write_one_piece(tensors, out_dir, step, optimizer, config):
-    """A checkpoint whose every tensor is one piece in one file (the consolidated layout)."""
+def write_one_piece(tensors, out_dir, step, optimizer, config, model=None):
+    """A checkpoint whose every tensor is one piece in one file (the consolidated layout), written through
+    step-N.partial and published like a trainer's (directory.publish)."""
     out = Path(out_dir)
-    step_dir = out / f"step-{step:08d}"
-    step_dir.mkdir(parents=True, exist_ok=True)
+    partial = out / (step_name(step) + ".partial")
+    shutil.rmtree(partial, ignore_errors=True)
+    partial.mkdir(parents=True)
     data = safetensors_bytes(tensors, metadata={"format": FORMAT, "step": str(step)})
-    write_atomic(step_dir / "rank-00000.safetensors", data)
+    write_atomic(partial / "rank-00000.safetensors", data)
     names = sorted(k for k in tensors if not k.startswith("optimizer/"))
-    write_json(step_dir / "manifest.json", {
-        "format": FORMAT, "step": step, "layout": {"tp": 1, "pp": 1, "dp": 1}, "config": config,
-        "optimizer": optimizer,
+    write_json(partial / "manifest.json", {
+        "format": FORMAT, "step": step, "run": None, "layout": {"tp": 1, "pp": 1, "dp": 1}, "config": config,
+        **({"model": model} if model else {}), "optimizer": optimizer,
         "tensors": {n: {"shape": list(tensors[n].shape), "dtype": str(tensors[n].dtype),
                         "files": {"0": "rank-00000.safetensors"}} for n in names},
-        "files": {"rank-00000.safetensors": {"sha256": sha256(step_dir / "rank-00000.safetensors"),
+        "files": {"rank-00000.safetensors": {"sha256": sha256(partial / "rank-00000.safetensors"),
                                              "bytes": len(data)}}})
-    fsync_dir(step_dir)
-    write_atomic(out / "latest", (step_dir.name + "\n").encode())
-    return step_dir
+    fsync_dir(partial)
+    return publish(out, partial, step)
+
+
+def _fresh(dst):
+    """Refuse a destination that holds a checkpoint already: converting into it would repoint its
+    ``latest`` (the next resume would go on from the converted step and overwrite the trained ones)."""
+    if dst.exists() and not dst.is_dir():
+        raise CheckpointError(f"{dst} exists and is not a directory: convert into a new directory")
+    held = dst.is_dir() and ((dst / "latest").exists() or (dst / "manifest.json").exists() or steps(dst))
+    if held:
+        raise CheckpointError(f"{dst} holds a checkpoint already: convert into a new directory (nothing was "
+                              f"written)")
 
 
 def convert(src, dst):
@@ -51,9 +67,12 @@ def convert(src, dst):
     if src.suffix == ".safetensors":
         if dst.suffix == ".safetensors":
             raise CheckpointError("converting a weights file to a weights file does nothing")
+        _fresh(dst)
         weights = read_weights(src)
         return write_one_piece(weights, dst, 0, {"name": None, "t": 0, "states": []}, {})
     reader = open_checkpoint(src)
+    if dst.suffix != ".safetensors":
+        _fresh(dst)
     params = {n: reader.full(n) for n in reader.names()}
     if dst.suffix == ".safetensors":
         write_weights(params, dst)
@@ -62,8 +81,8 @@ def convert(src, dst):
     tensors = dict(params)
     for s in states:
         tensors.update({f"optimizer/{s}/{n}": reader.full(f"optimizer/{s}/{n}") for n in params})
-    return write_one_piece(tensors, dst, reader.manifest["step"], reader.manifest["optimizer"],
-                           reader.manifest.get("config", {}))
+    m = reader.manifest
+    return write_one_piece(tensors, dst, m["step"], m["optimizer"], m.get("config", {}), m.get("model"))
 
 
 def inspect(path):

@@ -1,9 +1,16 @@
 """Atomic files: write to a temporary name, flush to disk, rename.  A reader sees the old file or the
-new one, never half of one - even if the job is killed mid-write or the disk fills up."""
+new one, never half of one - even if the job is killed mid-write or the disk fills up.  Also: swapping
+two directories in one step (``exchange``), asking whether a directory can be written before a run
+needs it (``probe``), and refusing numbers that are not finite (``finite``)."""
+import ctypes
+import errno
 import hashlib
 import json
 import os
+import socket
 from pathlib import Path
+
+import numpy as np
 
 from hpcpar import faults
 
@@ -58,3 +65,43 @@ def read_json(path):
         raise CheckpointError(f"{path} is missing") from None
     except (OSError, ValueError) as err:
         raise CheckpointError(f"{path} is unreadable: {err}") from None
+
+
+def exchange(a, b):
+    """Swap the paths ``a`` and ``b`` atomically (Linux's renameat2 RENAME_EXCHANGE): True when done,
+    False when the system or the file system cannot (the caller then renames twice)."""
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        renameat2 = libc.renameat2
+    except (OSError, AttributeError):
+        return False
+    AT_FDCWD, RENAME_EXCHANGE = -100, 2
+    if renameat2(AT_FDCWD, os.fsencode(a), AT_FDCWD, os.fsencode(b), RENAME_EXCHANGE) == 0:
+        return True
+    err = ctypes.get_errno()
+    if err in (errno.EINVAL, errno.ENOSYS, errno.ENOTSUP, errno.EOPNOTSUPP):
+        return False
+    raise OSError(err, os.strerror(err), str(b))
+
+
+def probe(directory):
+    """Make ``directory`` and write (and remove) a file in it: None when that works, else the reason.
+    A run asks before its first step rather than find out at its first save."""
+    directory = Path(directory)
+    test = directory / f".hpcpar-probe-{socket.gethostname()}-{os.getpid()}"
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+        fd = os.open(test, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
+        os.close(fd)
+        os.unlink(test)
+    except FileExistsError:                    # mkdir of a path that is a file
+        return "it is a file, not a directory"
+    except OSError as err:
+        return err.strerror or str(err)
+    return None
+
+
+def finite(name, array, source):
+    """Refuse ``array`` unless every number in it is finite: NaN and inf are never saved nor loaded."""
+    if array.dtype.kind in "fc" and not np.isfinite(array).all():
+        raise CheckpointError(f"{source}: {name} holds NaN or inf")

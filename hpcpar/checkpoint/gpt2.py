@@ -106,9 +106,21 @@ def read_header(path, what):
         raise UsageError(f"{what}: {path} is not a readable safetensors file: {err}") from None
 
 
+# the kind (data.KINDS) of every config.json entry a family's reader takes, checked as the file is read
+CONFIG_TYPES = {"model_type": "text", "architectures": "list", "n_head": "count", "n_layer": "count",
+                "n_embd": "count", "vocab_size": "count", "n_positions": "count", "n_inner": "count?",
+                "layer_norm_epsilon": "number", "tie_word_embeddings": "bool", "hidden_size": "count",
+                "intermediate_size": "count", "num_hidden_layers": "count", "num_attention_heads": "count",
+                "num_key_value_heads": "count", "head_dim": "count?", "max_position_embeddings": "count",
+                "rms_norm_eps": "number", "rope_theta": "number", "rope_parameters": "object?",
+                "num_experts_per_tok": "count", "num_local_experts": "count", "num_experts": "count",
+                "norm_topk_prob": "bool"}
+
+
 def read_config_json(path, what):
-    """config.json beside the weights, or {} if there is none."""
-    return read_optional_json((Path(path) if Path(path).is_dir() else Path(path).parent) / CONFIG, f"{what}: ")
+    """config.json beside the weights, or {} if there is none; an entry of the wrong kind is refused."""
+    return read_optional_json((Path(path) if Path(path).is_dir() else Path(path).parent) / CONFIG, f"{what}: ",
+                              CONFIG_TYPES)
 
 
 def read_architecture(path, what="--init-from"):

@@ -15,6 +15,7 @@ is taken as the file says (Qwen3's 128 over hidden_size / heads = 64; absent: hi
 import re
 
 from hpcpar.checkpoint.gpt2 import Architecture, check_tensors, read_config_json, read_header, weights_file
+from hpcpar.data import check_value
 from hpcpar.nn.gpt import ARCHITECTURES
 from hpcpar.runtime import UsageError
 
@@ -79,6 +80,8 @@ def architecture(source, shapes, hf, what, d_ff, expected, **extra):
     (as the shapes say; checked with the rest), ``expected`` (of a GPTConfig) the shapes to check against,
     ``extra`` are further GPTConfig and Architecture fields (the experts of a Mixtral)."""
     rope = hf.get("rope_parameters") or {}
+    if "rope_theta" in rope:
+        check_value(f"{what}: {source}'s config", "rope_parameters.rope_theta", rope["rope_theta"], "number")
     if rope.get("rope_type", "default") != "default":
         raise UsageError(f"{what}: rope_type {rope['rope_type']!r} is not supported (hpcpar's Llama has plain RoPE)")
     if "embed_tokens.weight" not in shapes or "layers.0.self_attn.k_proj.weight" not in shapes:

@@ -9,32 +9,25 @@ from pathlib import Path
 
 from safetensors import SafetensorError, safe_open
 
-from hpcpar.checkpoint.files import FORMAT, CheckpointError, read_json, sha256
+from hpcpar.checkpoint.directory import resolve
+from hpcpar.checkpoint.files import CheckpointError, finite, read_json, sha256
+from hpcpar.checkpoint.manifest import check_manifest, check_resume
 from hpcpar.checkpoint.pieces import apply
 from hpcpar.nn.parameter import Shard
-from hpcpar.runtime import agree
+from hpcpar.runtime import UsageError, agree
 
 
 def latest_checkpoint(directory):
-    """The newest complete step directory under ``directory`` (per ``latest``), or None if none yet."""
-    root = Path(directory)
-    pointer = root / "latest"
-    if pointer.is_file():
-        step_dir = root / pointer.read_text().strip()
-        if not (step_dir / "manifest.json").is_file():
-            raise CheckpointError(f"{pointer} names {step_dir.name}, which is missing or incomplete")
-        return step_dir
-    complete = sorted(d for d in root.glob("step-*") if (d / "manifest.json").is_file())
-    return complete[-1] if complete else None
+    """The newest complete step directory under ``directory`` (per ``latest``, recovering from a publish
+    that was interrupted: directory.resolve), or None if none yet."""
+    return resolve(directory)
 
 
 class CheckpointReader:
     def __init__(self, step_dir):
         self.dir = Path(step_dir)
         self.manifest = read_json(self.dir / "manifest.json")
-        if self.manifest.get("format") != FORMAT:
-            raise CheckpointError(f"{self.dir / 'manifest.json'}: not an hpcpar checkpoint "
-                                  f"(format {self.manifest.get('format')!r})")
+        check_manifest(self.manifest, self.dir)
         self._open = {}
 
     def _file(self, name):
@@ -66,34 +59,24 @@ class CheckpointReader:
         entry = self.manifest["tensors"].get(base)
         if entry is None:
             raise CheckpointError(f"{self.dir}: no tensor {base!r} in this checkpoint")
-        parts = [self._file(entry["files"][str(i)]).get_tensor(key) for i in range(entry.get("parts", 1))]
+        try:
+            parts = [self._file(entry["files"][str(i)]).get_tensor(key) for i in range(entry.get("parts", 1))]
+        except (KeyError, SafetensorError) as err:
+            raise CheckpointError(f"{self.dir}: {key} is not where its manifest says ({err})") from None
+        for part in parts:
+            finite(key, part, str(self.dir))
         if "parts" not in entry:
             return parts[0]
         shard = Shard(entry["dim"], entry["parts"], 0, entry["groups"])
         return shard.assemble(parts, tuple(entry["shape"]))
 
 
-def check_compatible(reader, trainer):
-    tensors = reader.manifest["tensors"]
-    mine = {p.name: p for p in trainer.parameters()}
-    missing = sorted(set(mine) - set(tensors))
-    if missing:
-        raise CheckpointError(f"{reader.dir} holds a different model: no {missing[0]}"
-                              + (f" (and {len(missing) - 1} more)" if len(missing) > 1 else ""))
-    for name, p in mine.items():
-        if tuple(tensors[name]["shape"]) != p.full_shape:
-            raise CheckpointError(f"{reader.dir} holds a different model: {name} is {tuple(tensors[name]['shape'])} "
-                                  f"there and {p.full_shape} here")
-    saved_dtype = reader.manifest.get("config", {}).get("dtype")
-    if saved_dtype and saved_dtype != trainer.cfg.dtype:
-        raise CheckpointError(f"{reader.dir} was written in {saved_dtype}; this run is {trainer.cfg.dtype} "
-                              "(convert it first: hpcpar checkpoint convert)")
-
-
 def load_checkpoint(trainer, directory):
     """Collective. Load the latest complete checkpoint under ``directory`` into ``trainer`` (any layout).
-    Returns the number of completed steps it holds, or None when there is no checkpoint yet."""
+    Returns the number of completed steps it holds, or None when there is no checkpoint yet.  A
+    checkpoint of another model or optimizer is refused (manifest.py: check_resume)."""
     comm = trainer.grid.world_comm.mpi
+    names = {n for names in comm.allgather([p.name for p in trainer.parameters()]) for n in names}
     step_dir, error = None, None
     try:
         step_dir = latest_checkpoint(directory)
@@ -104,13 +87,13 @@ def load_checkpoint(trainer, directory):
         return None
     try:
         reader = CheckpointReader(step_dir)
-        check_compatible(reader, trainer)
+        check_resume(reader.manifest, step_dir, trainer, names)
         apply(trainer, reader.full, reader.manifest["optimizer"]["states"])
         trainer.optimizer.t = reader.manifest["optimizer"]["t"]
         scaler, saved = trainer.scaler, reader.manifest.get("loss_scale")
         if scaler.dynamic and saved and saved["scale"] != 1.0:      # fp16 resumes its loss scale
             scaler.scale, scaler.good_steps = saved["scale"], saved["good_steps"]
-    except (CheckpointError, KeyError) as err:
-        error = err if isinstance(err, CheckpointError) else CheckpointError(f"{step_dir}: manifest lacks {err}")
+    except (CheckpointError, UsageError, KeyError) as err:
+        error = err if not isinstance(err, KeyError) else CheckpointError(f"{step_dir}: manifest lacks {err}")
     agree(comm, error)
     return reader.manifest["step"]

@@ -32,16 +32,18 @@ def _whole_state(trainer, i):
     return {name: trainer.dp.whole(i, owned) for name, owned in state.items()}
 
 
-def rank_tensors(trainer, optimizer=True):
+def rank_tensors(trainer, optimizer=True, every=False):
     """Collective over DP. -> (tensors {key: host array}, layout {name: (shard, full_shape)}) of this rank;
-    the optimizer state too unless ``optimizer`` is False (weights alone need no gather of it)."""
+    the optimizer state too unless ``optimizer`` is False (weights alone need no gather of it).  ``every``:
+    every tensor this rank holds, not only those it writes (a replica's too: what survivors of a failure
+    hold in memory, training/recovery.py)."""
     tensors, layout = {}, {}
     dp = trainer.dp
     for i, flat in enumerate(dp.flats):
         state = _whole_state(trainer, i) if optimizer else None
         master = backend.to_numpy(dp.master(i))                # (ZeRO-3: gathered)
         for p, a, b in flat.segments:
-            if not writes(trainer, p):
+            if p.tied_copy or not (every or writes(trainer, p)):
                 continue
             tensors[p.name] = master[a:b].reshape(p.data.shape).copy()
             layout[p.name] = (p.shard, p.full_shape)

@@ -6,6 +6,7 @@ and never initialise MPI.
 """
 import argparse
 import importlib
+import math
 import sys
 
 from hpcpar import runtime
@@ -25,6 +26,18 @@ COMMANDS = {
     "scaling": "scaling",
     "course": "course",
 }
+
+
+def finite(text):
+    """The argparse type of every number option: a finite float.  float() takes "nan" and "inf", which
+    no option means, and NaN slips through every "v <= 0" test after it."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"invalid float value: {text!r}") from None
+    if not math.isfinite(value):
+        raise argparse.ArgumentTypeError(f"must be a finite number, not {text!r}")
+    return value
 
 
 class _Parser(argparse.ArgumentParser):

@@ -9,6 +9,8 @@ The directory then holds train.bin, val.bin, where each document starts (train.s
 `hpcpar train --data DIR --eval-every N` (--documents: attention within each document), and sample with
 `hpcpar generate`.
 """
+from hpcpar.cli import finite
+
 HELP = "prepare text for training (BPE tokenizer, train.bin / val.bin)"
 
 
@@ -21,7 +23,7 @@ def add_arguments(p):
                                                            "(default: 2048)")
     q.add_argument("--tokenizer", default=None, help="use this tokenizer.json (or GPT-2 vocab.json) instead")
     q.add_argument("--merges", default=None, help="GPT-2's merges.txt, with --tokenizer vocab.json")
-    q.add_argument("--val-fraction", type=float, default=0.1, help="share of the tokens kept for validation "
+    q.add_argument("--val-fraction", type=finite, default=0.1, help="share of the tokens kept for validation "
                                                                    "(default: 0.1)")
     q.add_argument("--seq-len", type=int, default=None, help="refuse text too short for one training window of "
                                                              "this length (default: the tiny model's)")

@@ -9,6 +9,8 @@ The text is decoded with the tokenizer saved with the model (the tokenizer.json 
 the data directory a checkpoint was trained on); --tokenizer names another one.  Without a tokenizer
 the token ids are printed.
 """
+from hpcpar.cli import finite
+
 HELP = "sample text from a trained model (KV cache, one rank)"
 
 
@@ -17,7 +19,7 @@ def add_arguments(p):
                                  "GPT-2, Llama, Mixtral, Qwen3-MoE or DeepSeek-V3 save_pretrained directory")
     p.add_argument("--prompt", default=None, help="text to continue (default: the end-of-text token)")
     p.add_argument("--max-tokens", type=int, default=100, help="tokens to generate (default: 100)")
-    p.add_argument("--temperature", type=float, default=1.0, help="0: greedy; < 1 sharper, > 1 flatter "
+    p.add_argument("--temperature", type=finite, default=1.0, help="0: greedy; < 1 sharper, > 1 flatter "
                                                                   "(default: 1.0)")
     p.add_argument("--top-k", type=int, default=0, help="sample from the k likeliest tokens only (0: all)")
     p.add_argument("--seed", type=int, default=0, help="seed of the sampling (default: 0)")
@@ -29,21 +31,33 @@ def add_arguments(p):
 
 
 def run(args):
+    from hpcpar.checkpoint.files import CheckpointError
+    from hpcpar.runtime import UsageError
+    try:
+        return _generate(args)
+    except CheckpointError as err:         # a damaged, altered or poisoned file the user named: bad input
+        raise UsageError(f"hpcpar generate: {err}") from None
+
+
+def _generate(args):
     from hpcpar.runtime import UsageError
     from hpcpar.training.text import EOT, load_tokenizer
     from mpi4py import MPI
     if MPI.COMM_WORLD.size > 1:
         raise UsageError(f"hpcpar generate runs on one rank, not {MPI.COMM_WORLD.size}")
-    for name in ("max_tokens", "top_k"):
+    for name in ("max_tokens", "top_k", "seed"):
         if getattr(args, name) < 0:
             raise UsageError(f"--{name.replace('_', '-')} must not be negative, got {getattr(args, name)}")
-    if args.temperature < 0:
+    if not args.temperature >= 0:
         raise UsageError(f"--temperature must not be negative, got {args.temperature}")
     import sys
 
     from hpcpar.training.generate import cache_report, generate, load_model
     model, saved = load_model(args.model, args.dtype)
     tok = load_tokenizer(args.tokenizer or saved) if (args.tokenizer or saved) else None
+    if tok is not None and tok.get_vocab_size() > model.cfg.vocab_size:
+        raise UsageError(f"the tokenizer {args.tokenizer or saved} has {tok.get_vocab_size()} tokens but the model's "
+                         f"vocabulary is {model.cfg.vocab_size}: it is not this model's tokenizer (--tokenizer)")
     if tok is None:
         if args.prompt is not None:
             raise UsageError(f"{args.model} has no saved tokenizer to encode --prompt: give --tokenizer")

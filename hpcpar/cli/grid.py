@@ -11,6 +11,7 @@ with --world N the map is computed without MPI, for any N (teaching and planning
   hpcpar grid --dp 8 --dp-shard 4 --world 8     (+ HSDP's shard groups and the ranks across them)
 """
 HELP = "print the rank map of a tp x cp x pp x dp grid"
+MAX_WORLD = 4096        # ranks of the largest map drawn without MPI (seconds; 16,384 took 30 s)
 
 
 def add_arguments(p):
@@ -34,6 +35,9 @@ def add_arguments(p):
 def run(args):
     from hpcpar.comm.grid import GridLayout
     if args.world is not None:
+        if args.world > MAX_WORLD:
+            from hpcpar.runtime import UsageError
+            raise UsageError(f"--world {args.world:,}: hpcpar grid draws maps of at most {MAX_WORLD:,} ranks")
         layout = GridLayout(args.world, args.order, tp=args.tp, pp=args.pp, dp=args.dp, cp=args.cp)
         _sizes(layout, args.ep, args.dp_shard)                 # refused before anything is printed
         print(layout.describe())

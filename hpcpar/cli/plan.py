@@ -4,7 +4,7 @@
               --global-batch 1536 --seq-len 2048 [--top 10] [--explain top] [--plot plan.png]
               [--tp 8] [--pp N] [--cp 16 [--cp-kind ring|ulysses]] [--ep 8] [--zero 1|2|3]
               [--recompute none|selective|full] [--schedule gpipe|1f1b|interleaved|zb-h1|zb-h2|zb-v|dualpipev]
-              [--overlap-tp | --no-overlap-tp] [--fp8] [--cp-allgather]
+              [--overlap-tp | --no-overlap-tp] [--fp8] [--fp8-param-gather] [--cp-allgather]
               [--intra-gbps 450 --inter-gbps 50 --memory-gib 80]
   hpcpar plan --validate [MATCH]               predicted vs published runs (hpcpar/plan/runs/*.toml)
   hpcpar plan calibrate [--out local.toml]      measure this machine into a hardware profile
@@ -24,6 +24,10 @@ numbers: docs/planning.md.
 """
 import argparse
 
+from hpcpar.cli import finite
+
+MAX_GPUS = 2 ** 20      # the largest job planned (the search itself takes seconds at this size)
+
 HELP = "rank layouts of a training job by predicted step time and memory (no MPI)"
 
 
@@ -42,6 +46,8 @@ def add_arguments(p):
     p.add_argument("--overlap-tp", action=argparse.BooleanOptionalAction, default=False,
                    help="TP collectives overlapped with the GEMMs (--no-overlap-tp: exposed, the default)")
     p.add_argument("--fp8", action="store_true", help="linear-layer GEMMs in fp8 (needs an fp8 peak)")
+    p.add_argument("--fp8-param-gather", action="store_true",
+                   help="ZeRO-3 gathers the quantised weights as FP8 codes, one byte a number")
     p.add_argument("--zero", type=int, choices=[0, 1, 2, 3], help="pin the ZeRO stage (3: FSDP)")
     p.add_argument("--dp-shard", type=int, metavar="N",
                    help="pin HSDP: ZeRO over groups of N dp ranks, replicated across them (0: over every dp rank; "
@@ -69,7 +75,7 @@ def add_arguments(p):
     for flag, what in (("intra-gbps", "NVLink bandwidth per GPU, one direction, GB/s"),
                        ("inter-gbps", "network bandwidth per GPU, GB/s"), ("memory-gib", "memory per GPU, GiB"),
                        ("hbm-gbps", "memory bandwidth, GB/s")):
-        p.add_argument(f"--{flag}", type=float, help=f"override the hardware profile's {what}")
+        p.add_argument(f"--{flag}", type=finite, help=f"override the hardware profile's {what}")
     p.add_argument("--validate", nargs="?", const="", metavar="MATCH",
                    help="predicted vs published throughput and memory of the published runs (those whose "
                         "name contains MATCH)")
@@ -98,6 +104,8 @@ def _job(args):
     for name in ("gpus", "global_batch", "seq_len", "top"):
         if getattr(args, name) < 1:
             raise UsageError(f"--{name.replace('_', '-')} must be a positive integer")
+    if args.gpus > MAX_GPUS:
+        raise UsageError(f"--gpus {args.gpus:,}: the planner takes jobs of at most {MAX_GPUS:,} GPUs")
     hw = with_overrides(load_hardware(args.hardware), args)
     gpn = args.gpus_per_node or hw.gpus_per_node
     if gpn < 1:
@@ -106,7 +114,8 @@ def _job(args):
     hw.peak(dtype)     # refuses a dtype the profile has no rate for
     return Job(load_model(args.model), hw, args.gpus, min(gpn, args.gpus), args.global_batch, args.seq_len,
                dtype=dtype, engine=Engine(flash_attention=args.flash_attention, overlap_tp=args.overlap_tp,
-                                          fp8=args.fp8, cp_allgather=args.cp_allgather, optimizer=args.optimizer,
+                                          fp8=args.fp8, cp_allgather=args.cp_allgather,
+                                          fp8_param_gather=args.fp8_param_gather, optimizer=args.optimizer,
                                           muon_tp=args.muon_tp),
                keys=packed_keys(args.seq_len, args.doc_len, args.window))
 
@@ -119,7 +128,7 @@ def with_overrides(hw, args):
     from hpcpar.runtime import UsageError
     given = {k: getattr(args, k) for k in ("intra_gbps", "inter_gbps", "memory_gib", "hbm_gbps")
              if getattr(args, k) is not None}
-    if any(v <= 0 for v in given.values()):
+    if any(not v > 0 for v in given.values()):
         raise UsageError("--intra-gbps, --inter-gbps, --memory-gib and --hbm-gbps must be positive")
     changes = {"intra": replace(hw.intra, bandwidth=given["intra_gbps"] * 1e9) if "intra_gbps" in given else hw.intra,
                "inter": replace(hw.inter, bandwidth=given["inter_gbps"] * 1e9) if "inter_gbps" in given else hw.inter,

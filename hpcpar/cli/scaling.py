@@ -16,6 +16,8 @@ results/*.json (one per run: the command, its exit status, the summary), logs/*.
 and the PNGs.  Exit status 1 if a run failed.  docs/scaling.md explains the study and how to read
 the plots.
 """
+from hpcpar.cli import finite
+
 HELP = "a strong or weak scaling sweep of hpcpar train -> JSON per run, CSV and PNG plots"
 
 
@@ -35,7 +37,7 @@ def add_arguments(p):
                    help="mpiexec ($HPCPAR_MPIEXEC, else the venv's) or srun ($HPCPAR_SRUN, else "
                         "'srun --mpi=pmi2'), with -n N (default mpiexec)")
     g.add_argument("--out", metavar="DIR", help="output directory (default runs/scaling-<mode>-<date>-<time>)")
-    g.add_argument("--timeout", type=float, default=600.0, help="seconds each run may take (default 600)")
+    g.add_argument("--timeout", type=finite, default=600.0, help="seconds each run may take (default 600)")
     g.add_argument("--repeat", type=int, default=1,
                    help="run the sweep R times in a rotating order; the report keeps each point's fastest "
                         "run, the least disturbed on a shared machine (default 1)")

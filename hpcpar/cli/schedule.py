@@ -13,7 +13,10 @@ interleaved schedule a chunk holds 1/v of them).  A backward that is not split c
   hpcpar schedule --stages 4 --microbatches 8 --schedule zb-v --export zbv.csv
   hpcpar schedule --load zbv.csv --check --blocking-sends
 """
+from hpcpar.cli import finite
 from hpcpar.pipeline.schedules import KINDS, SCHEDULES   # pure Python, cheap to import
+
+MAX_UNITS = 32768       # forwards (p x m x v) of the largest schedule drawn: seconds, not minutes
 
 HELP = "simulate a pipeline schedule: ASCII/PNG timeline, bubble, memory"
 
@@ -29,12 +32,12 @@ def add_arguments(p):
     p.add_argument("--costs", default="1,1,1", metavar="F,B,W",
                    help="time of a forward, an input-gradient backward and a weight-gradient "
                         "backward (default 1,1,1)")
-    p.add_argument("--latency", type=float, default=0.0, help="time a message takes (default 0)")
+    p.add_argument("--latency", type=finite, default=0.0, help="time a message takes (default 0)")
     p.add_argument("--blocking-sends", action="store_true",
                    help="make every send wait for its receive (shows why order matters)")
     p.add_argument("--table", action="store_true", help="also print each rank's action list")
     p.add_argument("--plot", metavar="PNG", help="also draw the timeline into this PNG file")
-    p.add_argument("--fb", type=float, default=None, metavar="T",
+    p.add_argument("--fb", type=finite, default=None, metavar="T",
                    help="time of an F&B pair run overlapped (dualpipev; default F + B + W, no overlap)")
     p.add_argument("--compare", action="store_true",
                    help="every schedule's makespan, bubble and peak activations side by side")
@@ -83,10 +86,21 @@ def _schedule(args):
     if args.stages is None or args.microbatches is None:
         raise UsageError("give --stages and --microbatches (or --load FILE)")
     chunks = args.chunks or KINDS[args.schedule].default_chunks
+    check_size(args.stages, args.microbatches, chunks)
     try:
         return build(args.schedule, args.stages, args.microbatches, chunks, args.forward_only)
     except ValueError as err:
         raise UsageError(str(err)) from None
+
+
+def check_size(p, m, v):
+    """A schedule this command draws holds p x m x v forwards (and as many backwards), one row per rank:
+    past MAX_UNITS it takes minutes and a screen no one reads, and it only repeats the same pattern."""
+    from hpcpar.runtime import UsageError
+    if p > 0 and m > 0 and v > 0 and p * m * v > MAX_UNITS:
+        raise UsageError(f"--stages {p} x --microbatches {m}" + (f" x --chunks {v}" if v > 1 else "")
+                         + f" = {p * m * v:,} forwards: hpcpar schedule draws at most {MAX_UNITS:,} (the pattern "
+                         f"shows with far fewer micro-batches)")
 
 
 def compare(p, m, costs):
@@ -122,6 +136,7 @@ def run(args):
         from hpcpar.runtime import UsageError
         if args.load or args.stages is None or args.microbatches is None:
             raise UsageError("--compare builds every schedule: give --stages and --microbatches, not --load")
+        check_size(args.stages, args.microbatches, 2)
         print(f"p={args.stages}, m={args.microbatches}, costs F,B,W = {costs.F:g},{costs.B:g},{costs.W:g}"
               + (f", F&B = {costs.FB:g}" if costs.FB is not None else ""))
         print(compare(args.stages, args.microbatches, costs))

@@ -11,6 +11,8 @@ refused with one line and exit status 2 on every rank, before any rank communica
 import argparse
 from dataclasses import fields
 
+from hpcpar.cli import finite
+
 HELP = "train a model on a tp x cp x pp x dp grid"
 
 
@@ -28,7 +30,8 @@ def add_arguments(p):
             else:
                 group.add_argument(flag, action="store_true", default=argparse.SUPPRESS, help=help_)
         else:
-            group.add_argument(flag, type=type(f.default), choices=choices, default=argparse.SUPPRESS,
+            kind = finite if isinstance(f.default, float) else type(f.default)
+            group.add_argument(flag, type=kind, choices=choices, default=argparse.SUPPRESS,
                                metavar=None if choices else f.name.upper(),
                                help=f"{help_} (default: {f.default!r})")
 
@@ -38,6 +41,18 @@ def run(args):
     from hpcpar.training.config import config_from
     from hpcpar.watch.watchdog import flight_dir
     cfg = config_from(args)
-    rank_guard.split(flight_dir(cfg))      # under a launcher: a parent that names this rank if it dies
+    shrink = cfg.on_failure == "shrink"
+    if shrink:
+        from hpcpar.comm import ulfm
+        ulfm.prepare()                     # before MPI starts
+    rank_guard.split(flight_dir(cfg), shrink)      # under a launcher: a parent that names this rank if it dies
     from hpcpar.training.loop import Loop
-    return Loop(cfg).run()
+    relayout = None
+    if shrink:
+        from hpcpar.plan.survivors import choose
+        from hpcpar.training.recovery import relayout_with
+        relayout = relayout_with(choose)   # the planner's layout for the survivors of a failure
+    try:
+        return Loop(cfg, relayout=relayout).run()
+    finally:
+        rank_guard.leaving()               # whatever status follows is the job's, not a death

@@ -31,6 +31,7 @@ exercise: the rules".
 * check_cp.py        context parallelism: merging partials, the ring's blocks, the ring in the trainer
 * check_llama.py     Llama: the RoPE backward, grouped-query heads under TP, QK-norm's input gradient
 * check_precision.py mixed precision: the loss-scale rule
+* check_fp8.py       FP8: a 1 x 128 tile quantised, an MX block's E8M0 scale, a sharded weight's amax ranks
 * check_hangs.py     hangs: culprits and waits from flight records
 * check_memory.py    recomputation: what a block keeps and runs again, measured
 * check_measure.py   measuring: two layouts of one job, the faster predicted and explained
@@ -39,6 +40,9 @@ exercise: the rules".
 * check_a2a.py       all-to-alls: dispatch and combine, the Ulysses transpose, expert-parallel bytes,
                      the experts' all-to-alls in the trainer
 * check_attention.py attention in causal query blocks: only the keys each block of queries sees
+* check_documents.py documents in a packed window: positions and kept targets, the blocks the ring skips
+* check_deepseek.py  DeepSeek-V3: MLA's KV cache against GQA's, where the MTP modules sit on a pipeline
+* check_recovery.py  going on without a rank: the survivors' places and the transfers of the state
 * collectives.py     alpha-beta costs of the collectives and the ring all-reduce (docs/collectives.md)
 * templates/         the blank exercise files
 * solutions/         the instructor key's answers, each passing its check

@@ -1,9 +1,10 @@
 """The exercises (docs/course/): what each asks, its check, its reference, the modules that hold its
 answer (hidden from the student's file) and its hints.  Numbered in the order they joined the course;
 lessons.py says which lesson holds which.  How to add one: the package docstring (__init__.py)."""
-from hpcpar.course import (check_3d, check_a2a, check_attention, check_cp, check_dp, check_hangs, check_llama,
-                           check_measure, check_memory, check_muon, check_pp, check_precision, check_state, check_tp,
-                           check_v, check_zero)
+from hpcpar.course import (check_3d, check_a2a, check_attention, check_cp, check_dp, check_fp8, check_hangs,
+                           check_llama, check_measure, check_memory, check_muon, check_pp, check_precision, check_state,
+                           check_tp, check_v, check_zero)
+from hpcpar.course import check_deepseek, check_documents, check_recovery
 from hpcpar.course.collectives import ring_allreduce
 from hpcpar.course.exercise import Exercise as E
 from hpcpar.ops.ring_attention import merge
@@ -245,7 +246,78 @@ EXERCISES = [
           "faster layout, and the cause among the choices the template lists"),
       after="Read where pp 2's time went: its profile's 'comm pp' line is mostly the bubble - time a stage "
             "waits in a receive for its neighbour"),
-    E(34, "17-muon.md", "optimizers", "Newton-Schulz, Muon's orthogonalisation", "newton_schulz",
+    E(34, "11-mixed-precision.md", "precision", "quantise a 1 x 128 tile to FP8 (E4M3) with its scale",
+      "quantise_tile", check_fp8.check_quantise_tile, check_fp8.quantise_tile, hidden=("hpcpar.fp8",), hints=(
+          "the scale sends the tile's largest magnitude to the format's largest number; everything else "
+          "follows it",
+          "E4M3 keeps 3 bits after the leading one: between 2^e and 2^(e+1) its numbers are 2^(e-3) apart, and "
+          "below 2^-6 they stay 2^-9 apart (the subnormals)",
+          "method: s = 448 / max(amax, 1e-12) as an fp32 number; multiply, round each product to the nearest "
+          "multiple of its spacing (ties to even: numpy's rint does that), clip to 448, divide by s")),
+    E(35, "11-mixed-precision.md", "precision", "pick the E8M0 scale of an MX 32-block", "e8m0_exponent",
+      check_fp8.check_e8m0_exponent, check_fp8.e8m0_exponent, hidden=("hpcpar.fp8",), hints=(
+          "only the block's largest magnitude matters: it is the one that must not pass 448",
+          "a power of two that is too large wastes precision, one too small saturates: there is exactly one "
+          "right k, and exact powers of two sit on the boundary",
+          "method: k is the ceiling of log2(amax / 448), checked by multiplying back (a logarithm rounds), "
+          "clamped to [-127, 127], and -127 for a block of zeros")),
+    E(36, "11-mixed-precision.md", "precision", "which ranks' maxima make a sharded weight's amax", "amax_ranks",
+      check_fp8.check_amax_ranks, check_fp8.amax_ranks,
+      hidden=("hpcpar.fp8", "hpcpar.comm.grid", "hpcpar.training.low_precision"), hints=(
+          "an amax covers some dimensions of W: which of them does tensor parallelism cut in each kind of layer?",
+          "a per-column scale runs along K only: a column-parallel rank holds whole columns; a row-parallel "
+          "one holds a part of every column",
+          "method: the axes to combine are tp when the amax covers the cut dimension, plus dp and cp when "
+          "ZeRO-3 quantises slices; the ranks are those that differ from this one only along those axes")),
+    E(37, "09-context-parallel.md", "documents", "a packed window's positions, and the targets kept in the loss",
+      "packed_window", check_documents.check_packed_window, check_documents.packed_window,
+      hidden=("hpcpar.ops.masks",), hints=(
+          "a document's first token has read nothing of its document before it: it sits where a fresh "
+          "sequence begins",
+          "each sequence of the batch is a window of its own; the end-of-text token is the last token of the "
+          "document it ends; a target is the next token, whose id may be another document's",
+          "method: walk each sequence - 0 at its start and wherever the id differs from the previous input's, "
+          "else one more than the previous position; a target stays when its id equals its input's id, the "
+          "window's last target included")),
+    E(38, "09-context-parallel.md", "CP", "the key/value blocks ring attention skips for a window of documents",
+      "ring_plan", check_documents.check_ring_plan, check_documents.ring_plan,
+      hidden=CP + ("hpcpar.ops.masks",), hints=(
+          "a query sees nothing of a block whose keys all lie after it or in other documents: the rule of one "
+          "rank, applied by window position",
+          "a rank's queries and the block's keys sit in the two chunks of the causal balance, wherever the ring "
+          "has carried the block: compare ids at those window positions, not at indexes within a rank",
+          "method: for rank r at step s take the block of rank (r - s) mod cp, test every query-key pair with "
+          "the three conditions, and count the queries that see at least one key and the keys seen by at least "
+          "one query")),
+    E(39, "10-llama.md", "DeepSeek", "MLA's KV cache a token against grouped-query attention's", "kv_cache_bytes",
+      check_deepseek.check_kv_cache_bytes, check_deepseek.kv_cache_bytes,
+      hidden=("hpcpar.shape", "hpcpar.plan", "hpcpar.nn", "hpcpar.ops.mla", "hpcpar.training.generate"), hints=(
+          "the keys and values of every head are a function of what MLA keeps of a token: keep that, not them",
+          "the latent makes the keys and the values alike; the rotary key is not made from it, and one serves "
+          "every head",
+          "method: per layer and token grouped-query attention keeps a key and a value of head_dim per K/V head, "
+          "MLA its latent and its rotary key; every head's own would be a key of head_dim and a value of "
+          "v_head_dim per query head; times the layers and the bytes of a number")),
+    E(40, "15-v-pipelines.md", "PP", "where the MTP modules sit, and which gradients the pipeline's ends sum",
+      "pipeline_ends", check_deepseek.check_pipeline_ends, check_deepseek.pipeline_ends,
+      hidden=PP + ("hpcpar.nn", "hpcpar.training"), hints=(
+          "the MTP modules read the model's last hidden state and share its head: they go where the loss is",
+          "the last stage looks tokens up in the embedding only for the modules; the first stage owns it, so "
+          "two ranks hold copies that must stay equal - unless they are one rank",
+          "method: find the rank and chunk of the last virtual stage; sum only the embedding's gradient, over "
+          "the first and last stage's ranks when they differ and MTP modules exist; the norm counts the first "
+          "stage's copy alone")),
+    E(41, "12-hangs.md", "reliability", "going on without a rank: the survivors' places and the transfers",
+      "recovery_plan", check_recovery.check_recovery_plan, check_recovery.recovery_plan,
+      hidden=("hpcpar.checkpoint", "hpcpar.training.restore", "hpcpar.training.recovery", "hpcpar.comm.grid"),
+      hints=(
+          "only what a survivor holds exists: a piece travels from one of them, and never to a rank that has it",
+          "a rank of the new layout cuts its shard from whole tensors: it needs every part the old tp cut made, "
+          "the optimizer's moments with them; the idle survivors hold pieces too",
+          "method: renumber the survivors in order, place the first ones on the new grid, list what each holds "
+          "(its old stage's keys, the part of its old tp index), then walk destinations, sorted keys and parts, "
+          "taking each piece from the destination or the least-used holder")),
+    E(42, "17-muon.md", "optimizers", "Newton-Schulz, Muon's orthogonalisation", "newton_schulz",
       check_muon.check_newton_schulz, check_muon.newton_schulz,
       hidden=("hpcpar.optim.newton_schulz", "hpcpar.optim.muon", "hpcpar.tensor_parallel.muon"), hints=(
           "the iteration acts on each singular value alone; it is only a polynomial if every one starts "
@@ -254,7 +326,7 @@ EXERCISES = [
           "the large one",
           "method: transpose a tall G, divide by its Frobenius norm floored at eps, then each step form A = "
           "X X^T, B = b A + c A A and X = a X + B X; transpose back")),
-    E(35, "17-muon.md", "optimizers", "predict: the singular values of blockwise's update at tp 2 and 4",
+    E(43, "17-muon.md", "optimizers", "predict: the singular values of blockwise's update at tp 2 and 4",
       "ANSWER", check_muon.check_blockwise, check_muon.blockwise_singular_values, hints=(
           "an orthogonal block with more columns than rows has O_r O_r^T equal to the identity",
           "the Gram of blocks side by side is the sum of the blocks' Grams",
@@ -262,7 +334,7 @@ EXERCISES = [
           "roots of that Gram's eigenvalues"),
       after="See it with Newton-Schulz's five steps instead of exact orthogonalisation: .venv/bin/mpiexec -n 2 "
             ".venv/bin/python -m hpcpar.examples.muon_tp (the last line: blockwise's halves put together)"),
-    E(36, "17-muon.md", "optimizers", "which rank owns which matrix under ZeRO, and what each hands MPI",
+    E(44, "17-muon.md", "optimizers", "which rank owns which matrix under ZeRO, and what each hands MPI",
       "ownership", check_muon.check_ownership, check_muon.ownership,
       hidden=("hpcpar.data_parallel", "hpcpar.optim.muon"), hints=(
           "a rank that took the longest matrix of one buffer has the most numbers when the next buffer starts",

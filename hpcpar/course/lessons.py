@@ -54,30 +54,62 @@ LESSONS = [
          "The 1F1B bubble, (p - 1) / (m + p - 1) = 1/3 of the pipeline's device time, shows as time a stage "
          "waits in a receive ('comm pp' in the profile); dp 2 computes all the time and pays one gradient "
          "all-reduce, small for the tiny model."),)),
-    Lesson(9, "09-context-parallel.md", "context parallelism", 100, "09-causal-balance.png", (
+    Lesson(9, "09-context-parallel.md", "context parallelism, and documents", 150, "09-causal-balance.png", (
         ("Why does every rank take one early and one late chunk of the sequence?",
          "Causal attention's work grows with the position: a rank holding only the late chunk would do "
-         "almost all of it. Chunks j and 2cp - 1 - j together cost the same on every rank."),)),
-    Lesson(10, "10-llama.md", "Llama blocks", 90, "", (
+         "almost all of it. Chunks j and 2cp - 1 - j together cost the same on every rank."),
+        ("Why does a block that a rank skips still travel on round the ring?",
+         "The ring passes every block through every rank: the next rank's queries may see the keys this one "
+         "skips. Skipping saves the block's compute, not its message; to save the message every rank would "
+         "need the plan of the others, and the hop would still be needed for the ranks further on."),
+        ("Which target does --documents leave out of the loss, and why would keeping it teach the model nothing?",
+         "The target of a document's last token, its <|endoftext|>: the next document's first token. The "
+         "input sees only the document that ended, which says nothing about the unrelated one that follows "
+         "in the shuffled stream. The end-of-text token itself stays a target: a text's end is predictable."))),
+    Lesson(10, "10-llama.md", "Llama blocks, and latent attention", 120, "", (
         ("Why does tensor parallelism need no communication inside grouped-query attention, and why must tp "
          "divide the number of K/V heads?",
          "Each rank's query heads attend only with K/V heads of their own groups, and cutting both by "
          "consecutive runs keeps a group on one rank; tp must divide the K/V heads so that no group is split."),
         ("Why is a tensor-parallel rank's QK-norm gain gradient only a partial sum?",
          "The gain is shared by all heads, and each rank holds only its heads: the full dg sums every rank's "
-         "share (an all-reduce over tp)."))),
-    Lesson(11, "11-mixed-precision.md", "mixed precision", 40, "", (
+         "share (an all-reduce over tp)."),
+        ("Why does MLA cache a rotary key beside its latent, one for all the heads, instead of rotating keys "
+         "made from the latent?",
+         "Generation attends from the latent without expanding it: W_uk folds into the query, which works "
+         "only if nothing depending on the key's position sits between the latent and the score. A rotation "
+         "of the up-projected key would, so the position goes into a small key of its own (64 numbers in V3), "
+         "rotated once, cached as is and shared by every head."))),
+    Lesson(11, "11-mixed-precision.md", "mixed precision", 95, "", (
         ("Why halve at once but grow only after many clean steps?",
          "An overflow wastes a whole step (it is skipped), so the scale must drop at the first one; a scale "
          "a little too small costs only some precision in the smallest gradients, so growth can wait until "
-         "a run of clean steps says the larger scale is probably safe."),)),
-    Lesson(12, "12-hangs.md", "debugging a hang", 45, "", ()),
+         "a run of clean steps says the larger scale is probably safe."),
+        ("Why does one rank's amax of a row-parallel layer's activations give other losses than one rank alone?",
+         "Its row is only part of the row one rank holds: its maximum can be smaller, its scale larger, and "
+         "every value is rounded on another grid; the max over the tp group restores the whole row's scale."),
+        ("Why do data-parallel replicas not all-reduce their activations' amax?",
+         "Each replica's micro-batch is a tensor of its own, scaled on its own as on one GPU; the equality "
+         "holds against one rank that runs the same micro-batches one after the other."))),
+    Lesson(12, "12-hangs.md", "debugging a hang, going on without a rank", 105, "", (
+        ("Why must every survivor compute the same transfer list, in the same order - and how can they, "
+         "without a message more than the one that tells everyone what everyone holds?",
+         "The exchange posts a receive and a send for each entry, tagged with its place in the list: a rank "
+         "with another list waits for a message nobody sends. Each survivor computes the list from the same "
+         "allgathered inventory with a pure function - sorted destinations, keys and parts, a tie rule by "
+         "rank, nothing that depends on the rank computing it or on a set's order in that process."),)),
     Lesson(13, "13-recomputation.md", "recomputation", 40, "", ()),
     Lesson(14, "14-zero.md", "ZeRO-3", 60, "", ()),
-    Lesson(15, "15-v-pipelines.md", "V-shaped pipelines", 75, "15-zb-h1.png", (
+    Lesson(15, "15-v-pipelines.md", "V-shaped pipelines", 105, "15-zb-h1.png", (
         ("Why may ZB-V postpone a W but not a B?",
          "The previous stage waits for B (the input gradient); nobody waits for W, which only adds into this "
-         "rank's weight gradients - but until it runs, its micro-batch's activations stay in memory."),)),
+         "rank's weight gradients - but until it runs, its micro-batch's activations stay in memory."),
+        ("A V puts the embedding and the MTP modules on one rank: what does that save every step, and what "
+         "does it cost that rank?",
+         "It saves the embedding's copy on the last stage (vocabulary x hidden numbers, with their optimizer "
+         "state) and the sum of its gradient between the two ends after every backward. Rank 0 then holds "
+         "the input embedding, the head, the loss and the MTP modules together: the partition must give it "
+         "fewer blocks, or it sets the pace of the whole pipeline."),)),
     Lesson(16, "16-all-to-all.md", "all-to-all", 120, "16-all-to-all.png", (
         ("Does the router's balance change the bytes a rank hands the expert all-to-alls? Does ep?",
          "No and no: a rank hands MPI all of its tokens' rows, k per token, wherever they go; balance and ep "

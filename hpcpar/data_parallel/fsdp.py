@@ -67,13 +67,15 @@ class FullyShardedDataParallel(Replicas):
     zero = 3
 
     def __init__(self, chunks, comm, uses=None, compute_dtype=None, alone=(), blocks_per_unit=1,
-                 reshard_after_forward=True, groups_of=None, whole=(), whole_tensors=False):
+                 reshard_after_forward=True, groups_of=None, whole=(), whole_tensors=False, fp8=(), fp8_unit=None):
         """``alone``: parameters that get a unit of their own (the tied embedding: its two copies'
         ranges must line up); so does a parameter two modules share.  ``uses``: Replicas'.
         ``groups_of(p)``: (shard, across), as DataParallel's; a module's parameters of other groups (an
         expert's) form a unit of their own - gathered and freed with the module's other units.
         ``whole``: parameters every rank keeps whole (moved by a rule, module docstring): a module's form
-        a resident unit over a group of one rank.  ``whole_tensors``: flat.py's ownership."""
+        a resident unit over a group of one rank.  ``whole_tensors``: flat.py's ownership.  ``fp8``: weights
+        gathered as FP8 codes (--fp8-param-gather): a module's form a unit of their own, a ``fp8_unit``
+        (fp8_gather.py)."""
         self.comm, self.reshard = comm, reshard_after_forward
         kept = {id(p) for p in whole}
         one = self_group() if kept else None
@@ -85,18 +87,18 @@ class FullyShardedDataParallel(Replicas):
                 for p in m.parameters():
                     holders[id(p)] = holders.get(id(p), 0) + 1
         separate = {id(p) for p in alone} | {k for k, v in holders.items() if v > 1}
-        flats, unit_of, loads = [], {}, {}
+        flats, unit_of, coded, loads = [], {}, {id(p) for p in fp8}, {}
 
         def add(params, alone=False):
             """A unit of ``params`` (per group); whole tensors balanced over the group's units - but a unit of
             its own (``alone``: the tied copies on two stages) laid out alone, so that its slices line up."""
-            kinds = {}                                  # the parameters of each (shard, across), in order
+            kinds = {}                                  # the parameters of each (shard, across, in fp8), in order
             for p in params:
-                kinds.setdefault(tuple(map(id, groups_of(p))), (groups_of(p), []))[1].append(p)
-            for (shard, across), mine in kinds.values():
+                kinds.setdefault(tuple(map(id, groups_of(p))) + (id(p) in coded,), (groups_of(p), []))[1].append(p)
+            for key, ((shard, across), mine) in kinds.items():
                 load = None if alone else loads.setdefault(id(shard), [0] * shard.size)
-                flats.append(FlatBuffer(mine, shard, compute_dtype, across, gathered=True, whole_tensors=whole_tensors,
-                                        load=load))
+                flats.append((fp8_unit if key[-1] else FlatBuffer)(mine, shard, compute_dtype, across, gathered=True,
+                                                                    whole_tensors=whole_tensors, load=load))
                 flats[-1].counted = flats[-1].counted and (comm.rank == 0 or shard is not one)
                 unit_of.update((id(p), flats[-1]) for p in mine)
         for chunk in chunks:

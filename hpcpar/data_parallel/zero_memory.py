@@ -22,7 +22,10 @@ ZeRO 0-2), which every rank keeps whole and moves by a rule (data_parallel/fsdp.
 
 hpcpar: m = g = b (the dtype's bytes), r = 2 under --precision bf16/fp16, o = 2 b for AdamW (its two
 moments; SGD b with momentum, else 0); Muon keeps b (its momentum) for each number of the blocks'
-matrices (shape.py ``block_matrix_split``) and AdamW's 2 b for the rest.  The update's one scratch block (optim.py: 256 KB on a host, a
+matrices (shape.py ``block_matrix_split``) and AdamW's 2 b for the rest.  With --fp8-param-gather a
+ZeRO-3 unit's quantised weights (shape.py ``quantised_params``) are gathered - held and sent - as FP8
+codes, one byte each: c is then ``gathered_number_bytes``, the compute dtype's bytes and one byte
+weighed by their share.  The update's one scratch block (optim.py: 256 KB on a host, a
 slice on a GPU) is work space, not state, and not counted.  ZeRO-1's second gradient term is the
 slice its reduce-scatter fills (an engine that reduce-scatters into the full buffer has none).  The
 working set is what a step adds at once: ZeRO-2's full gradient buffers during the backward;
@@ -38,6 +41,18 @@ from hpcpar.runtime import UsageError
 
 GB = 1e9
 TERMS = ("weights", "gradients", "optimizer state", "ZeRO working set")
+FP8_BYTES = 1
+
+
+def gathered_number_bytes(compute, fp8_share=0.0):
+    """Bytes of one number ZeRO-3 gathers, held and sent: the compute dtype's, and for the share of them
+    --fp8-param-gather sends as FP8 codes (fp8_gather.py), one byte."""
+    return compute + (FP8_BYTES - compute) * fp8_share
+
+
+def fp8_gather_share(shape, tp, ep, shard):
+    """The share of a block's ZeRO-3 unit that --fp8-param-gather gathers in FP8: its quantised matrices."""
+    return shape.quantised_params() / tp / shape.gathered_block_params(tp, ep, shard)
 
 
 def held(trainer):
@@ -120,15 +135,17 @@ def per_rank(zero, n, params, unit, *, master, grad, optimizer, compute, copy=0,
 def formula(cfg, mcfg, pp_rank=0):
     """{term: bytes} on a rank of pipeline rank ``pp_rank`` of this run, by the table above."""
     import numpy as np
+    from hpcpar.precision import elsewhere
     P, X, U, R = rank_params(cfg, mcfg, pp_rank)
     b = np.dtype(cfg.dtype).itemsize
-    c = {"fp16": 2, "bf16": 2}.get(cfg.precision, b)
+    c = {"fp16": 2, "bf16": 2}.get(elsewhere(cfg.precision, cfg.fp8_rest), b)
     k, km = (state_arrays(cfg.optimizer, cfg.momentum, matrix) for matrix in (False, True))
     n = shard_size(cfg.dp, cfg.cp, cfg.dp_shard)
+    gathered = gathered_number_bytes(c, fp8_gather_share(mcfg.shape, cfg.tp, cfg.ep, n)) if cfg.fp8_param_gather else c
     blocks = sum(b for _, b in rank_blocks(cfg, mcfg, pp_rank))
     matrices = tuple(blocks * m for m in mcfg.shape.block_matrix_split(cfg.tp, cfg.ep))     # Muon's (dense, routed)
     return with_experts(cfg.zero, n, cfg.ep, P, X, U, R, matrices, master=b, copy=c if c != b else 0, grad=b,
-                        optimizer=k * b, matrix_optimizer=km * b, compute=c, reshard=cfg.reshard_after_forward,
+                        optimizer=k * b, matrix_optimizer=km * b, compute=gathered, reshard=cfg.reshard_after_forward,
                         whole_grads=cfg.microbatches > 1)
 
 

@@ -51,7 +51,7 @@ class LMHead(Module):
         rows that count (None: all)."""
         h = self.gather_hidden(h)                                  # (B, T, C)
         h2 = h.reshape(-1, h.shape[-1])                            # (N, C)
-        logits = linear_forward(h2, self.weight.data.T)            # (N, V)
+        logits = linear_forward(h2, self.weight.data.T, fp32=True)     # (N, V), the fp32 sum
         rows = None if valid is None else valid.reshape(-1)
         losses, c_ce = self.loss_forward(to_fp32(logits), targets.reshape(-1))   # the loss in fp32
         if rows is not None:
@@ -67,7 +67,7 @@ class LMHead(Module):
         return self.reduce_hidden_grad(dh.reshape(shape))
 
     def _weight_grad(self, dlogits, h2):
-        self.weight.grad += linear_backward_weight(dlogits, h2, bias=False)[0].T   # (V, C)
+        linear_backward_weight(h2, dlogits, bias=False, into=(self.weight.grad, None))   # dW = dlogits^T h2 (V, C)
 
     # --- one rank holds the whole vocabulary: nothing to gather or sum ---------------------------
 

@@ -11,29 +11,30 @@ from hpcpar.ops.linear import linear_backward_input, linear_backward_weight, lin
 
 
 class Linear(Module):
+    mm = None               # its quantised GEMMs under an FP8/FP4 recipe (training/low_precision.py)
+
     def __init__(self, name, d_in, d_out, std, seed, dtype, bias=True):
         self.name = name
         self.weight = Parameter(f"{name}.weight", init_full(f"{name}.weight", (d_in, d_out), std, seed, dtype))
         self.bias = Parameter(f"{name}.bias", init_full(f"{name}.bias", (d_out,), "zeros", seed, dtype)) \
             if bias else None
 
-    def forward(self, x, ctx=None):
-        """x (..., in) -> y (..., out); the cache is x itself (all dW needs)."""
-        y = linear_forward(x, self.weight.data, self.bias.data if self.bias else None)
+    def forward(self, x, ctx=None, fp32=False):
+        """x (..., in) -> y (..., out); the cache is x itself (all dW needs).  ``fp32``: y is the fp32
+        sum of a low precision, unrounded (ops/linear.py)."""
+        y = linear_forward(x, self.weight.data, self.bias.data if self.bias else None, fp32, self.mm)
         progress.poll()
         return y, x
 
-    def backward(self, dy, x, defer=None):
+    def backward(self, dy, x, defer=None, fp32=False):
         run_or_defer(lambda: self.accumulate_weight_grad(dy, x), defer)
-        dx = linear_backward_input(dy, self.weight.data)
+        dx = linear_backward_input(dy, self.weight.data, fp32, self.mm)
         progress.poll()
         return dx
 
     def accumulate_weight_grad(self, dy, x):
-        dw, db = linear_backward_weight(dy, x, bias=self.bias is not None)
-        self.weight.grad += dw
-        if self.bias is not None:
-            self.bias.grad += db
+        linear_backward_weight(dy, x, bias=self.bias is not None,
+                               into=(self.weight.grad, self.bias.grad if self.bias else None), mm=self.mm)
         progress.poll()
 
 

@@ -5,7 +5,9 @@
 
 Under tensor parallelism c_fc becomes column-parallel and c_proj row-parallel (Megatron): the GELU
 then acts on each rank's own columns, and one all-reduce at the end sums the partial products.
-In a low precision GELU computes in fp32 and rounds its output (what a fused kernel does).
+In a low precision GELU computes in fp32 on c_fc's fp32 sum (bias included) and rounds its output
+once: bias and GELU are the GEMM's epilogue, as in cuBLASLt and llm.c; its backward starts from
+c_proj's unrounded fp32 input gradient.
 """
 import math
 
@@ -13,7 +15,6 @@ from hpcpar.nn.dropout import Dropout
 from hpcpar.nn.linear import Linear
 from hpcpar.nn.module import Module
 from hpcpar.ops.activation import gelu_backward_fast, gelu_forward_fast
-from hpcpar.precision import to_fp32
 
 
 class MLP(Module):
@@ -25,8 +26,7 @@ class MLP(Module):
         self.drop = Dropout(f"{prefix}.dropout", dropout)
 
     def forward(self, x, ctx=None):
-        u, c_fc = self.c_fc.forward(x, ctx)                 # (B, T, F), this MLP's own array
-        u = to_fp32(u)
+        u, c_fc = self.c_fc.forward(x, ctx, fp32=True)      # (B, T, F), this MLP's own array, fp32
         h, g = gelu_forward_fast(u, out=u)                  # (B, T, F) over u; cache g = gelu'(u)
         y, c_proj = self.c_proj.forward(h.astype(x.dtype, copy=False), ctx)     # (B, T, C)
         y, mask = self.drop.forward_tokens(y, ctx)
@@ -35,7 +35,7 @@ class MLP(Module):
     def backward(self, dy, cache, defer=None):
         g, c_fc, c_proj, mask = cache
         dy = self.drop.backward(dy, mask)
-        dh = to_fp32(self.c_proj.backward(dy, c_proj, defer))              # (B, T, F), a temporary
+        dh = self.c_proj.backward(dy, c_proj, defer, fp32=True)            # (B, T, F), a temporary, fp32
         du = gelu_backward_fast(dh, g, out=dh).astype(dy.dtype, copy=False)
         return self.c_fc.backward(du, c_fc, defer)
 

@@ -26,16 +26,17 @@ lose more to small GEMMs than they save (measured in docs/performance.md).  On a
 a launch per op is what costs, not the flops of the upper triangle.
 
 Heads are independent: splitting them across tensor-parallel ranks needs no communication here.
-In a low precision the four GEMMs take and give low-precision arrays; S is masked and softmaxed in
-fp32, P rounded to the low precision for P V (as fused attention kernels do), and dS computed in fp32;
-dK and dV are summed over the blocks in fp32 and rounded once.
+In a low precision the four GEMMs take low-precision arrays; S = Q K^T and dP = dO V^T stay in fp32
+(their unrounded sums), S is masked and softmaxed in fp32, P rounded to the low precision for P V (as
+fused attention kernels do), and dS computed in fp32; dK and dV are summed over the blocks in fp32 and
+rounded once.
 """
 import math
 
 import numpy as np
 
 from hpcpar.backend import array_module, is_device_array
-from hpcpar.precision import accumulator, gemm, to_fp32
+from hpcpar.precision import accumulator, gemm
 from hpcpar.ops.masks import Mask
 from hpcpar.ops.softmax import softmax_backward, softmax_forward, softmax_forward_fast
 
@@ -116,9 +117,9 @@ def attention_forward(q, k, v, drop=None, block=None, attn_mask=None, logits=Non
     o = xp.empty((B, T, NH, HS), dtype=q.dtype).transpose(0, 2, 1, 3)
     plain = attn_mask is None or attn_mask.plain
     blocks = key_blocks(T, block or engine_block(q), None if plain else attn_mask)
-    ps = []
+    ps, acc = [], accumulator(q.dtype)
     for a, z, lo in blocks:
-        s = to_fp32(gemm(q[:, :, a:z], k[:, :, lo:z].transpose(0, 1, 3, 2)))  # (B, NH, z - a, z - lo)
+        s = gemm(q[:, :, a:z], k[:, :, lo:z].transpose(0, 1, 3, 2), dtype=acc)  # (B, NH, z - a, z - lo), fp32
         if plain:
             s[..., a:] += causal_mask(z - a, s.dtype, xp)    # the block's diagonal square
         else:
@@ -154,7 +155,7 @@ def attention_backward(do, cache, out=None):
         gemm(pd.transpose(0, 1, 3, 2), doi, out=into)        # dV = Pd^T dO, this block's share
         if not whole:
             sv[rows] += into
-        dp = to_fp32(gemm(doi, v[:, :, lo:z].transpose(0, 1, 3, 2)))   # (B, NH, z - a, z - lo)
+        dp = gemm(doi, v[:, :, lo:z].transpose(0, 1, 3, 2), dtype=acc)   # (B, NH, z - a, z - lo), fp32
         if drop is not None:
             dp *= drop[:, :, a:z, lo:z]
         ds = softmax_backward(dp, p).astype(q.dtype, copy=False)        # dL/dS, in place of dP

@@ -53,7 +53,8 @@ class PipelineEngine:
         self.act_shape, self.dtype, self.lookahead = act_shape, dtype, lookahead
         from mpi4py import MPI
         top = self.tag(1, schedule.microbatches - 1, self.n_stages - 1)
-        limit = pp_comm.mpi.Get_attr(MPI.TAG_UB)
+        # (Open MPI keeps the attribute on the world only; MPICH on every communicator)
+        limit = pp_comm.mpi.Get_attr(MPI.TAG_UB) or MPI.COMM_WORLD.Get_attr(MPI.TAG_UB)
         if top > limit:
             from hpcpar.runtime import UsageError
             raise UsageError(f"{schedule.microbatches} micro-batches x {self.n_stages} stages need message tags "

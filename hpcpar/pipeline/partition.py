@@ -84,9 +84,10 @@ def ends_light(n_layers, n_stages):
 def partition(n_layers, n_stages, method="uniform", cfg=None):
     """Block index ranges of each of ``n_stages`` virtual stages."""
     if isinstance(method, (list, tuple)) or (isinstance(method, str) and "," in method):
-        counts = [int(c) for c in (method.split(",") if isinstance(method, str) else method)]
-        if len(counts) != n_stages or sum(counts) != n_layers or min(counts) < 0:
-            raise UsageError(f"--partition {','.join(map(str, counts))}: need {n_stages} non-negative "
+        words = method.split(",") if isinstance(method, str) else method
+        counts = [int(c) for c in words if str(c).strip().isdigit()]
+        if len(counts) != len(words) or len(counts) != n_stages or sum(counts) != n_layers:
+            raise UsageError(f"--partition {','.join(map(str, words))}: need {n_stages} non-negative "
                              f"block counts summing to {n_layers} layers")
         return counts_to_ranges(counts)
     if method == "uniform":

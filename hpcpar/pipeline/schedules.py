@@ -104,6 +104,14 @@ class Schedule:
         who reads the targets and computes the loss.  The same rank under a V placement."""
         return ends(self.placement, self.stages, self.chunks)
 
+    def embedding_ranks(self, last_uses_embedding):
+        """The pipeline ranks whose copies of the token embedding have their gradients summed every step:
+        the first stage's and the last stage's, when the last one uses the embedding too (a tied head, the
+        MTP modules' lookups) and another rank holds it; () when one rank holds both ends (a V: it uses the
+        embedding itself) or the last stage does not use it."""
+        first, last = self.ends()
+        return (first, last) if last_uses_embedding and first != last else ()
+
     def table(self):
         """The action lists, one row per rank, in aligned columns."""
         cell = lambda a: f"{a}&" if a.overlap else str(a)     # "F3& B1.1": one F&B pair

@@ -57,6 +57,8 @@ class Engine:
     overlap_tp: bool = False          # TP collectives run under the GEMMs (Megatron's tp-comm-overlap,
                                       # PyTorch's async TP): only the part longer than the GEMMs shows
     fp8: bool = False                 # linear-layer GEMMs in fp8 (the attention core stays 16-bit)
+    fp8_param_gather: bool = False    # ZeRO-3 gathers the quantised weights as FP8 codes, one byte a
+                                      # number (zero_memory.gathered_number_bytes: memory.py, step.py)
     overlap_ep: bool = False          # EP all-to-alls run under another micro-batch's compute (DualPipe's
                                       # paired F and B chunks): only the part longer than that shows
     cp_allgather: bool = False        # context parallelism all-gathers K and V before the attention core,

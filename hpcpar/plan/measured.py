@@ -9,6 +9,7 @@ The prediction: the same run as a planner Job and Layout on hpcpar's engine (num
 moments, no allocator cache: tracemalloc counts what is requested), the rank's pipeline stage
 holding the micro-batches its schedule keeps in flight.
 """
+from dataclasses import replace
 import gc
 import tracemalloc
 
@@ -51,7 +52,7 @@ def planner_view(trainer_cfg, model_cfg):
     c = trainer_cfg
     ranks = c.tp * c.cp * c.pp * c.dp
     job = Job(engine_shape(model_cfg, c.model), None, ranks, ranks, c.batch_size, model_cfg.seq_len,
-              dtype=DTYPES[c.dtype], engine=train_engine(**muon_engine(c)))
+              dtype=DTYPES[c.dtype], engine=replace(train_engine(**muon_engine(c)), fp8_param_gather=c.fp8_param_gather))
     layout = Layout(c.tp, c.pp, c.dp, mb=c.batch_size // (c.dp * c.microbatches), v=c.chunks,
                     schedule=c.schedule, recompute=recompute_policy(c), zero=zero_stage(c),
                     sp=c.sequence_parallel, cp=c.cp, ep=c.ep, dp_shard=c.dp_shard)

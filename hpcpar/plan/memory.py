@@ -54,7 +54,7 @@ Three terms no formula of the papers has, each explicit:
 """
 from dataclasses import dataclass, field
 
-from hpcpar.data_parallel.zero_memory import per_rank
+from hpcpar.data_parallel.zero_memory import fp8_gather_share, gathered_number_bytes, per_rank
 from hpcpar.optim import state_arrays
 from hpcpar.ops.attention import causal_work
 from hpcpar.pipeline.schedules import KINDS
@@ -87,6 +87,11 @@ def state_bytes_per_param(job, zero=0, shard=1):
     """(weights, gradients, optimizer) bytes per parameter held by one rank under ZeRO stage ``zero``."""
     terms = per_rank(zero, shard, 1, 0, slice_buffer=job.engine.shard_grad_buffer, **number_bytes(job))
     return terms["weights"], terms["gradients"], terms["optimizer state"]
+
+
+def fp8_share(job, layout):
+    """The share of a ZeRO-3 block unit --fp8-param-gather gathers in FP8 (zero_memory.py)."""
+    return fp8_gather_share(job.model, layout.tp, layout.ep, layout.shard)
 
 
 def own_head(job, ends):
@@ -248,7 +253,10 @@ class LayoutMemory:
 
 def layout_memory(job, layout):
     lay = layout
-    return LayoutMemory(number_bytes(job), layer_activation_bytes(job, lay),
+    numbers = number_bytes(job)
+    if job.engine.fp8_param_gather and lay.zero >= 3:     # the quantised weights gathered as FP8 codes
+        numbers["compute"] = gathered_number_bytes(numbers["compute"], fp8_share(job, lay))
+    return LayoutMemory(numbers, layer_activation_bytes(job, lay),
                         sum(layer_activation_terms(job, lay).values()) if lay.recompute == "full" else 0.0,
                         comm_buffer_bytes(job, lay), workspace_bytes(job, lay))
 

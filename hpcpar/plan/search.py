@@ -16,6 +16,7 @@
 Sequence parallelism is never slower in this model and always smaller, so where it is allowed it is
 the only choice for tp > 1; the other options compete on time and memory.
 """
+import math
 from dataclasses import dataclass
 from itertools import product
 
@@ -44,7 +45,9 @@ class Space:
 
 
 def divisors(n):
-    return [d for d in range(1, n + 1) if n % d == 0]
+    """The divisors of n, ascending: trial division up to the square root, each found with its partner."""
+    small = [d for d in range(1, math.isqrt(n) + 1) if n % d == 0]
+    return small + [n // d for d in reversed(small) if d * d != n]
 
 
 def expert_sizes(model, shard):

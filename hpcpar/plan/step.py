@@ -27,6 +27,7 @@ MFU = model FLOPs (no recomputation) / (step * GPUs * peak); HFU counts the reco
 from dataclasses import dataclass
 from functools import cached_property
 
+from hpcpar.data_parallel.zero_memory import gathered_number_bytes
 from hpcpar.plan import experts
 from hpcpar.plan.bubble import PipelineResult, analytic_makespan, simulate_pipeline
 from hpcpar.plan.compute import layer_key, layer_times, stage_times, tp_comm_seconds
@@ -149,7 +150,9 @@ def fsdp_exposure(job, layout, params, layers, compute):
         return 0.0, 0.0
     grads = state_bytes_per_param(job)[1]
     dense, routed = experts.split_params(job.model, params, layers, layout)
-    total = 2 * shard_seconds(job, layout, dense * job.elem_bytes) + shard_seconds(job, layout, dense * grads)
+    gathered = job.elem_bytes if not job.engine.fp8_param_gather else \
+        gathered_number_bytes(job.elem_bytes, layers * job.model.quantised_params() / layout.tp / dense)
+    total = 2 * shard_seconds(job, layout, dense * gathered) + shard_seconds(job, layout, dense * grads)
     if routed:                  # [1]: one reduce-scatter or all-gather over the experts' shard group alone
         total += 2 * experts.gradient_seconds(job, layout, routed, job.elem_bytes)[1] \
             + experts.gradient_seconds(job, layout, routed, grads)[1]

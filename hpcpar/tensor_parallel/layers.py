@@ -34,16 +34,18 @@ def replicate(params, comm, sequence_parallel):
 
 
 class ColumnParallelLinear(Module):
+    mm = None               # its quantised GEMMs under an FP8/FP4 recipe (training/low_precision.py)
+
     def __init__(self, linear, comm, sequence_parallel=False, groups=1):
         self.comm, self.region, self.sp = comm, input_region(sequence_parallel), sequence_parallel
         self.weight = linear.weight.shard_(Shard(1, comm.size, comm.rank, groups))     # (in, out/tp)
         self.bias = linear.bias and linear.bias.shard_(Shard(0, comm.size, comm.rank, groups))   # (out/tp,)
 
-    def forward(self, x, ctx=None):
+    def forward(self, x, ctx=None, fp32=False):
         full = self.region.forward(self.comm, x)                  # (B, T, in): replicated input
         # Sequence parallelism keeps only this rank's slice of the input and gathers it again in the
         # backward (Korthikanti et al.): one more all-gather, tp times less activation memory here.
-        return self.local_forward(full), (x if self.sp else full)
+        return self.local_forward(full, fp32), (x if self.sp else full)
 
     def backward(self, dy, cached, defer=None):
         full = self.region.forward(self.comm, cached) if self.sp else cached
@@ -51,18 +53,16 @@ class ColumnParallelLinear(Module):
 
     # --- the local GEMMs, between the region crossings ------------------------------------------
 
-    def local_forward(self, full):
-        return linear_forward(full, self.weight.data, self.bias and self.bias.data)    # (B, T, out/tp)
+    def local_forward(self, full, fp32=False):
+        return linear_forward(full, self.weight.data, self.bias and self.bias.data, fp32, self.mm)    # (B, T, out/tp)
 
     def local_backward(self, dy, full, defer):
         """This rank's term of dL/dx (B, T, in), before the group sums it; the weight gradient."""
         def weight_grad():
-            dw, db = linear_backward_weight(dy, full, bias=self.bias is not None)
-            self.weight.grad += dw
-            if self.bias is not None:
-                self.bias.grad += db
+            linear_backward_weight(dy, full, bias=self.bias is not None,
+                                   into=(self.weight.grad, self.bias.grad if self.bias else None), mm=self.mm)
         run_or_defer(weight_grad, defer)
-        return linear_backward_input(dy, self.weight.data)
+        return linear_backward_input(dy, self.weight.data, mm=self.mm)
 
 
 class ColumnParallelProjections(Module):
@@ -112,6 +112,8 @@ class HeadParallelLinear(ColumnParallelLinear):
 
 
 class RowParallelLinear(Module):
+    mm = None
+
     def __init__(self, linear, comm, sequence_parallel=False):
         self.comm, self.region = comm, output_region(sequence_parallel)
         self.weight = linear.weight.shard_(Shard(0, comm.size, comm.rank))             # (in/tp, out)
@@ -119,20 +121,20 @@ class RowParallelLinear(Module):
         replicate([self.bias] if self.bias else [], comm, sequence_parallel)
 
     def forward(self, x, ctx=None):
-        y = self.region.forward(self.comm, linear_forward(x, self.weight.data))   # sum of partial products
+        y = self.region.forward(self.comm, linear_forward(x, self.weight.data, mm=self.mm))   # sum of partials
         if self.bias is not None:
             y += self.bias.data                                   # once, after the sum
         return y, x
 
-    def backward(self, dy, x, defer=None):
+    def backward(self, dy, x, defer=None, fp32=False):
         dy_local = self.region.backward(self.comm, dy)            # identity, or the sequence all-gather
 
         def weight_grad():
-            self.weight.grad += linear_backward_weight(dy_local, x, bias=False)[0]    # its bias: below
+            linear_backward_weight(dy_local, x, bias=False, into=(self.weight.grad, None), mm=self.mm)    # bias: below
             if self.bias is not None:
-                self.bias.grad += bias_backward(dy)
+                bias_backward(dy, into=self.bias.grad)
         run_or_defer(weight_grad, defer)
-        return linear_backward_input(dy_local, self.weight.data)   # (B, T, in/tp): stays parallel
+        return linear_backward_input(dy_local, self.weight.data, fp32, self.mm)   # (B, T, in/tp): stays parallel
 
 
 class VocabParallelEmbedding(Embedding):

@@ -10,10 +10,12 @@ field with its group and bound, and a rule between options a line in its group's
 Every check uses the options, the files they name and the world size only, so a bad configuration is
 refused with the same one-line message on every rank, before any rank communicates (hpcpar/runtime.py).
 """
+import math
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 
 from hpcpar.pipeline.choice import file_chunks, schedule_for
+from hpcpar.precision import FP8, PRECISIONS, elsewhere
 from hpcpar.pipeline.schedules import KINDS, SCHEDULES
 from hpcpar.runtime import UsageError
 
@@ -182,13 +184,31 @@ class TrainConfig:
     grad_clip: float = opt(1.0, "clip the global gradient norm to this (0 disables)", group="optim", bound="natural")
     nonfinite: str = opt("stop", "on a NaN/inf loss: stop (after saving the last good step) or skip the step",
                          ["stop", "skip"], "optim")
+    skip_limit: int = opt(10, "--nonfinite skip: stop as --nonfinite stop does after this many steps skipped in a "
+                              "row", group="optim", bound="count")
     # --- numerics and backend ---------------------------------------------------------------
     dtype: str = opt("float32", "parameter and activation dtype", ["float32", "float64"], "run")
     precision: str = opt("fp32", "fp16/bf16: activations and GEMMs in that dtype, fp32 master weights and "
-                         "gradients (fp16 with dynamic loss scaling)", ["fp32", "fp16", "bf16"], "run")
+                         "gradients (fp16 with dynamic loss scaling); fp8-tensorwise, fp8-rowwise, fp8-blockwise, "
+                         "mxfp8, nvfp4: the blocks' linear-layer GEMM inputs quantised by that recipe, the rest as "
+                         "--fp8-rest (docs/precision.md)", list(PRECISIONS), "run")
+    fp8_rest: str = opt("fp32", "under an FP8/FP4 --precision, every number outside the quantised GEMMs: fp32 (the "
+                                "--dtype, float64 too) or bf16 (with fp32 master weights)", ["fp32", "bf16"], "run")
+    fp8_amax_history: int = opt(0, "--precision fp8-tensorwise: delayed scaling, each scale from the largest amax "
+                                   "of the last K steps (0: this step's own amax)", group="run", bound="natural")
+    fp8_block: int = opt(0, "--precision fp8-blockwise: the edge of its tiles and blocks (0: DeepSeek-V3's 128)",
+                         group="run", bound="natural")
+    fp8_accumulator_bits: int = opt(0, "FP8/FP4 GEMMs: sum in an accumulator of this many mantissa bits (14: "
+                                       "DeepSeek-V3's H800), promoted to fp32 every 128 K-elements under "
+                                       "fp8-blockwise (0: fp32)", group="run", bound="natural")
+    fp8_param_gather: bool = opt(False, "--zero 3 and --precision fp8-tensorwise: all-gather the quantised layers' "
+                                        "weights in FP8, one byte a number (docs/precision.md)", group="layout")
     tf32: bool = opt(False, "GPU, fp32: let cuBLAS multiply float32 matrices on TF32 tensor cores", group="run")
     seed: int = opt(0, "seed of the initialisation, the data order and dropout", group="run", bound="natural")
     backend: str = opt("", "array backend: numpy or cupy (default: $HPCPAR_BACKEND, else numpy)", group="run")
+    gemm: str = opt("", "the host's GEMM library: numpy, mkl, onednn or auto (bf16/fp16: the fastest installed "
+                        "one with a matrix unit for it, by a probe; fp32: numpy) (default: $HPCPAR_GEMM, else "
+                        "auto)", group="run")
     # --- files and output -------------------------------------------------------------------
     init_from: str = opt("", "start from GPT-2, Llama, Mixtral or Qwen3-MoE weights: a safetensors file or a "
                              "Hugging Face save_pretrained directory (the model's family and dimensions come from it)",
@@ -218,9 +238,15 @@ class TrainConfig:
                                      "least 3 x the slowest step; 0 disables)", group="watch", bound="natural")
     shutdown_timeout: float = opt(20.0, "after SIGTERM/SIGUSR1, end the job if the checkpoint and exit take "
                                         "longer (seconds; 0 disables)", group="watch", bound="natural")
+    on_failure: str = opt("abort", "when a rank dies: abort (end the job, relaunch from the last checkpoint) or "
+                                   "shrink (the survivors go on in the same job: Open MPI 5 with mpiexec --with-ft ulfm; "
+                                   "docs/reliability.md)", ["abort", "shrink"], "watch")
+    buddy_every: int = opt(0, "--on-failure shrink: copy each rank's state to a rank on another node every K steps, "
+                              "for a failure no replica survives (0: never)", group="watch", bound="natural")
 
 
 DEFAULT_MODEL = "tiny"          # --model when neither the flag nor an --init-from file names one
+MAX_MICROBATCHES = 2 ** 16      # per step and data-parallel rank: the schedule (built before the first step) stays small
 PRESET_LR = {"tiny": 1e-2, "small": 3e-3, "gpt2": 6e-4, "llama-tiny": 1e-2, "llama-small": 3e-3, "moe-tiny": 1e-2,
              "mixtral-tiny": 1e-2, "qwen3-moe-tiny": 1e-2, "deepseek-tiny": 1e-2, "mlp": 1e-2}
 
@@ -265,7 +291,7 @@ def config_from(args):
     argparse namespace holds only the flags the user gave (the CLI's defaults are SUPPRESS)."""
     values = load_toml(args.config) if args.config else {}
     values.update({f.name: getattr(args, f.name) for f in fields(TrainConfig) if hasattr(args, f.name)})
-    if values.get("capacity_factor", 1) <= 0:       # given: dropless is the option left out, not a factor
+    if not values.get("capacity_factor", 1) > 0:    # given: dropless is the option left out, not a factor
         raise UsageError(f"--capacity-factor must be positive, got {values['capacity_factor']} (dropless routing, "
                          f"every choice computed, is the default: leave the option out)")
     return TrainConfig(**values)
@@ -296,6 +322,10 @@ def check_options(cfg, world):
         choices = f.metadata["choices"]
         if choices and getattr(cfg, f.name) not in choices:
             raise UsageError(f"{_flag(f.name)} must be one of {', '.join(choices)}, not {getattr(cfg, f.name)!r}")
+    for f in fields(TrainConfig):
+        value = getattr(cfg, f.name)
+        if isinstance(value, float) and not math.isfinite(value):     # NaN passes "v <= 0": asked first
+            raise UsageError(f"{_flag(f.name)} must be a finite number, got {value}")
     if cfg.lr == 0:
         cfg.lr = PRESET_LR[cfg.model]
     for f in fields(TrainConfig):
@@ -318,13 +348,40 @@ def _check_run(cfg, world):
         cfg.backend = os.environ.get("HPCPAR_BACKEND", "numpy")
     if cfg.backend not in ("numpy", "cupy"):
         raise UsageError(f"--backend must be numpy or cupy, not {cfg.backend!r}")
-    if cfg.precision != "fp32" and cfg.dtype != "float32":
-        raise UsageError(f"--precision {cfg.precision} keeps float32 master weights: use --dtype float32")
+    if elsewhere(cfg.precision, cfg.fp8_rest) != "fp32" and cfg.dtype != "float32":
+        what = "--fp8-rest bf16" if cfg.precision in FP8 else f"--precision {cfg.precision}"
+        raise UsageError(f"{what} keeps float32 master weights: use --dtype float32")
+    _check_fp8(cfg)
     if cfg.plug and not Path(cfg.plug).is_file():
         raise UsageError(f"--plug: {cfg.plug} not found")
+    from hpcpar import blas
+    cfg.gemm = blas.requested(cfg.gemm)
+    if cfg.gemm != "auto":
+        blas.load(cfg.gemm)                     # a name not known, or a library not installed: refused here
     if cfg.tf32 and (cfg.backend != "cupy" or cfg.precision != "fp32" or cfg.dtype != "float32"):
         raise UsageError("--tf32 applies to float32 GEMMs on a GPU only: it needs --backend cupy, "
                          "--dtype float32 and --precision fp32")
+
+
+def _check_fp8(cfg):
+    """The FP8/FP4 options against --precision (the layout's blocks: fp8/layout.py, once the model is known)."""
+    given = [name for name in ("fp8_amax_history", "fp8_block", "fp8_accumulator_bits", "fp8_param_gather")
+             if getattr(cfg, name)] + (["fp8_rest"] if cfg.fp8_rest != "fp32" else [])
+    if cfg.precision not in FP8:
+        if given:
+            raise UsageError(f"{_flag(given[0])} shapes FP8/FP4 training: it needs --precision " + ", ".join(FP8))
+        return
+    if cfg.backend == "numpy":
+        from hpcpar.fp8.formats import require
+        require(f"--precision {cfg.precision}")
+    if cfg.fp8_amax_history and cfg.precision != "fp8-tensorwise":
+        raise UsageError(f"--fp8-amax-history: delayed scaling keeps one scale per tensor; --precision "
+                         f"{cfg.precision} scales smaller pieces from their own amax (use fp8-tensorwise)")
+    if cfg.fp8_block and cfg.precision != "fp8-blockwise":
+        raise UsageError(f"--fp8-block sets fp8-blockwise's tiles; {cfg.precision}'s blocks are its format's")
+    if cfg.fp8_param_gather and (cfg.precision != "fp8-tensorwise" or cfg.zero != 3 or cfg.fp8_amax_history):
+        raise UsageError("--fp8-param-gather gathers ZeRO-3's weights with one scale each, known before the "
+                         "gather: it needs --zero 3 and --precision fp8-tensorwise (current scaling)")
 
 
 def _check_layout(cfg, world):
@@ -348,6 +405,9 @@ def _check_layout(cfg, world):
                          + " or ".join(name for name, kind in KINDS.items() if kind.chunked))
     if cfg.microbatches == 0:
         cfg.microbatches = cfg.pp
+    if cfg.microbatches > MAX_MICROBATCHES:             # the schedule is built and checked before step 1
+        raise UsageError(f"--microbatches {cfg.microbatches}: a step runs at most {MAX_MICROBATCHES:,} micro-batches "
+                         f"per data-parallel rank")
     if cfg.batch_size % (cfg.dp * cfg.microbatches):
         raise UsageError(f"--batch-size {cfg.batch_size} must divide into dp x microbatches = {cfg.dp} x "
                          f"{cfg.microbatches} = {cfg.dp * cfg.microbatches} equal micro-batches")
@@ -359,9 +419,9 @@ def _check_layout(cfg, world):
         if cfg.dropout:
             raise UsageError(f"--cp {cfg.cp}: {cfg.cp_kind} attention has no dropout on the attention probabilities; "
                              f"use --dropout 0")
-        if cfg.precision != "fp32":
+        if elsewhere(cfg.precision, cfg.fp8_rest) != "fp32":
             raise UsageError(f"--cp {cfg.cp}: {cfg.cp_kind} attention computes in the parameters' dtype; "
-                             f"use --precision fp32")
+                             f"use --precision fp32" + (" or --fp8-rest fp32" if cfg.precision in FP8 else ""))
     schedule_for(cfg)                                                     # a hang refused before launch
     check_zero(cfg)
 
@@ -406,6 +466,9 @@ MUON_OPTIONS = ("nesterov", "ns_steps", "ns_bf16", "muon_scale", "muon_tp")
 def _check_optim(cfg, world):
     if cfg.min_lr < 0:
         cfg.min_lr = cfg.lr / 10
+    if cfg.min_lr > cfg.lr:
+        raise UsageError(f"--min-lr {cfg.min_lr} is above the peak --lr {cfg.lr}: the cosine decays from --lr "
+                         f"down to --min-lr")
     if cfg.momentum < 0:
         cfg.momentum = 0.95 if cfg.optimizer == "muon" else 0.9
     if not 0 <= cfg.momentum < 1:
@@ -451,6 +514,20 @@ def _check_model(cfg, world):
         raise UsageError(f"--window-layers {cfg.window_layers} chooses the layers of --window: give --window W")
 
 
+def _experts(cfg):
+    from hpcpar.nn.gpt import preset
+    from hpcpar.nn.moe import moe_options
+    return preset(cfg.model, **moe_options(cfg)).n_expert
+
+
+def _check_watch(cfg, world):
+    if cfg.buddy_every and cfg.on_failure != "shrink":
+        raise UsageError(f"--buddy-every {cfg.buddy_every} keeps copies for --on-failure shrink: give that too")
+    if cfg.on_failure == "shrink" and cfg.model != "mlp" and _experts(cfg):
+        raise UsageError("--on-failure shrink does not yet go on with a mixture of experts (the routing's all-reduce "
+                         "after the update is a second commit point): use --on-failure abort")
+
+
 # the rules between options, by group (GROUPS), in the order they are checked
 GROUP_CHECKS = {"run": _check_run, "layout": _check_layout, "optim": _check_optim, "data": _check_data,
-                "model": _check_model}
+                "model": _check_model, "watch": _check_watch}

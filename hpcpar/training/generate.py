@@ -44,7 +44,10 @@ def _checkpoint_model(path):
     from hpcpar.training.text import tokenizer_of
     from hpcpar.training.train import model_config
     reader = open_checkpoint(path)
-    saved = reader.manifest["config"]
+    saved = reader.manifest.get("config") or {}
+    if not saved.get("model"):
+        raise UsageError(f"hpcpar generate: {reader.dir} does not record its model (a checkpoint converted from "
+                         f"weights): generate from the weights file itself")
     one_rank = dict(tp=1, pp=1, dp=1, chunks=1, microbatches=1, schedule="1f1b", sequence_parallel=False,
                     partition="uniform")
     cfg = TrainConfig(**{**{f.name: saved[f.name] for f in fields(TrainConfig) if f.name in saved}, **one_rank})

@@ -21,8 +21,10 @@ from hpcpar.checkpoint.consolidated import export, init_from
 from hpcpar.gemm_speed import gemm_throughput
 from hpcpar.pipeline.bubble import engine_window
 from hpcpar.precision import grads_overflowed
+from hpcpar.training.low_precision import Fp8Report
 from hpcpar.training.profiler import Profiler, report as profile_report
-from hpcpar.runtime import EXIT_FAILURE, EXIT_PREEMPTED
+from hpcpar.runtime import EXIT_FAILURE, EXIT_PREEMPTED, RunFault
+from hpcpar.training import outputs, recovery
 from hpcpar.training.summary import summarize
 from hpcpar.training.text import tokenizer_of
 from hpcpar.training.train import Trainer
@@ -31,14 +33,20 @@ STOP_SIGNALS = (signal.SIGTERM, signal.SIGUSR1)
 
 
 class Loop:
-    def __init__(self, cfg, comm=None, out=sys.stdout):
+    def __init__(self, cfg, comm=None, out=None, relayout=None):
+        if cfg.on_failure == "shrink":
+            recovery.refuse()      # an MPI that cannot go on after a rank dies: one line, before any collective
         self.trainer = Trainer(cfg, comm)
-        self.cfg, self.out = self.trainer.cfg, out
+        self.cfg, self.out = self.trainer.cfg, out or sys.stdout     # (the stdout of now, not of the import)
         self.grid = self.trainer.grid
         self.root = self.grid.rank_id == 0
         self.history = []          # (step, loss, grad_norm, lr, seconds)
         self.timelines = []        # this rank's engine timelines (steps after the first)
         self.windows = []          # (tp, dp, step, start, end, busy) of this rank's steps
+        self.peak = None           # the GEMM rate of all ranks, measured once
+        # --on-failure shrink: the survivors of a failure rebuild the job and go on (recovery.py);
+        # ``relayout`` is the planner's rule for their layout (the command line passes it)
+        self.recovery = recovery.Recovery(self, relayout) if self.cfg.on_failure == "shrink" else None
 
     def measure_gemm_rate(self):
         """Aggregate GEMM FLOP/s of all ranks running at once (they share the machine's cores)."""
@@ -49,6 +57,7 @@ class Loop:
     def start(self):
         """Resume from the latest checkpoint, or load initial weights; returns the first step."""
         cfg = self.cfg
+        self.run_id = outputs.run_id(cfg, self.grid)      # refuses a --save into another run's directory
         if cfg.resume:
             done = checkpoint.load_checkpoint(self.trainer, cfg.resume)
             if done is not None:
@@ -59,26 +68,14 @@ class Loop:
             init_from(self.trainer, cfg.init_from)
         return 0
 
-    def save(self, completed):
-        directory = self.cfg.save or self.cfg.resume
+    def save(self, completed, rotate=True):
+        """A checkpoint after ``completed`` steps; ``rotate`` False (the stop paths) deletes no older one."""
+        directory = outputs.checkpoint_dir(self.cfg)
         if directory:
             self.watch.enter("checkpoint")
-            path = checkpoint.save_checkpoint(self.trainer, directory, completed, self.cfg.keep)
+            path = checkpoint.save_checkpoint(self.trainer, directory, completed, self.cfg.keep if rotate else 0,
+                                              self.run_id)
             self._print(f"checkpoint: {path}")
-
-    def _make_output_dirs(self):
-        """Rank 0 writes these files; their folders may not exist yet (agreed: no rank runs ahead)."""
-        from pathlib import Path
-        from hpcpar.runtime import agree
-        error = None
-        if self.root:
-            try:
-                for f in (self.cfg.metrics, self.cfg.trace, self.cfg.summary_json, self.cfg.export):
-                    if f:
-                        Path(f).parent.mkdir(parents=True, exist_ok=True)
-            except OSError as err:
-                error = err
-        agree(self.grid.world_comm.mpi, error)
 
     def _stop_handler(self):
         """SIGTERM / SIGUSR1 (Slurm's --signal) only set a flag: the step in progress finishes, every
@@ -91,20 +88,44 @@ class Loop:
             signal.signal(sig, handler)
 
     def run(self):
-        cfg, t = self.cfg, self.trainer
-        self._make_output_dirs()
+        """The run: its outputs probed and its checkpoint directory locked first (outputs.py); with
+        --on-failure shrink, begun again from the step a failure interrupted (recovery.py)."""
+        held = outputs.claim(self.cfg, self.grid)
+        try:
+            return self._recovering()
+        finally:
+            outputs.release(held)
+
+    def _recovering(self):
         start_step = self.start()
+        while True:
+            try:
+                return self._run_from(start_step)
+            except Exception as err:            # noqa: BLE001 - a failure MPI reports, with --on-failure shrink
+                if self.recovery is None or not self.recovery.handles(err):
+                    raise
+                start_step = self.recovery.recover(err)
+                if start_step is None:          # a survivor the new layout leaves idle
+                    return 0
+
+    def _run_from(self, start_step):
+        cfg, t = self.cfg, self.trainer
         self._stop_handler()
         self.watch = Watchdog(self)
         self.watch.open(start_step)                 # the GEMM measurement below is watched too
-        peak = self.measure_gemm_rate()
+        if self.peak is None:
+            self.peak = self.measure_gemm_rate()
+        peak = self.peak
         for c in self.trainer.communicators():
             c.stats.reset()
-        self.observers = [self.watch, Tracing(self), Profiling(self), Evaluation(self), Metrics(self),
-                          Progress(self)]
+        self.observers = [self.watch, Tracing(self), Profiling(self), Fp8Report(self), Evaluation(self),
+                          Metrics(self), Progress(self)]
+        if self.recovery is not None:
+            self.recovery.started(start_step)
+            self.observers += [self.recovery.copies] if self.recovery.copies else []
         for o in self.observers[1:]:
             o.open(start_step)
-        status = 0
+        status, skips = 0, 0             # skips: steps skipped in a row for a non-finite loss or gradient
         try:
             for step in range(start_step, cfg.steps):
                 with contextlib.ExitStack() as around:
@@ -128,6 +149,8 @@ class Loop:
                     record["qk_max"] = t.qk_clip.last.tolist()
                 if t.mtp_loss is not None:              # the MTP modules' lambda-weighted mean (nn/mtp.py)
                     record["mtp_loss"] = t.mtp_loss
+                if self.recovery is not None:           # this rank's state has completed the step
+                    self.recovery.after_step(step, record)
                 if t.experts is not None:               # the routing of this step (expert_load.py)
                     record["experts"] = {k: v for k, v in t.experts.items() if k != "collapsed_layer"}
                     warning = t.expert_load.warning(t.experts, step)
@@ -135,10 +158,14 @@ class Loop:
                         self._print(warning, err=True)
                 for o in self.observers:
                     o.after_step(step, record)
-                if skipped and cfg.nonfinite == "stop" and not grads_overflowed(t.scaler, loss, norm):
-                    self._print(f"hpcpar: non-finite loss or gradient at step {step + 1}: stopping "
-                                f"(the weights are those of step {step})", err=True)
-                    self.save(step)
+                skips = skips + 1 if skipped and not grads_overflowed(t.scaler, loss, norm) else 0
+                if skips and (cfg.nonfinite == "stop" or skips >= cfg.skip_limit):
+                    good = step + 1 - skips                # the step whose weights these are (skips change none)
+                    why = f"at step {step + 1}" if cfg.nonfinite == "stop" else \
+                        f"in {skips} steps in a row ({good + 1} to {step + 1}; --skip-limit {cfg.skip_limit})"
+                    self._print(f"hpcpar: non-finite loss or gradient {why}: stopping (the weights are those of "
+                                f"step {good})", err=True)
+                    self.save(good, rotate=False)
                     status = EXIT_FAILURE
                     break
                 if stop:
@@ -151,7 +178,7 @@ class Loop:
                 if cfg.save_every and (step + 1) % cfg.save_every == 0 and step + 1 < cfg.steps:
                     self.save(step + 1)
             else:
-                if start_step < cfg.steps:
+                if self.history and self.history[-1][0] == cfg.steps - 1:    # (not a finished run resumed)
                     self.save(cfg.steps)
                 if cfg.export:
                     export(t, cfg.export, tokenizer_of(cfg.data))
@@ -212,7 +239,8 @@ class Watchdog(Observer):
 
     def open(self, first_step):
         self.first = first_step
-        self.dog = watchdog.start(self.cfg, self.loop.grid, STOP_SIGNALS)
+        recovery = self.loop.recovery
+        self.dog = watchdog.start(self.cfg, self.loop.grid, STOP_SIGNALS, recovery and recovery.origin)
 
     @contextlib.contextmanager
     def step(self, step):
@@ -307,12 +335,18 @@ class Metrics(Observer):
 
     def after_step(self, step, record):
         if self.file:
-            self.file.write(json.dumps(record) + "\n")
-            self.file.flush()
+            try:
+                self.file.write(json.dumps(record) + "\n")
+                self.file.flush()
+            except OSError as err:                  # rank 0 alone: the others are in the next step
+                raise RunFault(f"cannot write --metrics {self.cfg.metrics}: {err.strerror or err}") from None
 
     def close(self):
         if self.file:
-            self.file.close()
+            try:
+                self.file.close()
+            except OSError:                         # the write that failed said so already
+                pass
 
 
 class Progress(Observer):

@@ -104,9 +104,10 @@ def _tensor_parallel(m, put):
                 layer.bias.grad += db
         run_or_defer(add, defer)
 
-    def column_forward(self, x, ctx=None):
+    # fp32 (a low precision's unrounded sum, ops/linear.py): the plugged runs are float64, where it is moot
+    def column_forward(self, x, ctx=None, fp32=False):
         if self.sp:                                  # sequence parallelism: the engine's own
-            return own[ColumnParallelLinear][0](self, x, ctx)
+            return own[ColumnParallelLinear][0](self, x, ctx, fp32)
         return m.column_forward(x, self.weight.data, self.bias and self.bias.data, self.comm), x
 
     def column_backward(self, dy, x, defer=None):
@@ -121,9 +122,9 @@ def _tensor_parallel(m, put):
             return own[RowParallelLinear][0](self, x, ctx)
         return m.row_forward(x, self.weight.data, self.bias and self.bias.data, self.comm), x
 
-    def row_backward(self, dy, x, defer=None):
+    def row_backward(self, dy, x, defer=None, fp32=False):
         if self.region is not reduce_from_region:        # sequence parallelism
-            return own[RowParallelLinear][1](self, dy, x, defer)
+            return own[RowParallelLinear][1](self, dy, x, defer, fp32)
         dx, dw, db = m.row_backward(dy, x, self.weight.data, self.comm)
         accumulate(self, dw, db, defer)
         return dx

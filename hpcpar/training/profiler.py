@@ -2,6 +2,8 @@
 
     GEMM            the projections' and the output layer's matrix products (ops/linear.py, and any
                     other call of precision.gemm outside attention)
+    fp8 quantise    an FP8/FP4 recipe's quantisation of the GEMM inputs (fp8/gemm.py), amax reductions
+                    included
     attention       the attention core: its batched Q K^T and P V products, scale, mask, head reshapes
                     (ring attention's blocks and grouped-query K/V repeats too)
     elementwise     LayerNorm, GELU, softmax, dropout, residual sums - every other op of hpcpar/ops
@@ -33,13 +35,14 @@ import time
 from contextlib import contextmanager
 
 from hpcpar import optim, precision
+from hpcpar.fp8.gemm import QuantisedGemms
 from hpcpar.comm import communicator, requests
 from hpcpar.data_parallel.protocol import Replicas
 
 OPS_CATEGORY = {"hpcpar.ops.linear": "GEMM", "hpcpar.ops.attention": "attention",
                 "hpcpar.ops.ring_attention": "attention", "hpcpar.ops.gqa": "attention",
                 "hpcpar.ops.embedding": "embedding/loss", "hpcpar.ops.cross_entropy": "embedding/loss"}
-CATEGORIES = ("GEMM", "attention", "elementwise", "embedding/loss", "optimizer", "data")
+CATEGORIES = ("GEMM", "fp8 quantise", "attention", "elementwise", "embedding/loss", "optimizer", "data")
 COMM_METHODS = ("all_reduce", "all_reduce_", "iall_reduce_", "all_gather", "reduce_scatter", "ireduce_scatter",
                 "all_to_all", "all_to_allv", "iall_gather_", "bcast_", "barrier", "send", "recv_", "isend", "irecv_",
                 "sendrecv")
@@ -99,7 +102,7 @@ class Profiler:
     def _gemm(self, fn):
         """precision.gemm: GEMM, or attention's inside the attention core, its time also summed over both
         in ``gemm_seconds``; in the floor step it also times two repeats of itself (same arrays, same
-        result written again)."""
+        result written again; a GEMM that adds into its ``out``, a gradient, repeats into a copy of it)."""
         counted = self._timed(fn, lambda args: "attention" if self._in_attention else "GEMM")
 
         @functools.wraps(fn)
@@ -113,6 +116,8 @@ class Profiler:
                 finally:
                     self.gemm_seconds += self.clock() - start
             out = fn(*args, **kwargs)
+            if kwargs.get("add"):
+                kwargs = dict(kwargs, out=kwargs["out"].copy())
             repeats = []
             for _ in range(2):
                 start = self.clock()
@@ -165,6 +170,7 @@ class Profiler:
         from hpcpar.training.qk_clip import QKClip
         for cls in (optim.SGD, optim.AdamW, Muon, QKClip):          # (Muon's Newton-Schulz included)
             self._replace(cls, "step", self._timed(cls.step, "optimizer"))
+        self._replace(QuantisedGemms, "quantise", self._timed(QuantisedGemms.quantise, "fp8 quantise"))
         for method in ("norm_sq", "zero_grad"):
             self._replace(Replicas, method, self._timed(getattr(Replicas, method), "optimizer"))
         for method in COMM_METHODS:

@@ -11,7 +11,7 @@ import json
 import socket
 import statistics
 
-from hpcpar import launch
+from hpcpar import blas, launch
 from hpcpar.flops import gpt_step_flops, mlp_step_flops
 from hpcpar.pipeline.bubble import mean_costs, pipeline_bubble, simulated_bubble
 from hpcpar.comm.placement import describe_boundary, world_ranks
@@ -80,6 +80,8 @@ def summarize(loop, peak):
         f"  parameters  {n_params:,} on rank 0 of this layout",
         *([_experts_line(t.experts)] if t.experts else []),
         f"  threads     {_threads()}",
+        f"  gemm        {_gemm(cfg)}",
+        *_recoveries(loop),
     ]
     loop._print("\n".join(lines))
     figures = {"loss": loss, "entropy_floor": floor, "step_time_s": step_time,
@@ -87,16 +89,32 @@ def summarize(loop, peak):
                "gemm_flops_per_s": peak, "model_flops_per_step": flops,
                "bubble_measured": measured, "bubble_simulated": simulated,
                "costs_s": costs, "bytes_per_step": groups, "comm_seconds_per_step": blocked,
-               "steps": steps,
+               "steps": steps, "gemm": "cupy" if cfg.backend == "cupy" else blas.provider().name,
                "layout": {"tp": cfg.tp, "cp": cfg.cp, "pp": cfg.pp, "dp": cfg.dp, "world": g.world,
                           "chunks": cfg.chunks, "schedule": cfg.schedule, "microbatches": cfg.microbatches},
                "tokens_per_step": t.tokens_per_step, "step_times_s": times}
     if t.experts:
         figures["experts"] = t.experts
+    if loop.recovery is not None:
+        figures["recoveries"] = loop.recovery.records
+        if loop.recovery.copies is not None:
+            figures["copies"] = loop.recovery.copies.figures()
     if cfg.summary_json:
         with open(cfg.summary_json, "w") as f:
             json.dump(figures, f, indent=1)
     return figures
+
+
+def _recoveries(loop):
+    """--on-failure shrink: a line per failure the job went on after (training/recovery.py)."""
+    lines = []
+    for r in loop.recovery.records if loop.recovery is not None else ():
+        lay = r["layout"]
+        first = r.get("seconds_to_first_step")
+        lines.append(f"  recovered   {', '.join(r['ranks'])} gone after step {r['step']}: tp {lay['tp']} x pp "
+                     f"{lay['pp']} x dp {lay['dp']} on {lay['world']} ranks from {r['source']} (step {r['from_step']}), "
+                     f"{r['replayed']} replayed" + (f", first new step {first:.2f} s after the failure" if first else ""))
+    return lines
 
 
 def _experts_line(e):
@@ -104,6 +122,11 @@ def _experts_line(e):
     return (f"  experts     last step: {e['load_min']} to {e['load_max']} choices per expert (even share "
             f"{e['load_mean']:.0f}), {e['effective_experts']:.2f} effective experts in the least balanced layer, "
             f"{e['dropped']} dropped" + (f", aux loss {e['aux_loss']:.4g}" if e["aux_loss"] else ""))
+
+
+def _gemm(cfg):
+    """Which library ran the GEMMs (hpcpar/blas), and why."""
+    return "cupy (cuBLAS on the GPU)" if cfg.backend == "cupy" else blas.summary()
 
 
 def _threads():

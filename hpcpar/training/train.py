@@ -22,7 +22,7 @@ from collections import namedtuple
 
 import numpy as np
 
-from hpcpar import backend, faults, precision
+from hpcpar import backend, blas, faults, precision
 from hpcpar.trace import tracer as trace
 from hpcpar.checkpoint.hf import family as hf_family
 from hpcpar.comm.device import select_device
@@ -32,12 +32,15 @@ from hpcpar.data import MarkovLanguage, Regression, TokenFile, validation_file
 from hpcpar.data_parallel.protocol import shard_groups
 from hpcpar.data_parallel.replicas import DataParallel
 from hpcpar.data_parallel.fsdp import FullyShardedDataParallel
+from hpcpar.data_parallel.fp8_gather import Fp8Unit
 from hpcpar.comm.grid import ParallelGrid
 from hpcpar.nn import GPT, Context, MLPConfig, MLPModel
 from hpcpar.training import plug
 from hpcpar.training.documents import DocumentFigures
 from hpcpar.training.expert_load import ExpertLoad, moe_layers
 from hpcpar.training.qk_clip import QKClip
+from hpcpar.training.low_precision import LowPrecision, recipe_of
+from hpcpar.fp8.layout import refusal as fp8_refusal
 from hpcpar.expert_parallel.dispatch import expert_groups, parallelize_experts
 from hpcpar.nn.dims import parse_dims
 from hpcpar.nn.gpt import preset
@@ -129,6 +132,10 @@ def model_config(cfg):
     check_divisible(mcfg, cfg.tp, cfg.sequence_parallel, getattr(mcfg, "seq_len", None))
     check_context_parallel(cfg.cp, getattr(mcfg, "seq_len", 0), cfg.tp, cfg.sequence_parallel, cfg.cp_kind,
                            getattr(mcfg, "n_head", 0), getattr(mcfg, "n_kv_head", 0))
+    if cfg.precision in precision.FP8:                  # no scaling block may straddle two ranks
+        refused = fp8_refusal(recipe_of(cfg), mcfg, cfg.tp, cfg.cp, cfg.documents)
+        if refused:
+            raise UsageError(refused)
     return mcfg
 
 
@@ -152,7 +159,8 @@ class Trainer:
         self.cfg = cfg = check(cfg, comm.size)
         self.xp = backend.use(cfg.backend)
         self.dtype = backend.resolve_dtype(cfg.dtype)                           # master weights, gradients
-        self.compute = precision.compute_dtype(cfg.precision, self.xp, self.dtype)   # activations, GEMMs
+        self.compute = precision.compute_dtype(precision.elsewhere(cfg.precision, cfg.fp8_rest), self.xp,
+                                               self.dtype)                      # activations, GEMMs
         self.scaler = precision.LossScaler(dynamic=cfg.precision == "fp16")
         mcfg = model_config(cfg)
         self.data = make_data(cfg, getattr(mcfg, "seq_len", 0))
@@ -161,6 +169,10 @@ class Trainer:
         check_budget(cfg, mcfg)
         # --- all checks done: from here on, ranks communicate --------------------------------------
         self.grid = g = ParallelGrid(comm, cfg.order, tp=cfg.tp, pp=cfg.pp, dp=cfg.dp, cp=cfg.cp)
+        if cfg.backend == "numpy":      # the host's GEMM library: rank 0 chooses (auto probes), all use it
+            choice = None if comm.rank else blas.choose(cfg.gemm, self.compute)
+            name, why = comm.bcast(choice and (choice[0].name, choice[1]))
+            blas.use(blas.load(name), why)
         if cfg.backend == "cupy":
             select_device(comm)
             if cfg.tf32:
@@ -171,12 +183,15 @@ class Trainer:
         first, last = self.schedule.ends()
         self.reads_inputs, self.computes_loss = g.pp_rank == first, g.pp_rank == last
         self.chunks = self._build_chunks()
+        # FP8/FP4: the blocks' linear layers get their quantised GEMMs (low_precision.py)
+        self.low_precision = LowPrecision(cfg, g, self.chunks, mcfg.n_layer) if cfg.precision in precision.FP8 \
+            else None
         params = self.parameters()
         # both copies of a tied embedding (or the one the MTP modules look up), when the two ends sit on two
         # pipeline ranks; their gradients are summed over those two ranks (one rank holding both ends ties
         # them in _build_chunks)
-        split_ends = first != last and cfg.model != "mlp" and (mcfg.tied or mcfg.mtp_depth)
-        self.embed_comm = g.comm_among("pp", (first, last), "embed") if split_ends else None
+        summed = self.schedule.embedding_ranks(cfg.model != "mlp" and bool(mcfg.tied or mcfg.mtp_depth))
+        self.embed_comm = g.comm_among("pp", summed, "embed") if summed else None
         self.tied = [p for p in params if self.embed_comm and p.name == mcfg.parts.tokens]
         partial = [p for p in params if p.tp_partial]
         uses = {}
@@ -195,7 +210,9 @@ class Trainer:
                                                blocks_per_unit=cfg.fsdp_blocks,
                                                reshard_after_forward=cfg.reshard_after_forward,
                                                groups_of=self.groups_of, whole=biases,
-                                               whole_tensors=cfg.whole_tensors)
+                                               whole_tensors=cfg.whole_tensors,
+                                               fp8=self.low_precision.weights() if cfg.fp8_param_gather else (),
+                                               fp8_unit=Fp8Unit)
         else:
             self.dp = DataParallel(params, g.dp_cp_comm, cfg.bucket_mb, cfg.zero, late=self.tied + partial,
                                    uses=uses, compute_dtype=self.compute, groups=self._grad_groups(),
@@ -221,6 +238,7 @@ class Trainer:
         self.doc_figures = DocumentFigures(mcfg.seq_len, cfg.cp, g.cp_rank, cfg.cp_kind == "ring",
                                            engine_block(self.xp.empty((mcfg.seq_len, 1)))) if cfg.documents else None
         self.mtp_loss = None                            # the last step's MTP loss (nn/mtp.py), with --mtp
+        self.reducing = self.totals = None              # the step whose totals were asked for; (step, totals)
 
     # --- construction -------------------------------------------------------------------------
 
@@ -317,9 +335,13 @@ class Trainer:
         if start:
             trace.active().span("data", "data", start, time.perf_counter())
         self.dp.start_step()
+        if self.low_precision is not None:
+            self.low_precision.start_step(self.dp)          # --fp8-param-gather: the weights' scales
         dloss = self.scaler.scale / self.loss_terms         # fp16: the loss scaled up (precision.py)
         losses = self.engine.run(inputs, targets, contexts, dloss)
         self.dp.finish(self._late_sums())
+        if self.low_precision is not None:
+            self.low_precision.end_step()                   # delayed scaling's amax history
         return losses
 
     def step(self, step, stop_requested=False):
@@ -335,10 +357,19 @@ class Trainer:
 
     def update(self, step, losses, stop_requested=False):
         """The second half of ``step``, after ``gradients``: norm, clipping, the optimizer step."""
-        cfg, g = self.cfg, self.grid
         slices = self.dp.slices()
         norm_sq = self.dp.norm_sq(slices)              # each parameter counted on one rank of its replicas
-        loss, norm, stop, self.mtp_loss = self.world_totals(losses, norm_sq, stop_requested)
+        # a failure inside the world's all-reduce may let some ranks through with the totals and stop
+        # others: those keep their final gradients and take the totals from a survivor (training/recovery.py)
+        self.reducing = step
+        self.totals = (step, self.world_totals(losses, norm_sq, stop_requested))
+        return self.apply(step, self.totals[1], slices)
+
+    def apply(self, step, totals, slices):
+        """Clip and apply this rank's final gradients, given the step's (loss, norm, stop, MTP loss) of
+        world_totals."""
+        cfg = self.cfg
+        loss, norm, stop, self.mtp_loss = totals
         scale = self.scaler.scale
         norm /= scale                                   # the norm of the unscaled gradients
         lr = learning_rate(step, cfg.lr, cfg.min_lr, cfg.warmup, cfg.steps)

@@ -56,7 +56,39 @@ def announce(directory, world):
     await_records(directory, world)
     try:
         text = explain(directory)
-    except (OSError, ValueError) as err:          # a half-broken file system: say so, still end the job
+    except (OSError, ValueError, KeyError, TypeError) as err:   # a half-broken file system or record: still end
         text = f"no diagnosis ({err})"
     print(f"hpcpar: {text}\nhpcpar: flight records in {directory} (hpcpar trace why {directory})",
           file=sys.stderr, flush=True)
+
+
+# --- --on-failure shrink: a rank the others go on without --------------------------------------------
+#
+# A rank that stalls is alive to MPI: the survivors could not shrink it away.  So the leader names it in
+# <flight dir>.exclude - "<job> <launch rank>" lines, the job's PMIx namespace telling this job's lines
+# from an old run's - and the rank's guard (rank_guard.py), which polls that file, kills it.  Its death
+# then reaches the survivors as any other (training/recovery.py).  The recovery names every rank it
+# left out there too: one the failure detector declared dead may still run, and must not.
+
+def exclude_file(directory):
+    return str(directory).rstrip("/") + ".exclude"
+
+
+def job_id():
+    return os.environ.get("PMIX_NAMESPACE", "")
+
+
+def exclude(directory, launch_ranks):
+    """Order the guards of ``launch_ranks`` to kill their ranks."""
+    Path(directory).parent.mkdir(parents=True, exist_ok=True)
+    with open(exclude_file(directory), "a") as f:
+        f.write("".join(f"{job_id()} {r}\n" for r in launch_ranks))
+
+
+def excluded(directory):
+    """The launch ranks this job's guards are told to kill."""
+    try:
+        lines = Path(exclude_file(directory)).read_text().split("\n")
+    except OSError:
+        return set()
+    return {int(r) for job, _, r in (line.partition(" ") for line in lines) if r and job == job_id()}

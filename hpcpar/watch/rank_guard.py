@@ -16,6 +16,11 @@ child's signal - so the launcher's own report, and any error stack, come after.
 
 The child asks the kernel to kill it if the parent dies (``PR_SET_PDEATHSIG``): a launcher that
 kills the parents ends the ranks too.
+
+With ``--on-failure shrink`` the others go on without the dead rank (training/recovery.py): the guard
+says the one line, leaves the rank's record (the time of its death among it) and dies at once, without
+the alarm and the diagnosis - the launcher's report of the death is what the survivors wait for.  It
+also looks, ten times a second, for an order to kill its rank (alarm.exclude: a rank that stalled).
 """
 import ctypes
 import mmap
@@ -24,13 +29,15 @@ import resource
 import signal
 import struct
 import sys
+import time
 
 from hpcpar import runtime
 from hpcpar.watch import alarm
 from hpcpar.comm import flight
 
-# rank, world, tp, pp, dp, step (-1: not yet), micro-batch (-1: none), coordinates known (0/1), cp (-1: no axis)
-PAGE = struct.Struct("9q")
+# rank, world, tp, pp, dp, step (-1: not yet), micro-batch (-1: none), coordinates known (0/1), cp (-1: no axis),
+# leaving (0/1: the run is over, the exit status that follows is the job's)
+PAGE = struct.Struct("10q")
 FORWARDED = (signal.SIGTERM, signal.SIGUSR1, signal.SIGUSR2, signal.SIGINT, signal.SIGHUP, signal.SIGQUIT)
 _page = None
 
@@ -40,7 +47,7 @@ class Page:
 
     def __init__(self):
         self.mem = mmap.mmap(-1, PAGE.size)
-        self.values = [runtime.launch_rank(), 0, 0, 0, 0, -1, -1, 0, -1]
+        self.values = [runtime.launch_rank(), 0, 0, 0, 0, -1, -1, 0, -1, 0]
         self._write()
 
     def _write(self):
@@ -65,9 +72,17 @@ def page():
     return _page
 
 
-def split(directory):
+def leaving():
+    """The run is over: the exit status that follows is the job's answer, not a death."""
+    if _page is not None:
+        _page.values[9] = 1
+        _page._write()
+
+
+def split(directory, shrink=False):
     """In a process started by an MPI launcher on Linux: fork. The child returns (and becomes the MPI
-    rank); the parent guards it and exits with its status. Must run before mpi4py is imported."""
+    rank); the parent guards it and exits with its status. Must run before mpi4py is imported.
+    ``shrink``: the job goes on without a rank that dies (--on-failure shrink)."""
     global _page
     if not runtime.launched_by_mpi() or not sys.platform.startswith("linux") or "mpi4py.MPI" in sys.modules:
         return
@@ -82,10 +97,10 @@ def split(directory):
             os._exit(1)
         _page = shared
         return
-    os._exit(_guard(child, shared, str(directory)))
+    os._exit(_guard(child, shared, str(directory), shrink))
 
 
-def _guard(child, shared, directory):
+def _guard(child, shared, directory, shrink=False):
     def forward(signum, frame):
         try:
             os.kill(child, signum)
@@ -93,11 +108,17 @@ def _guard(child, shared, directory):
             pass
     for sig in FORWARDED:
         signal.signal(sig, forward)
-    _, status = os.waitpid(child, 0)
+    status = _wait_excluding(child, directory) if shrink else os.waitpid(child, 0)[1]
     if not os.WIFSIGNALED(status):
-        return os.waitstatus_to_exitcode(status)
+        code = os.waitstatus_to_exitcode(status)
+        if shrink and code and not shared.read()[9]:
+            # a rank that exits mid-run: a recoverable job's runtime ends nobody for it, and tells nobody
+            # either (Open MPI 5 reports deaths by signal, not exit statuses) - so the guard dies by one
+            report_death(shared.read(), child, f"exited with status {code}", directory, shrink)
+            os.kill(os.getpid(), signal.SIGKILL)
+        return code
     sig = os.WTERMSIG(status)
-    report_death(shared.read(), child, f"was killed by signal {sig} ({signal.Signals(sig).name})", directory)
+    report_death(shared.read(), child, f"was killed by signal {sig} ({signal.Signals(sig).name})", directory, shrink)
     resource.setrlimit(resource.RLIMIT_CORE, (0, 0))      # the rank's crash, not the guard's: no core file
     if sig != signal.SIGKILL:                   # (whose handler cannot be changed: it is the default)
         signal.signal(sig, signal.SIG_DFL)
@@ -105,19 +126,35 @@ def _guard(child, shared, directory):
     return 128 + sig
 
 
-def report_death(values, pid, how, directory):
-    """The one line, the dead rank's flight record, the alarm and the others' diagnosis."""
+def _wait_excluding(child, directory):
+    """waitpid(child), killing the child first if the others order it (alarm.exclude)."""
+    me = runtime.launch_rank()
+    while True:
+        pid, status = os.waitpid(child, os.WNOHANG)
+        if pid:
+            return status
+        if me in alarm.excluded(directory):
+            os.kill(child, signal.SIGKILL)
+            return os.waitpid(child, 0)[1]
+        time.sleep(0.1)
+
+
+def report_death(values, pid, how, directory, shrink=False):
+    """The one line, the dead rank's flight record, the alarm and the others' diagnosis (with ``shrink``:
+    the line and the record; the others go on)."""
     from hpcpar.comm.grid import Coord
     from hpcpar.watch.why import where
-    rank, world, tp, pp, dp, step, mb, known, cp = values
+    rank, world, tp, pp, dp, step, mb, known, cp, _ = values
     coords = Coord(tp=tp, pp=pp, dp=dp, cp=None if cp < 0 else cp) if known else None
     record = {"rank": rank, "dead": how, "reason": None, "coords": coords and coords.as_dict(), "step": step,
-              "mb": None if mb < 0 else mb, "action": None, "phase": "step", "pid": pid, "ops": []}
+              "mb": None if mb < 0 else mb, "action": None, "phase": "step", "pid": pid, "ops": [],
+              "time": round(time.time(), 6)}
     place = f"({coords.words()})" if known else "(coordinates not yet known)"
-    print(f"hpcpar: rank {rank} {place} {how} in {where(record)}", file=sys.stderr, flush=True)
+    then = "; the others go on without it (--on-failure shrink)" if shrink else ""
+    print(f"hpcpar: rank {rank} {place} {how} in {where(record)}{then}", file=sys.stderr, flush=True)
     try:
         flight.write_record(directory, record)
-        if alarm.claim(directory, f"guard of rank {rank}"):
+        if not shrink and alarm.claim(directory, f"guard of rank {rank}"):
             alarm.announce(directory, world or rank + 1)
     except OSError as err:
         print(f"hpcpar: no flight record for rank {rank}: {err}", file=sys.stderr, flush=True)

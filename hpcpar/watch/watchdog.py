@@ -16,6 +16,15 @@ lock inside every blocking MPI call, so a second thread keeps running.  The watc
   while the main thread is blocked: from then on the job has ``--shutdown-timeout`` seconds to save
   its checkpoint and exit, or the thread ends it the same way.  Exit status 3 when the checkpoint was
   written (requeue and resume), 1 otherwise; the previous complete checkpoint stays valid either way.
+
+The thread cannot die: every file it writes (its record, the alarm) is guarded - a run directory that
+cannot be written costs the diagnosis, never the ending - and anything else that goes wrong in it is
+said in one line and ends the job, since a job whose watchdog is gone would hang for ever.
+
+With ``--on-failure shrink`` a hang need not end the job: the leader names the silent ranks (the flight
+records, why.culprits) and has their guards kill them (alarm.exclude), and the survivors go on without
+them as after any death (training/recovery.py).  Only a hang with nobody silent - a deadlock - still
+ends the job.
 """
 import os
 import select
@@ -29,7 +38,7 @@ from hpcpar import runtime
 from hpcpar.watch import alarm
 from hpcpar.comm import flight
 from hpcpar.comm import placement
-from hpcpar.watch import rank_guard
+from hpcpar.watch import rank_guard, why
 
 POLL_S = 0.5              # how often the thread looks at the heartbeat, the signals and the alarm
 STEP_FACTOR = 3           # the deadline is at least this many times the slowest step
@@ -42,8 +51,10 @@ def flight_dir(cfg):
 
 
 class Watchdog:
-    def __init__(self, rank, world, coords, layout, directory, hang_timeout, shutdown_timeout, stop_signals):
+    def __init__(self, rank, world, coords, layout, directory, hang_timeout, shutdown_timeout, stop_signals,
+                 origin=None):
         self.rank, self.world, self.coords, self.layout = rank, world, coords, layout
+        self.origin = origin          # --on-failure shrink: the launch rank of each rank (None: end the job)
         self.directory, self.stop_signals = directory, tuple(stop_signals)
         self.hang_timeout, self.shutdown_timeout = hang_timeout, shutdown_timeout
         self.recorder = flight.FlightRecorder(rank)
@@ -64,9 +75,16 @@ class Watchdog:
         rec.mirror = rank_guard.page()
         if rec.mirror is not None:
             rec.mirror.set_coords(self.rank, self.world, self.coords)
-        if self.rank == 0 and os.path.isdir(self.directory):       # the last run's records: keep one copy
-            shutil.rmtree(self.directory + ".previous", ignore_errors=True)
-            os.replace(self.directory, self.directory + ".previous")
+        if self.rank == 0:
+            try:
+                if os.path.isdir(self.directory):                 # the last run's records: keep one copy
+                    shutil.rmtree(self.directory + ".previous", ignore_errors=True)
+                    os.replace(self.directory, self.directory + ".previous")
+                os.makedirs(self.directory)                        # can it be made? (made again when needed)
+                os.rmdir(self.directory)
+            except OSError as err:
+                self._say(f"warning: flight records cannot be written in {self.directory} "
+                          f"({err.strerror or err}): a hang still ends the job, without the diagnosis")
         grid.world_comm.mpi.Barrier()                              # no rank writes before that
         self._wake_r, wake_w = os.pipe()
         os.set_blocking(wake_w, False)
@@ -118,6 +136,13 @@ class Watchdog:
         return max(self.hang_timeout, STEP_FACTOR * self.slowest)
 
     def _run(self):
+        try:
+            self._watch()
+        except BaseException as err:          # noqa: BLE001 - a dead watchdog would leave a hang unended
+            self._say(f"rank {self.rank}: the watchdog failed ({type(err).__name__}: {err}); ending the job")
+            self._end()
+
+    def _watch(self):
         while not self._done.is_set():
             if select.select([self._wake_r], [], [], POLL_S)[0]:
                 got = os.read(self._wake_r, 64)
@@ -136,30 +161,61 @@ class Watchdog:
             elif self._answered is None and idle > POLL_S and alarm.raised(self.directory):
                 self._answered = now
                 self._write(None)
-            elif self._answered is not None and now - self._answered > RESPONDER_WAIT_S:
+            elif self._answered is not None and now - self._answered > RESPONDER_WAIT_S and self.origin is None:
                 self._end()
+
+    def _say(self, line):
+        try:
+            print(f"hpcpar: {line}", file=sys.stderr, flush=True)
+        except (OSError, ValueError):                 # stderr gone: the job still ends
+            pass
 
     def _write(self, reason):
         extra = {"coords": self.coords.as_dict(), "layout": self.layout}
         try:
             flight.write_record(self.directory, self.recorder.snapshot(reason, extra))
         except OSError as err:
-            print(f"hpcpar: rank {self.rank}: cannot write its flight record: {err}", file=sys.stderr, flush=True)
+            self._say(f"rank {self.rank}: cannot write its flight record in {self.directory}: "
+                      f"{err.strerror or err}")
 
     def _fire(self, reason):
         if not self._firing.acquire(blocking=False):
             return
         self._write(reason)
         c = self.coords
-        if alarm.claim(self.directory, f"rank {self.rank}"):
-            print(f"hpcpar: rank {self.rank} ({c.words()}): {reason}; ending the job",
-                  file=sys.stderr, flush=True)
+        shrink = self.origin is not None and self.stop_at is None
+        try:
+            leader = alarm.claim(self.directory, f"rank {self.rank}")
+        except OSError as err:                        # no alarm: the others' watchdogs end it too, later
+            leader = None
+            self._say(f"rank {self.rank} ({c.words()}): {reason}; cannot raise the alarm in {self.directory} "
+                      f"({err.strerror or err}): ending the job without the other ranks' records")
+        if leader:
+            self._say(f"rank {self.rank} ({c.words()}): {reason}; "
+                      + ("the others go on without the silent ranks" if shrink else "ending the job"))
             alarm.announce(self.directory, self.world)
-        else:
+            if shrink and self._exclude():
+                return                                # their deaths reach the survivors as any other
+        elif leader is not None:
+            if shrink:
+                return                                # the leader excludes the silent ranks
             time.sleep(RESPONDER_WAIT_S)              # the leader ends the job; this is the fallback
         self._end()
 
+    def _exclude(self):
+        """--on-failure shrink: order the guards of the silent ranks to kill them; False if none is."""
+        try:
+            silent = [r for r in why.culprits(flight.read_records(self.directory), self.world)
+                      if r != self.rank and not os.path.exists(os.path.join(self.directory, f"rank-{r}.json"))]
+        except (OSError, ValueError):
+            return False
+        if silent:
+            alarm.exclude(self.directory, [self.origin[r] for r in silent])
+        return bool(silent)
+
     def _end(self):
+        if self._done.is_set():                       # stopped meanwhile (a recovery under way): not ours to end
+            return
         code = runtime.EXIT_PREEMPTED if self.preempt_saved else runtime.EXIT_FAILURE
         sys.stdout.flush()
         sys.stderr.flush()
@@ -188,12 +244,13 @@ class Off:
         pass
 
 
-def start(cfg, grid, stop_signals):
-    """The watchdog of this rank, running (``Off`` when both timeouts are 0)."""
+def start(cfg, grid, stop_signals, origin=None):
+    """The watchdog of this rank, running (``Off`` when both timeouts are 0).  ``origin``: the launch rank
+    of each rank, for a job that goes on without a rank that hangs (--on-failure shrink)."""
     if not (cfg.hang_timeout or cfg.shutdown_timeout):
         return Off()
     layout = {"tp": grid.tp, "cp": grid.cp, "pp": grid.pp, "dp": grid.dp, "world": grid.world,
               "order": "-".join(grid.order)}
     dog = Watchdog(grid.rank_id, grid.world, grid.coords, layout, flight_dir(cfg), cfg.hang_timeout,
-                   cfg.shutdown_timeout, [int(s) for s in stop_signals])
+                   cfg.shutdown_timeout, [int(s) for s in stop_signals], origin)
     return dog.start(grid)

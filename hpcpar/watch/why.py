@@ -124,22 +124,29 @@ def state(record):
                                             else "")
 
 
-def diagnose(records, world=None):
-    """The paragraph for {rank: record}; ``world`` defaults to the layout in the records."""
-    if not records:
-        raise ValueError("no flight records")
+def culprits(records, world=None):
+    """The ranks the others wait for: the dead and the silent; when every rank answered, those not
+    inside communication.  ``world`` defaults to the layout in the records."""
     layout = next((r["layout"] for r in records.values() if r.get("layout")), None)
     world = world or (layout["world"] if layout else max(records) + 1)
     alive = {r: rec for r, rec in records.items() if not rec.get("dead")}
     waiting = {r: rec for r, rec in alive.items() if blocked_in(rec)}
-    # the culprits: the dead and the silent; when every rank answered, those not inside communication
-    culprits = sorted(r for r in range(world) if r not in alive) or sorted(set(alive) - set(waiting))
-    sentences = [culprit_sentence(r, records, waiting) for r in culprits] or [
+    return sorted(r for r in range(world) if r not in alive) or sorted(set(alive) - set(waiting))
+
+
+def diagnose(records, world=None):
+    """The paragraph for {rank: record}; ``world`` defaults to the layout in the records."""
+    if not records:
+        raise ValueError("no flight records")
+    alive = {r: rec for r, rec in records.items() if not rec.get("dead")}
+    waiting = {r: rec for r, rec in alive.items() if blocked_in(rec)}
+    named = culprits(records, world)
+    sentences = [culprit_sentence(r, records, waiting) for r in named] or [
         "every rank waits inside communication: the ranks wait on each other (a deadlock, or collectives "
         "called in different orders)"]
     groups = defaultdict(list)
     for r, rec in alive.items():
-        if r not in culprits:
+        if r not in named:
             groups[state(rec)].append(r)
     if groups:
         sentences.append("; ".join(f"{ranks_phrase(rs)} {what if len(rs) > 1 else singular(what)}"

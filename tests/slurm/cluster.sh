@@ -5,6 +5,7 @@
 #   cluster.sh start DIR        start munged, slurmctld and one slurmd per node, every file under DIR
 #   cluster.sh stop DIR         cancel the cluster's jobs, stop its daemons, remove its namespaces
 #   cluster.sh kill-node DIR N  kill every process of node N (its slurmd, its job steps, its ranks)
+#   cluster.sh kill-ranks DIR N kill the training ranks of node N (hpcpar processes), nothing else
 #   cluster.sh cut-link DIR N   take node N off the network, its processes left running
 #
 # Each node is a Linux network namespace with its own address on a private bridge, and runs its
@@ -255,6 +256,20 @@ kill_node() {
     say "node$n killed: every process in $ns"
 }
 
+# kill_ranks DIR N: the ranks of node N die at once (a node's GPUs or memory failing), SIGKILL - the
+# processes running `hpcpar train` (each rank and its guard); its slurmd and the MPI launcher's daemon stay.
+kill_ranks() {
+    local dir=$1 n=$2 ns pid killed=0
+    ns=$(node_ns "$(cd "$dir" && pwd)" "$n")
+    grep -qx "$ns" "$dir/namespaces" || die "no node $n in the cluster of $dir"
+    for pid in $(ip netns pids "$ns"); do
+        if tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null | grep -q "bin/hpcpar train "; then
+            kill -KILL "$pid" 2>/dev/null && killed=$(( killed + 1 ))
+        fi
+    done
+    say "node$n's ranks killed: $killed process(es) in $ns"
+}
+
 # cut_link DIR N: node N drops off the network, its processes still running (a switch port that died).
 cut_link() {
     local dir=$1 n=$2 ns
@@ -290,7 +305,8 @@ case ${1:-} in
     start) start_cluster "${2:?usage: cluster.sh start DIR}" ;;
     stop) stop_cluster "${2:?usage: cluster.sh stop DIR}" ;;
     kill-node) kill_node "${2:?usage: cluster.sh kill-node DIR N}" "${3:?usage: cluster.sh kill-node DIR N}" ;;
+    kill-ranks) kill_ranks "${2:?usage: cluster.sh kill-ranks DIR N}" "${3:?usage: cluster.sh kill-ranks DIR N}" ;;
     cut-link) cut_link "${2:?usage: cluster.sh cut-link DIR N}" "${3:?usage: cluster.sh cut-link DIR N}" ;;
     enter) shift; enter_node "$@" ;;
-    *) die "usage: cluster.sh install | start DIR | stop DIR | kill-node DIR N | cut-link DIR N" ;;
+    *) die "usage: cluster.sh install | start DIR | stop DIR | kill-node DIR N | kill-ranks DIR N | cut-link DIR N" ;;
 esac

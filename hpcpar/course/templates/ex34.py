@@ -1,21 +1,19 @@
-"""Exercise 34 (docs/course/17-muon.md): Newton-Schulz, Muon's orthogonalisation.
+"""Exercise 34 (docs/course/11-mixed-precision.md): quantise a 1 x 128 tile to FP8 (E4M3).
 
-Muon steps a weight matrix along U V^T, where G = U S V^T is its momentum: every singular value set to
-1.  Newton-Schulz gets close with matrix products only.  Scale G so that every singular value is at most
-1, X = G / max(||G||_F, eps), then repeat ``steps`` times, for X (r, c) with r <= c:
+DeepSeek-V3's blockwise recipe scales each 1 x 128 tile of an activation row on its own.  Given one
+tile (128 numbers, or fewer at the end of a row; float32 or float64), return
 
-    A = X X^T                   the Gram matrix, (r, r)
-    B = b A + c A A
-    X = a X + B X               each singular value s becomes a s + b s^3 + c s^5
+    (the values the FP8 GEMM multiplies, the scale s)
 
-with (a, b, c) = (3.4445, -4.7750, 2.0315) and eps = 1e-7.  A tall G (more rows than columns) is
-iterated as its transpose, and the result transposed back.  Return the result, G's shape and dtype;
-leave G itself as it is.  numpy only.
+with s = 448 / amax (amax: the largest |value| of the tile, 1e-12 for a tile of zeros), computed in
+float64 and stored as an fp32 number, as the GPU holds it; each value t becomes round(t s) / s, where
+round gives the nearest E4M3 number (ties to the even mantissa, subnormals down to 2^-9 included,
+nothing beyond 448), and the values stay in the tile's dtype.  E4M3: 4 exponent bits, 3 mantissa bits;
+ml_dtypes.float8_e4m3fn is the format, if you want it.
 
 Check: .venv/bin/hpcpar course check 34
 """
-import numpy as np  # noqa: F401
 
 
-def newton_schulz(g, steps):
+def quantise_tile(tile):
     raise NotImplementedError

@@ -1,12 +1,14 @@
-"""Exercise 35 (docs/course/17-muon.md): predict, then measure - why blockwise is another optimizer.
+"""Exercise 35 (docs/course/11-mixed-precision.md): pick the E8M0 scale of an MX block.
 
-A (4, 16) update U is cut by columns over tp ranks, as a column-parallel layer cuts its weight:
-rank r holds U_r, 4 rows and 16 / tp columns.  In --muon-tp blockwise each rank orthogonalises its own
-block; say it does so exactly, O_r = P_r Q_r^T from U_r = P_r S_r Q_r^T.  Put the blocks back side by
-side: [O_0 | ... | O_tp-1], a (4, 16) matrix.  Its four singular values are all equal.  What are they
-at tp 2, and at tp 4?  (The exact modes give every singular value 1.)
+MXFP8 shares one scale among 32 consecutive values, and the scale is a power of two, 2^k, stored in
+E8M0 (8 exponent bits, nothing else: k from -127 to 127).  Each value is divided by 2^k and rounded to
+E4M3, whose largest number is 448.  Return k (an int) for the block: the smallest k for which no value
+of the block, divided by 2^k, goes beyond 448 - so that nothing saturates - kept within E8M0's range.
+The block is a float32 or float64 array of 32 numbers.
 
-Check: .venv/bin/hpcpar course check 35          (the example that shows it comes with a passed check)
+Check: .venv/bin/hpcpar course check 35
 """
 
-ANSWER = None      # (the singular value at tp 2, at tp 4), e.g. (3.0, 5.0)
+
+def e8m0_exponent(block):
+    raise NotImplementedError

@@ -1,20 +1,18 @@
-"""Exercise 36 (docs/course/17-muon.md): which rank owns which matrix, and what each hands MPI.
+"""Exercise 36 (docs/course/11-mixed-precision.md): which ranks' maxima make a sharded weight's amax.
 
-Muon under ZeRO needs every matrix whole on one rank of the data-parallel group (its *owner*).  The
-group's flat buffers, one after the other, each hold some matrices (``buffers``: a list per buffer of
-their sizes, in numbers).  Within a buffer the matrices go out longest first, each to the rank that
-owns the fewest numbers so far - counting what it owns in the earlier buffers too - the lowest rank on
-a tie (equal sizes keep their order).  Then each buffer is laid out as n equal ranges, rank r's
-matrices in range r, each range as long as the fullest rank's matrices in that buffer (the rest is
-padding).
+An FP8 recipe scales the forward GEMM's weight W (K inputs x M outputs) of a linear layer either as a
+whole tensor ("tensor": one amax) or per output column along K ("row": one amax per column).  Tensor
+parallelism cuts W: a column-parallel layer holds M / tp of the columns, a row-parallel one K / tp of
+the rows.  With fp8_gather, ZeRO-3 quantises each rank's slice of W before gathering it: the slices
+are spread over the dp x cp ranks holding the same layer.
 
-Return (owners, handed): owners[i][j] the rank that owns matrix j of buffer i; handed[r] the numbers
-rank r hands MPI in one ZeRO-1 step for these buffers - the gradients' reduce-scatter (it hands the
-whole buffer) and the updated values' all-gather (it hands its range).  n ranks, n >= 2.
+The grid: sizes {"tp", "cp", "dp", "pp"}, rank = tp_i + tp (cp_i + cp (dp_i + dp pp_i)) (tp fastest).
+Return the global ranks (any order) whose own maxima must be combined into the amax that ``rank`` uses
+for W - every rank holding a piece of what that amax covers, ``rank`` included.
 
 Check: .venv/bin/hpcpar course check 36
 """
 
 
-def ownership(buffers, n):
+def amax_ranks(rank, sizes, layer, scaling, fp8_gather=False):
     raise NotImplementedError
