@@ -52,6 +52,10 @@ def add_arguments(p):
     p.add_argument("--dp-shard", type=int, metavar="N",
                    help="pin HSDP: ZeRO over groups of N dp ranks, replicated across them (0: over every dp rank; "
                         "default: on several nodes both tried, the groups filling part of a node)")
+    p.add_argument("--optimizer", default="adamw", choices=["adamw", "muon"],
+                   help="muon: one momentum for the blocks' matrices, Newton-Schulz and its TP messages in the step")
+    p.add_argument("--muon-tp", default="duplicated", choices=["duplicated", "distributed", "blockwise"],
+                   help="Muon's tensor-parallel mode (hpcpar train's --muon-tp)")
     p.add_argument("--recompute", choices=["none", "selective", "full"], help="pin the recomputation")
     p.add_argument("--cp", type=int, default=1, help="context-parallel size (default 1)")
     p.add_argument("--ep", type=int, default=0,
@@ -111,7 +115,8 @@ def _job(args):
     return Job(load_model(args.model), hw, args.gpus, min(gpn, args.gpus), args.global_batch, args.seq_len,
                dtype=dtype, engine=Engine(flash_attention=args.flash_attention, overlap_tp=args.overlap_tp,
                                           fp8=args.fp8, cp_allgather=args.cp_allgather,
-                                          fp8_param_gather=args.fp8_param_gather),
+                                          fp8_param_gather=args.fp8_param_gather, optimizer=args.optimizer,
+                                          muon_tp=args.muon_tp),
                keys=packed_keys(args.seq_len, args.doc_len, args.window))
 
 

@@ -2,8 +2,8 @@
 answer (hidden from the student's file) and its hints.  Numbered in the order they joined the course;
 lessons.py says which lesson holds which.  How to add one: the package docstring (__init__.py)."""
 from hpcpar.course import (check_3d, check_a2a, check_attention, check_cp, check_dp, check_fp8, check_hangs,
-                           check_llama, check_measure, check_memory, check_pp, check_precision, check_state, check_tp,
-                           check_v, check_zero)
+                           check_llama, check_measure, check_memory, check_muon, check_pp, check_precision, check_state,
+                           check_tp, check_v, check_zero)
 from hpcpar.course import check_deepseek, check_documents, check_recovery
 from hpcpar.course.collectives import ring_allreduce
 from hpcpar.course.exercise import Exercise as E
@@ -317,5 +317,30 @@ EXERCISES = [
           "method: renumber the survivors in order, place the first ones on the new grid, list what each holds "
           "(its old stage's keys, the part of its old tp index), then walk destinations, sorted keys and parts, "
           "taking each piece from the destination or the least-used holder")),
+    E(42, "17-muon.md", "optimizers", "Newton-Schulz, Muon's orthogonalisation", "newton_schulz",
+      check_muon.check_newton_schulz, check_muon.newton_schulz,
+      hidden=("hpcpar.optim.newton_schulz", "hpcpar.optim.muon", "hpcpar.tensor_parallel.muon"), hints=(
+          "the iteration acts on each singular value alone; it is only a polynomial if every one starts "
+          "inside the interval where the polynomial pulls it towards 1",
+          "the Frobenius norm is at least the largest singular value; a tall matrix's Gram X X^T would be "
+          "the large one",
+          "method: transpose a tall G, divide by its Frobenius norm floored at eps, then each step form A = "
+          "X X^T, B = b A + c A A and X = a X + B X; transpose back")),
+    E(43, "17-muon.md", "optimizers", "predict: the singular values of blockwise's update at tp 2 and 4",
+      "ANSWER", check_muon.check_blockwise, check_muon.blockwise_singular_values, hints=(
+          "an orthogonal block with more columns than rows has O_r O_r^T equal to the identity",
+          "the Gram of blocks side by side is the sum of the blocks' Grams",
+          "method: [O_0 | ... ] [O_0 | ... ]^T = sum over the tp blocks of I; the singular values are the square "
+          "roots of that Gram's eigenvalues"),
+      after="See it with Newton-Schulz's five steps instead of exact orthogonalisation: .venv/bin/mpiexec -n 2 "
+            ".venv/bin/python -m hpcpar.examples.muon_tp (the last line: blockwise's halves put together)"),
+    E(44, "17-muon.md", "optimizers", "which rank owns which matrix under ZeRO, and what each hands MPI",
+      "ownership", check_muon.check_ownership, check_muon.ownership,
+      hidden=("hpcpar.data_parallel", "hpcpar.optim.muon"), hints=(
+          "a rank that took the longest matrix of one buffer has the most numbers when the next buffer starts",
+          "the ranges of a buffer are equal, so the fullest rank sets everyone's, and the others pad",
+          "method: keep one count per rank across the buffers; in each buffer, in decreasing size, give each "
+          "matrix to the rank with the lowest count; a rank hands n times the fullest share plus the share "
+          "itself, buffer by buffer")),
 ]
 BY_NUMBER = {e.number: e for e in EXERCISES}

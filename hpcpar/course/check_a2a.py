@@ -5,7 +5,7 @@ all-to-alls as the planner counts them (hpcpar/tools/plan/experts.py)."""
 import numpy as np
 
 from hpcpar.context_parallel.transpose import simulate_seq_to_heads
-from hpcpar.course.wrong import Wrong
+from hpcpar.course.wrong import Wrong, check_pair
 from hpcpar.ops.moe import combine_forward, route_order, slots
 from hpcpar.ops.ring_attention import balanced_positions
 
@@ -98,14 +98,8 @@ def ep_rows_bytes():
 
 
 def check_ep_rows_bytes(answer):
-    want = ep_rows_bytes()
-    if not (isinstance(answer, tuple) and len(answer) == 2 and
-            all(isinstance(a, (int, float)) and not isinstance(a, bool) for a in answer)):
-        raise Wrong(f"ANSWER is a pair of numbers of bytes (at ep 2, at ep 4), got {answer!r}")
-    for ep, got, right in zip((2, 4), answer, want):
-        if abs(got - right) > 0.01 * right:
-            raise Wrong(f"the bytes at ep {ep}, {got!r}, are too {'many' if got > right else 'few'} "
-                        "(within 1 % passes)")
+    check_pair(answer, ep_rows_bytes(), ("ep 2", "ep 4"), "a pair of numbers of bytes (at ep 2, at ep 4)",
+               "the bytes")
 
 
 # --- exercise 32: the experts' all-to-alls, in the trainer ----------------------------------------------

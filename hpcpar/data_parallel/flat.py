@@ -47,26 +47,28 @@ class FlatSlice:
                 for p, a, b in self.segments]
 
 
-def owners(sizes, n):
+def owners(sizes, n, load=None):
     """The rank of n that owns each of ``sizes`` whole: the longest first, each to the rank that owns the
-    fewest numbers so far (the lowest rank on a tie) - LPT, within 4/3 of the best balance."""
-    owner, load = [0] * len(sizes), [0] * n
+    fewest numbers so far (the lowest rank on a tie) - LPT, within 4/3 of the best balance.  ``load``:
+    the numbers each rank owns already in the group's other buffers, updated in place - so that the
+    group is balanced, not each buffer (which would hand every buffer's longest to rank 0)."""
+    owner, load = [0] * len(sizes), [0] * n if load is None else load
     for i in sorted(range(len(sizes)), key=lambda i: -sizes[i]):
         owner[i] = min(range(n), key=lambda r: load[r])
         load[owner[i]] += sizes[i]
     return owner
 
 
-def layout(sizes, n, whole_tensors=False):
+def layout(sizes, n, whole_tensors=False, load=None):
     """(starts, size): where each of ``sizes`` begins in a flat array of ``size`` numbers cut into n
-    equal ranges - end to end and padded, or each whole in its owner's range."""
+    equal ranges - end to end and padded, or each whole in its owner's range (``load``: owners')."""
     if not whole_tensors or n == 1:
         starts, at = [], 0
         for s in sizes:
             starts.append(at)
             at += s
         return starts, -(-at // n) * n
-    owner = owners(sizes, n)
+    owner = owners(sizes, n, load)
     k = max(sum(s for s, o in zip(sizes, owner) if o == r) for r in range(n))
     starts, fill = [], [r * k for r in range(n)]
     for s, o in zip(sizes, owner):
@@ -83,17 +85,19 @@ def placeholder(like):
 
 
 class FlatBuffer:
-    def __init__(self, params, group, compute_dtype=None, across=None, gathered=False, whole_tensors=False):
-        """``group``: its shard group, the ranks the buffer is cut over (a Communicator, or anything with
-        ``size`` and ``rank``); ``across``: the group its owned range is all-reduced over after the reduce-scatter,
+    def __init__(self, params, group, compute_dtype=None, across=None, gathered=False, whole_tensors=False,
+                 load=None):
+        """``group``: its shard group, the ranks the buffer is cut over (a Communicator, or anything with ``size`` and
+        ``rank``); ``across``: the group its owned range is all-reduced over after the reduce-scatter,
         or None; ``gathered``: the values are kept only in the owned range and gathered when used
-        (ZeRO-3) - unless n = 1."""
+        (ZeRO-3) - unless n = 1; ``load``: with ``whole_tensors``, the numbers each rank of the shard
+        group owns in its earlier buffers (``owners``), shared by all of them."""
         xp = backend.array_module(params[0].data)
         dtype = params[0].data.dtype
         self.group, self.across, self.params = group, across, list(params)
         self.compute_dtype = compute_dtype if compute_dtype is not None else dtype
         n = group.size
-        starts, self.size = layout([p.data.size for p in params], n, whole_tensors)
+        starts, self.size = layout([p.data.size for p in params], n, whole_tensors, load)
         self.segments = sorted(((p, a, a + p.data.size) for p, a in zip(params, starts)), key=lambda s: s[1])
         self.lo, self.hi = self.owned_range(group.rank, n)
         k = self.hi - self.lo

@@ -87,15 +87,18 @@ class FullyShardedDataParallel(Replicas):
                 for p in m.parameters():
                     holders[id(p)] = holders.get(id(p), 0) + 1
         separate = {id(p) for p in alone} | {k for k, v in holders.items() if v > 1}
-        flats, unit_of, coded = [], {}, {id(p) for p in fp8}
+        flats, unit_of, coded, loads = [], {}, {id(p) for p in fp8}, {}
 
-        def add(params):
+        def add(params, alone=False):
+            """A unit of ``params`` (per group); whole tensors balanced over the group's units - but a unit of
+            its own (``alone``: the tied copies on two stages) laid out alone, so that its slices line up."""
             kinds = {}                                  # the parameters of each (shard, across, in fp8), in order
             for p in params:
                 kinds.setdefault(tuple(map(id, groups_of(p))) + (id(p) in coded,), (groups_of(p), []))[1].append(p)
             for key, ((shard, across), mine) in kinds.items():
+                load = None if alone else loads.setdefault(id(shard), [0] * shard.size)
                 flats.append((fp8_unit if key[-1] else FlatBuffer)(mine, shard, compute_dtype, across, gathered=True,
-                                                                    whole_tensors=whole_tensors))
+                                                                    whole_tensors=whole_tensors, load=load))
                 flats[-1].counted = flats[-1].counted and (comm.rank == 0 or shard is not one)
                 unit_of.update((id(p), flats[-1]) for p in mine)
         for chunk in chunks:
@@ -103,7 +106,7 @@ class FullyShardedDataParallel(Replicas):
                 params = [p for m in group for p in m.parameters() if id(p) not in unit_of]
                 for p in params:
                     if id(p) in separate:
-                        add([p])
+                        add([p], alone=True)
                 add([p for p in params if id(p) not in separate])
         super().__init__(flats, uses)
         self._module_units = {}

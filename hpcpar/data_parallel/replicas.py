@@ -91,14 +91,16 @@ class DataParallel(Replicas):
             groups_of = lambda p: (one, cut(p)[0])                          # noqa: E731
         self._late_ids = {id(p) for p in late}
         kinds = list({tuple(map(id, groups_of(p))): groups_of(p) for p in params}.values())
-        flats, self.lates = [], []
+        flats, self.lates, loads = [], [], {}
         for shard, across in kinds:
             mine = lambda p: tuple(map(id, groups_of(p))) == (id(shard), id(across))     # noqa: E731
-            make = lambda ps: FlatBuffer(ps, shard, compute_dtype, across, whole_tensors=whole_tensors)  # noqa: E731
+            load = loads.setdefault(id(shard), [0] * shard.size)       # whole tensors: the group's balance
+            make = lambda ps, load=load: FlatBuffer(ps, shard, compute_dtype, across,        # noqa: E731
+                                                    whole_tensors=whole_tensors, load=load)
             backward_order = [[p for p in reversed(g) if id(p) not in self._late_ids and mine(p)] for g in groups]
             flats += [make(ps) for ps in cut_buckets(backward_order, int(bucket_mb * 2**20))]
-            if any(mine(p) for p in late):
-                flats.append(make([p for p in late if mine(p)]))
+            if any(mine(p) for p in late):               # laid out alone: as on the stage it is tied to
+                flats.append(make([p for p in late if mine(p)], None))
                 self.lates.append(flats[-1])
         super().__init__(flats, uses)
         # HSDP: a sum's all-reduce across follows its reduce-scatter, posted by a poll that sees it done

@@ -193,6 +193,7 @@ class GPT(Stage):
             else:
                 weight = wte                                       # the same object: one gradient
             self.head = LMHead(cfg, weight, seed, dtype, MTP(cfg, wte, seed, dtype) if cfg.mtp_depth else None)
+        self.mark_matrices()
 
     def tie_to(self, wte):
         """One rank holds both ends (pp = 1 interleaved, a V): the head (tied) and the MTP modules use the

@@ -59,6 +59,24 @@ class MLAttention(Module):
         self.core = LocalAttention()    # context parallelism swaps in its ring or Ulysses
         self.window = 0                 # no sliding window (check_latent refuses one): all the cache holds
 
+    def heads_here(self):
+        """The heads this rank holds (all of them, or its share under tensor parallelism)."""
+        return self.kv_b_proj.weight.data.shape[-1] // (self.dims[0] + self.dims[2])
+
+    def qk_scales(self, gamma, alpha=0.5):
+        """QK-clip (training/qk_clip.py), as Kimi K2's MuonClip treats MLA: head h's query and key parts of
+        its own (q_nope, k_nope) scaled by gamma^alpha and gamma^(1 - alpha), its rotary query by all of
+        gamma, the rotary key that every head shares left alone.  [(parameter, a multiplier per column)]."""
+        xp, (dn, dr, dv) = array_module(gamma), self.dims
+
+        def per_head(*parts):               # [(exponent or None for 1, width)] -> a multiplier per column
+            return xp.concatenate([xp.repeat(gamma ** e if e is not None else xp.ones_like(gamma), w).reshape(-1, w)
+                                   for e, w in parts], axis=1).reshape(-1)
+        q_cols = per_head((alpha, dn), (1, dr))                      # per head [q_nope | q_rope]
+        kv_cols = per_head((1 - alpha, dn), (None, dv))              # per head [k_nope | v]
+        proj = self.q_proj if self.q_b_proj is None else self.q_b_proj
+        return [(proj.weight, q_cols), (self.kv_b_proj.weight, kv_cols)]
+
     def _queries_latent(self, x, ctx=None):
         """q (B, T, nh*dq), the normalised latent c (B, T, r), k_rope (B, T, dr) of x (B, T, C); the caches."""
         xf = x if self.enter is None else self.enter.forward(x)           # (B, T, C), whole on every rank

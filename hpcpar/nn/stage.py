@@ -51,6 +51,15 @@ class Stage(Module):
         mtp = getattr(self.head, "mtp", None)
         return list(self.blocks) + (mtp.blocks() if mtp is not None else [])
 
+    def mark_matrices(self):
+        """Flag the weights Muon orthogonalises (``Parameter.matrix``): every weight of a block with two or
+        more dimensions (an expert's (E, in, out): one matrix an expert), but a router's - Moonlight's
+        and Kimi's split; the embeddings, the head, the norms and the biases stay AdamW's.  Weights are
+        what decays: the experts' biases (E, out) are 2-D and no matrices."""
+        for b in self.transformer_blocks():
+            for p in b.parameters():
+                p.matrix = p.decay and p.data.ndim >= 2 and not p.router
+
     def set_recompute(self, on, attention=False):
         """Full recomputation (each block keeps only its input), or ``attention``: selective, each
         attention core keeps only q, k, v (nn/attention_core.py)."""

@@ -123,10 +123,12 @@ def attention_backward_plain(do, cache):
     return ds @ k, ds.swapaxes(-1, -2) @ q, dv
 
 
-def attention_forward(q, k, v, drop=None, block=None, attn_mask=None):
+def attention_forward(q, k, v, drop=None, block=None, attn_mask=None, logits=None):
     """q, k, v (B, NH, T, HS) -> o (B, NH, T, HS), cache. ``drop``: dropout mask like P, or None.
     ``block``: query rows per block (default: engine_block; T: the plain one-block attention).
     ``attn_mask``: ops/masks.Mask (documents, sliding window), or None: plain causal.
+    ``logits``: an (NH,) array that takes each head's largest score S (the masked ones are -inf) - what
+    QK-clip watches (training/qk_clip.py); None: not asked (the one pass over S it costs).
 
     The 1/sqrt(HS) scale is applied to Q (T x HS) rather than to S (T x T): fewer multiplications.
     The softmax overwrites S (not needed again).  o is written as a (B, NH, T, HS) view of a
@@ -144,6 +146,8 @@ def attention_forward(q, k, v, drop=None, block=None, attn_mask=None):
             s[..., a:] += causal_mask(z - a, s.dtype, xp)    # the block's diagonal square
         else:
             s += attn_mask.additive(range(a, z), range(lo, z), s.dtype, xp)   # the rule, (B, 1, z - a, z - lo)
+        if logits is not None:
+            xp.maximum(logits, s.max(axis=(0, 2, 3)), out=logits)
         p = softmax_forward_fast(s, out=s)                   # P of the block, over S
         ps.append(p)
         gemm(_dropped(p, drop, a, z, lo, v.dtype), v[:, :, lo:z], out=o[:, :, a:z])

@@ -194,12 +194,29 @@ def check_zero(cfg):
                          "whole tensors instead: give one of them")
 
 
+MUON_OPTIONS = ("nesterov", "ns_steps", "ns_bf16", "muon_scale", "muon_tp")
+
+
 def _check_optim(cfg, world):
     if cfg.min_lr < 0:
         cfg.min_lr = cfg.lr / 10
     if cfg.min_lr > cfg.lr:
         raise UsageError(f"--min-lr {cfg.min_lr} is above the peak --lr {cfg.lr}: the cosine decays from --lr "
                          f"down to --min-lr")
+    if cfg.momentum < 0:
+        cfg.momentum = 0.95 if cfg.optimizer == "muon" else 0.9
+    if not 0 <= cfg.momentum < 1:
+        raise UsageError(f"--momentum must be in [0, 1), got {cfg.momentum}")
+    changed = [n for n in MUON_OPTIONS if getattr(cfg, n) != getattr(TrainConfig, n)]
+    if cfg.optimizer != "muon" and changed:
+        raise UsageError(f"{_flag(changed[0])} sets Muon's update: it needs --optimizer muon")
+    if cfg.optimizer == "muon" and cfg.zero:
+        if cfg.memory_budget:
+            raise UsageError("--memory-budget counts equal ranges of the flat buffers; Muon under ZeRO keeps each "
+                             "matrix whole on one rank: give one of them")
+        cfg.whole_tensors = True            # Muon needs each matrix whole on its owner (docs/optimizers.md)
+    if cfg.qk_clip and cfg.plug:
+        raise UsageError("--qk-clip reads the logits the engine's attention records; a --plug file's does not")
 
 
 def _check_data(cfg, world):

@@ -140,6 +140,8 @@ class Loop:
                           "tokens_per_s": t.tokens_per_step / seconds, "step_time_s": seconds, "skipped": skipped}
                 if t.scaler.dynamic:
                     record["loss_scale"] = scale
+                if t.qk_clip is not None:               # each layer's heads' largest logits (qk_clip.py)
+                    record["qk_max"] = t.qk_clip.last.tolist()
                 if t.mtp_loss is not None:              # the MTP modules' lambda-weighted mean (nn/mtp.py)
                     record["mtp_loss"] = t.mtp_loss
                 if self.recovery is not None:           # this rank's state has completed the step

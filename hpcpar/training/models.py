@@ -61,6 +61,8 @@ class LanguageModel:
             raise UsageError(f"--kv-heads needs a Llama model (--model llama-tiny or llama-small), not {cfg.model}")
         if mcfg.n_head % mcfg.n_kv_head:
             raise UsageError(f"--kv-heads {mcfg.n_kv_head} must divide the {mcfg.n_head} attention heads")
+        if cfg.qk_clip and mcfg.qk_norm:
+            raise UsageError("--qk-clip scales W_q and W_k, and QK-norm normalises q and k again: use one of them")
         if not mcfg.parts.dropout and cfg.dropout:
             raise UsageError(f"--model {cfg.model} has no dropout: drop --dropout {cfg.dropout}")
         if mcfg.mtp_depth >= mcfg.seq_len:
@@ -129,6 +131,7 @@ class DeepMLP:
              (lambda c: c.documents or c.window or c.synthetic_doc_len, "--documents, --window and "
               "--synthetic-doc-len need a GPT model (the MLP has no sequence)"),
              (lambda c: c.mtp, "--mtp needs a GPT model (the MLP predicts no tokens)"),
+             (lambda c: c.qk_clip, "--qk-clip needs a GPT model (the MLP has no attention)"),
              (lambda c: c.memory_budget, "--memory-budget needs a GPT model (the planner's memory formula knows "
                                          "no MLP)"))
 

@@ -148,12 +148,28 @@ class TrainConfig:
     eval_batches: int = opt(4, "batches of --batch-size sequences in each validation", group="data", bound="count")
     # --- optimisation -----------------------------------------------------------------------
     steps: int = opt(100, "optimizer steps", group="optim", bound="natural")
-    optimizer: str = opt("adamw", "optimizer", ["adamw", "sgd"], "optim")
+    optimizer: str = opt("adamw", "optimizer (muon: Muon for the blocks' weight matrices, AdamW for the rest, "
+                                  "docs/optimizers.md)", ["adamw", "sgd", "muon"], "optim")
     lr: float = opt(0.0, "peak learning rate (0: the model preset's: tiny 1e-2, small 3e-3, gpt2 6e-4, "
                          "mlp 1e-2)", group="optim", bound="positive")
     min_lr: float = opt(-1.0, "final learning rate of the cosine decay (-1: lr / 10)", group="optim")
     warmup: int = opt(10, "linear warm-up steps", group="optim", bound="natural")
-    momentum: float = opt(0.9, "SGD momentum", group="optim", bound="fraction")
+    momentum: float = opt(-1.0, "SGD's momentum (-1: 0.9); Muon's Nesterov momentum (-1: 0.95)", group="optim")
+    nesterov: bool = opt(True, "Muon: Nesterov momentum (off: the plain momentum buffer)", group="optim")
+    ns_steps: int = opt(5, "Muon: Newton-Schulz iterations (quintic, coefficients 3.4445, -4.7750, 2.0315)",
+                        group="optim", bound="count")
+    ns_bf16: bool = opt(False, "Muon: run the Newton-Schulz iterations in bf16, as PyTorch does (default: in the "
+                               "master weights' dtype)", group="optim")
+    muon_scale: str = opt("moonlight", "Muon's update scale: moonlight 0.2 sqrt(max(rows, cols)), AdamW's update "
+                                       "RMS, one --lr for both groups; keller sqrt(max(1, rows / cols))",
+                          ["moonlight", "keller"], "optim")
+    muon_tp: str = opt("duplicated", "Muon under --tp: duplicated (gather each matrix, Newton-Schulz on the whole), "
+                                     "distributed (keep the shards, all-reduce the Gram matrix each iteration) - "
+                                     "both exact - or blockwise (Newton-Schulz on each shard: another optimizer)",
+                       ["duplicated", "distributed", "blockwise"], "optim")
+    qk_clip: float = opt(0.0, "QK-clip (MuonClip): after each step, scale W_q and W_k of every head whose largest "
+                              "pre-softmax logit S exceeds TAU by (TAU / S)^0.5 each (0: off)", group="optim",
+                         bound="natural")
     beta1: float = opt(0.9, "AdamW beta1", group="optim", bound="fraction")
     beta2: float = opt(0.95, "AdamW beta2", group="optim", bound="fraction")
     eps: float = opt(1e-8, "AdamW epsilon", group="optim", bound="positive")

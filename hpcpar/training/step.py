@@ -36,6 +36,7 @@ from hpcpar.training.gradient_sums import GradientSums
 from hpcpar.training.documents import DocumentFigures
 from hpcpar.training.expert_load import ExpertLoad
 from hpcpar.training.low_precision import LowPrecision
+from hpcpar.training.qk_clip import QKClip
 from hpcpar.training.models import kind_of
 from hpcpar.expert_parallel.dispatch import expert_groups, parallelize_experts
 from hpcpar.ops.attention import engine_block
@@ -44,6 +45,7 @@ from hpcpar.pipeline.choice import schedule_for
 from hpcpar.pipeline.engine import PipelineEngine
 from hpcpar.pipeline.partition import partition
 from hpcpar.tensor_parallel import parallelize
+from hpcpar.tensor_parallel.muon import muon_options
 
 
 StepResult = namedtuple("StepResult", "loss grad_norm lr skipped stop")
@@ -84,7 +86,8 @@ class Trainer(Batches, GradientSums):
             else None
         self._sum_gradients()                   # the replicas and the other groups (gradient_sums.py)
         self.optimizer = make_optimizer(cfg.optimizer, cfg.lr, cfg.momentum, cfg.beta1, cfg.beta2, cfg.eps,
-                                        cfg.weight_decay)
+                                        cfg.weight_decay, **muon_options(cfg, g.tp_comm, self.xp))
+        self.qk_clip = QKClip(cfg.qk_clip, self.chunks, g, mcfg.n_layer, mcfg.n_head, self.xp) if cfg.qk_clip else None
         self.micro = cfg.batch_size // (cfg.dp * cfg.microbatches)      # sequences per micro-batch
         self.engine = PipelineEngine(self.schedule, self.chunks, g.pp_comm, self._act_shape, self.compute)
         self.eval_engine = None                                          # built on the first evaluation
@@ -186,9 +189,13 @@ class Trainer(Batches, GradientSums):
                     s.grad *= coef
             start = trace.active() and time.perf_counter()
             self.optimizer.step(slices, lr)
+            if self.qk_clip is not None:
+                self.qk_clip.step(self.dp, slices)
             self.dp.gather_params()
             if start:
                 trace.active().span("optimizer", "optimizer", start, time.perf_counter())
+        elif self.qk_clip is not None:
+            self.qk_clip.step(self.dp, slices, apply=False)        # the maxima all the same (collective)
         self.dp.zero_grad()
         if self.expert_load is not None:
             self.experts = self.expert_load.step()

@@ -66,6 +66,12 @@ BENCHMARKS = {
                       "causal attention: the key blocks skipped"),
     "moe": Spec("moe", "moe", "The mixture-of-experts block, forward + backward, against PyTorch eager "
                 "(transformers' loop over experts)"),
+    "muon": Spec("mu", "muon", "Muon's update against AdamW's on one rank: time, Newton-Schulz's FLOPs, state"),
+    "muon-tp": Spec("mt", "muon", "Muon's tensor-parallel modes: the update's time and bytes; blockwise against the "
+                    "exact modes (update cosine, loss after 50 steps)", ranks=(2, 4, 8), quick_ranks=(2,),
+                    timeout=900),
+    "muon-train": Spec("mtr", "muon_train", "Does Muon train better: AdamW against Muon at their best learning rates, "
+                       "steps to a fixed loss on the synthetic language and data/sample.txt", timeout=2400),
     "planner": Spec("pl", "planner", "The planner's search: GPT-3 175B on 1024 GPUs (hpcpar plan)"),
     "zero": Spec("z", "zero", "ZeRO 0-3: model state per rank counted against the planner (8 ranks); ZeRO-3's "
                  "step against ZeRO-1's and the gathers prefetching hides (2 and 8 ranks)", ranks=(2, 8),

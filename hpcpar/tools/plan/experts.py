@@ -51,8 +51,9 @@ def state_terms(model, layout, params, layers, unit, **numbers):
     """zero_memory.with_experts of one rank: the dense numbers over dp * cp (the routing biases whole
     under ZeRO-3), the routed experts over their expert-data group (dp * cp) / ep."""
     dense, routed = split_params(model, params, layers, layout)
+    matrices = tuple(layers * m for m in model.block_matrix_split(layout.tp, layout.ep))     # Muon's share
     return with_experts(layout.zero, layout.shard, layout.ep, dense, routed, unit,
-                        layers * model.routing_bias_params(), **numbers)
+                        layers * model.routing_bias_params(), matrices, **numbers)
 
 
 def activation_bytes(model, layout, tokens, elem, numpy_caches):

@@ -214,7 +214,8 @@ def totals_section(est):
     if lay.zero >= 3:
         lines.append(f"FSDP per micro-batch 2 all-gathers of the weights + 1 reduce-scatter of the gradients: "
                      f"{_ms(est.fsdp[0]).strip()} in the step, {_ms(est.fsdp[1]).strip()} exposed (in F and B)")
-    lines += [f"OPTIMIZER read + write of every state byte on the rank = {_ms(est.optimizer).strip()}",
+    muon = f" + Muon's Newton-Schulz and its {job.engine.muon_tp} TP messages" if job.engine.optimizer == "muon" else ""
+    lines += [f"OPTIMIZER read + write of every state byte on the rank{muon} = {_ms(est.optimizer).strip()}",
               f"STEP {est.step:.3f} s = pipeline {est.pipeline.makespan:.3f} + DP {est.dp_exposed:.3f} + optimizer "
               f"{est.optimizer:.3f};  communication {est.comm / est.step:.1%} of the step",
               f"  {est.tokens_per_second:,.0f} tokens/s, {est.tokens_per_second / job.gpus:,.0f} per GPU"]

@@ -47,6 +47,11 @@ class Engine:
     # params and grads, Adam m, v); bf16 params, fp32 grads 2 + 4 + 12.
     mixed_state_bytes: tuple = None
     adam_buffers: int = state_arrays("adamw")   # Adam m and v (hpcpar's update works in one scratch block)
+    optimizer: str = "adamw"          # or "muon": Muon's one momentum for the blocks' matrices, AdamW for
+                                      # the rest; Newton-Schulz's FLOPs and messages in the step (step.py)
+    muon_tp: str = "duplicated"       # Muon's tensor-parallel mode (tensor_parallel/muon.py)
+    ns_steps: int = 5                 # Newton-Schulz iterations
+    ns_dtype: str = ""                # the dtype they run in ("": the master weights')
     shard_grad_buffer: bool = True    # ZeRO-1/2 reduce-scatter into a separate gradient shard (data_parallel/replicas.py)
     numpy_caches: bool = True         # hpcpar keeps the scaled Q and SwiGLU's sigmoid as well (memory.py)
     overlap_tp: bool = False          # TP collectives run under the GEMMs (Megatron's tp-comm-overlap,

@@ -38,6 +38,13 @@ def measure_peak(cfg, comm):
     return peak
 
 
+def muon_engine(c):
+    """The planner's Engine fields for an hpcpar train run's optimizer (Muon's, or AdamW's)."""
+    if c.optimizer != "muon":
+        return {}
+    return dict(optimizer="muon", muon_tp=c.muon_tp, ns_steps=c.ns_steps, ns_dtype="bf16" if c.ns_bf16 else "")
+
+
 def planner_view(trainer_cfg, model_cfg):
     """(Job, Layout) of an hpcpar train run for memory.py (the hardware plays no part in memory): every
     option of the run that changes its memory - cp, the recomputation, the ZeRO stage - in the layout."""
@@ -45,7 +52,7 @@ def planner_view(trainer_cfg, model_cfg):
     c = trainer_cfg
     ranks = c.tp * c.cp * c.pp * c.dp
     job = Job(engine_shape(model_cfg, c.model), None, ranks, ranks, c.batch_size, model_cfg.seq_len,
-              dtype=DTYPES[c.dtype], engine=replace(train_engine(), fp8_param_gather=c.fp8_param_gather))
+              dtype=DTYPES[c.dtype], engine=replace(train_engine(**muon_engine(c)), fp8_param_gather=c.fp8_param_gather))
     layout = Layout(c.tp, c.pp, c.dp, mb=c.batch_size // (c.dp * c.microbatches), v=c.chunks,
                     schedule=c.schedule, recompute=recompute_policy(c), zero=zero_stage(c),
                     sp=c.sequence_parallel, cp=c.cp, ep=c.ep, dp_shard=c.dp_shard)

@@ -43,6 +43,7 @@ Three terms no formula of the papers has, each explicit:
 from dataclasses import dataclass, field
 
 from hpcpar.data_parallel.zero_memory import fp8_gather_share, gathered_number_bytes, per_rank
+from hpcpar.optim import state_arrays
 from hpcpar.pipeline.schedules import KINDS
 from hpcpar.tools.plan import experts
 from hpcpar.tools.plan.activations import (MASK_BYTES, layer_activation_bytes, layer_activation_terms,
@@ -58,11 +59,13 @@ def number_bytes(job):
     """Bytes a number for zero_memory.per_rank: the weights the optimizer updates (``master``), a
     compute copy beside them (``copy``), a gradient, the optimizer state, a gathered number."""
     e = job.elem_bytes
+    matrix = state_arrays(job.engine.optimizer, matrix=True)         # Muon: one array for a block's matrix
     if job.dtype in ("fp32", "fp64"):
-        return dict(master=e, grad=e, optimizer=e * job.engine.adam_buffers, compute=e)
+        return dict(master=e, grad=e, optimizer=e * job.engine.adam_buffers, matrix_optimizer=e * matrix, compute=e)
     if job.engine.mixed_state_bytes is None:      # precision.py: fp32 masters (whole until ZeRO-3) and
         # a 16-bit compute copy, fp32 gradients and optimizer arrays
-        return dict(master=4, copy=2, grad=4, optimizer=4 * job.engine.adam_buffers, compute=e)
+        return dict(master=4, copy=2, grad=4, optimizer=4 * job.engine.adam_buffers, matrix_optimizer=4 * matrix,
+                    compute=e)
     weights, grads, optim = job.engine.mixed_state_bytes
     return dict(master=weights, grad=grads, optimizer=optim, compute=e)
 

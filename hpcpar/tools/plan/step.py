@@ -18,7 +18,9 @@
   micro-batch's F + B + W; what does not fit under it, and always the first unit's gather, shows.
   An engine that gathers a pipeline stage once per step pays one all-gather (exposed) and one
   reduce-scatter (hidden like the DP gradients) per step instead.
-* Optimizer: a memory-bound pass reading and writing every state byte this rank holds.
+* Optimizer: a memory-bound pass reading and writing every state byte this rank holds; with Muon, its
+  Newton-Schulz iterations at the GEMM rate and their tensor-parallel messages on the rank with the most
+  blocks (the FLOPs and bytes the engine counts: tensor_parallel/muon.muon_costs).
 
 MFU = model FLOPs (no recomputation) / (step * GPUs * peak); HFU counts the recomputed FLOPs too.
 """
@@ -32,8 +34,10 @@ from hpcpar.tools.plan.compute import layer_key, layer_times, stage_times, tp_co
 from hpcpar.tools.plan.flops import step_flops
 from hpcpar.tools.plan.layout import by_class
 from hpcpar.tools.plan.memory import (ALLOCATOR_CACHE, STATE_TERMS, analytic_inflight, keeps_stage_gathered,
-                                layout_memory, stage_memory, stage_params, state_bytes_per_param)
-from hpcpar.tools.plan.network import across_seconds, dp_gradient_seconds, p2p_seconds, shard_seconds
+                                      layout_memory, number_bytes, stage_memory, stage_params, state_bytes_per_param)
+from hpcpar.tools.plan.network import (across_seconds, all_reduce_seconds, dp_gradient_seconds, group_link,
+                                       p2p_seconds, reduce_scatter_seconds, shard_seconds)
+from hpcpar.tensor_parallel.muon import muon_costs
 
 
 @dataclass
@@ -197,9 +201,36 @@ def estimate(job, layout, simulate=True, per_search=None):
                      lambda i: stage_memory(job, lay, i, pipe.peak_inflight[i], shared))
     memory = [dict(terms) for terms in alike]
     grad_total, grad_exposed = dp_exposure(job, lay, stages)
-    optimizer = job.hardware.memory_seconds(2 * max(sum(t[k] for k in STATE_TERMS) for t in memory))
+    optimizer = job.hardware.memory_seconds(2 * max(sum(t[k] for k in STATE_TERMS) for t in memory)) \
+        + muon_seconds(job, lay)
     tp_comm = max(map(tp_comm_seconds, stages)) * m
     step = pipe.makespan + grad_exposed + optimizer       # the FSDP part is inside the pipeline's F and B
     return Estimate(job, lay, stages, (F, B, W), p2p, pipe, memory, grad_total, grad_exposed, optimizer,
                     comm_off_pipeline=tp_comm + grad_exposed + fsdp_shown * m, step=step,
                     fsdp=(fsdp_total * m, fsdp_shown * m))
+
+
+def muon_seconds(job, layout):
+    """Muon's Newton-Schulz on the rank with the most blocks, at the GEMM rate of one of its products,
+    and its messages over TP: one all-gather a slice (duplicated), or ns_steps + 1 all-reduces a slice
+    (distributed), a slice a bucket of the stage's weights; under ZeRO a rank's mean share, each matrix on
+    its owner; 0 for another optimizer."""
+    e = job.engine
+    if e.optimizer != "muon":
+        return 0.0
+    blocks = max(job.stage_layers(layout))
+    master = number_bytes(job)["master"]
+    owners = (layout.shard, max(1, layout.shard // layout.ep)) if layout.zero else (1, 1)   # ZeRO: whole on owners
+    flops, sent = muon_costs(job.model, blocks, layout.tp, layout.ep, e.muon_tp, e.ns_steps, master, owners=owners)
+    dtype = e.ns_dtype or {4: "fp32", 8: "fp64"}[master]
+    h = job.model.hidden
+    seconds = flops / job.hardware.gemm_rate(2 * h * h * h, dtype) if flops else 0.0     # a (h, h) product's rate
+    if not sent:
+        return seconds
+    link = group_link(job.hardware, layout, "tp", job.gpus_per_node)
+    slices = max(1, -(-blocks * job.model.layer_params() / layout.tp * master // e.bucket_bytes))
+    if e.muon_tp == "duplicated":
+        return seconds + reduce_scatter_seconds(link, layout.tp, sent * layout.tp) \
+            + (slices - 1) * (layout.tp - 1) * link.latency
+    calls = slices * (e.ns_steps + 1)
+    return seconds + all_reduce_seconds(link, layout.tp, sent) + (calls - 1) * 2 * (layout.tp - 1) * link.latency

@@ -6,6 +6,8 @@ and the measured timeline drawn like ``hpcpar schedule --plot`` draws a simulate
     bubble     1 - busy / (p x makespan) per pipeline and step (pipeline/bubble.py): the simulator's measure
     comm       time inside collectives and waits for messages, as a share of the traced wall time
     overlap    share of the DP buckets' time in flight that coincides with compute (hidden traffic)
+    optimizer  time in the optimizer step (the update - Muon's Newton-Schulz with its TP messages -, QK-clip,
+               ZeRO's gathers), as a share of the traced wall time
 """
 import json
 import re
@@ -78,6 +80,7 @@ def per_rank(spans, names):
         flight = [(e["ts"], e["ts"] + e["dur"]) for e in evs if e["cat"] == "dp-overlap"]
         compute = [(e["ts"], e["ts"] + e["dur"]) for e in evs if e["tid"] == 0]
         out[pid] = {"busy_us": busy, "step_us": step_time, "wall_us": wall, "comm_us": comm,
+                    "optimizer_us": sum(e["dur"] for e in evs if e["cat"] == "optimizer"),
                     "idle": 1 - busy / step_time if step_time else 0.0,
                     "overlap": _overlap(flight, compute) / sum(b - a for a, b in flight) if flight else None,
                     "costs": {op: [e["dur"] for e in work if e["cat"] == op] for op in ("F", "B", "W")},
@@ -121,9 +124,11 @@ def summary(path):
     bubble = pipeline_bubble(windows(spans, names))
     comm = statistics.fmean(f["comm_us"] / f["wall_us"] for f in figures.values())
     overlaps = [f["overlap"] for f in figures.values() if f["overlap"] is not None]
+    optimizer = statistics.fmean(f["optimizer_us"] / f["wall_us"] for f in figures.values())
     lines += [f"bubble    measured {bubble:.1%} of pipeline time idle; simulated {simulated(meta, figures):.1%} "
               "for the measured mean F, B, W",
-              f"comm      {comm:.1%} of wall time inside communication (mean over ranks)"]
+              f"comm      {comm:.1%} of wall time inside communication (mean over ranks)",
+              f"optimizer {optimizer:.1%} of wall time in the optimizer step (mean over ranks)"]
     if overlaps:
         lines.append(f"overlap   {statistics.fmean(overlaps):.0%} of the DP buckets' time in flight hidden "
                      "behind compute")

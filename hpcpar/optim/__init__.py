@@ -10,6 +10,7 @@ AdamW (Loshchilov & Hutter), decoupled weight decay, bias-corrected moments, as 
     m <- b1 m + (1 - b1) g,     v <- b2 v + (1 - b2) g^2
     p <- p - lr (m / (1 - b1^t)) / (sqrt(v / (1 - b2^t)) + eps)
 SGD with momentum (PyTorch's convention):  u <- mu u + g;  p <- p (1 - lr wd) - lr u
+Muon for the blocks' matrices, AdamW for the rest: optim/muon.py (its Newton-Schulz: newton_schulz.py).
 
 Both steps run block by block for the cache (``blocks``); ``sgd_plain`` and ``adamw_plain`` are the
 lines above on whole arrays, their plain twins: read them first.
@@ -30,7 +31,22 @@ def blocks(flat):
 
 
 class _BlockScratch:
-    """An optimizer's one scratch block per dtype, kept between steps (not state: never saved)."""
+    """An optimizer's one scratch block per dtype, kept between steps (not state: never saved), and its
+    state as checkpoints see it (checkpoint/pieces.py): per slice key, {name: array over the slice}."""
+
+    def flat_state(self, key):
+        return self.state.get(key)
+
+    def load_flat_state(self, key, arrays):
+        self.state[key] = arrays
+
+    def clear_state(self):
+        self.state.clear()
+
+    @staticmethod
+    def holds(p, name):
+        """Every parameter has every state of SGD and AdamW (Muon: optim/muon.py)."""
+        return True
 
     def _blocks(self, flat):
         """(blocks(flat), a scratch array of flat's dtype and device for the largest of them)."""
@@ -87,12 +103,16 @@ class AdamW(_BlockScratch):
             xp = array_module(s.data)
             if s.key not in self.state:
                 self.state[s.key] = {"exp_avg": xp.zeros_like(s.data), "exp_avg_sq": xp.zeros_like(s.data)}
-            m, v = self.state[s.key]["exp_avg"], self.state[s.key]["exp_avg_sq"]
-            _decay(s, lr * self.weight_decay)
-            ranges, tmp = self._blocks(s.data)
-            for a, b in ranges:
-                adamw_update(s.data[a:b], s.grad[a:b], m[a:b], v[a:b], tmp[:b - a],
-                             lr, self.b1, self.b2, self.eps, c1, c2)
+            self.update(s, self.state[s.key]["exp_avg"], self.state[s.key]["exp_avg_sq"], lr, c1, c2)
+
+    def update(self, s, m, v, lr, c1, c2):
+        """The update of one flat slice s (data, grad, decay_ranges) with its moments m and v, the bias
+        corrections c1, c2 of this step (Muon hands AdamW the numbers that are not its matrices here)."""
+        _decay(s, lr * self.weight_decay)
+        ranges, tmp = self._blocks(s.data)
+        for a, b in ranges:
+            adamw_update(s.data[a:b], s.grad[a:b], m[a:b], v[a:b], tmp[:b - a],
+                         lr, self.b1, self.b2, self.eps, c1, c2)
 
 
 def adamw_update(p, g, m, v, tmp, lr, b1, b2, eps, c1, c2):
@@ -154,19 +174,26 @@ def _decay(flat, factor):
             flat.data[a:b] *= 1.0 - factor
 
 
-def state_arrays(name, momentum=0.0):
+def state_arrays(name, momentum=0.0, matrix=False):
     """How many arrays the size of its parameters an optimizer keeps (the memory formulas count these;
-    the scratch block is not one)."""
-    return len(AdamW.state_names) if name == "adamw" else (len(SGD.state_names) if momentum else 0)
+    the scratch block is not one): Muon one for a matrix it orthogonalises (its momentum), AdamW's two
+    for the rest."""
+    if name == "muon" and matrix:
+        return 1
+    return len(AdamW.state_names) if name in ("adamw", "muon") else (len(SGD.state_names) if momentum else 0)
 
 
-def make_optimizer(name, lr, momentum=0.0, beta1=0.9, beta2=0.95, eps=1e-8, weight_decay=0.0):
+def make_optimizer(name, lr, momentum=0.0, beta1=0.9, beta2=0.95, eps=1e-8, weight_decay=0.0, **muon):
+    """``muon``: Muon's own settings (ns, scale_kind, nesterov, orthogonalise: optim/muon.py)."""
     if name == "sgd":
         return SGD(lr, momentum, weight_decay)
     if name == "adamw":
         return AdamW(lr, (beta1, beta2), eps, weight_decay)
+    if name == "muon":
+        from hpcpar.optim.muon import Muon
+        return Muon(AdamW(lr, (beta1, beta2), eps, weight_decay), momentum, **muon)
     from hpcpar.runtime import UsageError
-    raise UsageError(f"unknown optimizer {name!r}: choose sgd or adamw")
+    raise UsageError(f"unknown optimizer {name!r}: choose sgd, adamw or muon")
 
 
 def clip_coefficient(norm, max_norm):
