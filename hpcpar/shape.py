@@ -215,38 +215,6 @@ class ModelShape:
         routed, whole = self.routed_params(), self.moe_whole_params()
         return (self.layer_params() - routed - whole) / tp + whole, routed / ep
 
-    def block_matrices(self):
-        """One block's weight matrices as Muon orthogonalises them (hpcpar/optim/muon.py): tuples (inputs,
-        outputs, how many, the axis tensor parallelism cuts - 0 rows, 1 columns, None whole on every TP
-        rank -, routed: an expert's, cut over ep).  Q, K, V and the output projection; the MLP's, or every
-        routed expert's and the shared experts' (the MoE layer is not cut over TP); never the router.
-        MLA (nn/mla.py): its down-projections whole on every TP rank, the up-projections cut by columns.
-        (A mixture of experts' first dense blocks and the MTP modules' are counted as its other blocks.)"""
-        h, d, f, glu = self.hidden, self.head_dim, self.ffn, self.mlp_matrices - 1    # glu: the input side's
-        a, rq, r, dr = self.heads, self.q_lora_rank, self.kv_lora_rank, self.qk_rope_dim
-
-        def mlp(width, n, cut, routed):
-            return [(h, width, n * glu, 1 if cut else None, routed), (width, h, n, 0 if cut else None, routed)]
-        if r:
-            queries = [(h, rq, 1, None, False), (rq, a * d, 1, 1, False)] if rq else [(h, a * d, 1, 1, False)]
-            out = queries + [(h, r + dr, 1, None, False), (r, a * (d - dr + self.v_head_dim), 1, 1, False),
-                             (a * self.v_head_dim, h, 1, 0, False)]
-        else:
-            out = [(h, self.attention_width, 1, 1, False), (h, self.kv_heads * d, 2, 1, False),
-                   (self.attention_width, h, 1, 0, False)]
-        if not self.experts:
-            return out + mlp(f, 1, True, False)
-        return out + mlp(f, self.experts, False, True) + \
-            (mlp(self.shared_experts * f, 1, False, False) if self.shared_experts else [])
-
-    def block_matrix_split(self, tp, ep):
-        """(dense, routed) numbers of one block's matrices (``block_matrices``) on a rank: block_split's
-        two parts, Muon's share of each."""
-        parts = [0, 0]
-        for rows, cols, n, cut, routed in self.block_matrices():
-            parts[routed] += rows * cols * n / (ep if routed else tp if cut is not None else 1)
-        return tuple(parts)
-
     def routing_bias_params(self):
         """The auxiliary-loss-free balancing bias of a block (E numbers, or 0): moved after each step
         from the expert counts, never by a gradient, so every rank keeps it whole, under ZeRO-3 too."""

@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 from hpcpar.optim import make_optimizer, state_arrays
+from hpcpar.optim.matrices import matrix_split
 from hpcpar.optim.muon import matrices, scale
 from hpcpar.optim.newton_schulz import gram_axis, newton_schulz, newton_schulz_cut
 from hpcpar.runtime import UsageError
@@ -250,13 +251,13 @@ def test_qk_clip_brings_each_head_to_tau(dims):
                                          ("mixtral-tiny", dict(n_shared_expert=2)),
                                          ("deepseek-tiny", dict(first_dense=0))])
 def test_the_shapes_matrices_are_the_engines(name, extra):
-    """shape.py's block_matrices - what the planner counts - are the arrays the engine flags for Muon
+    """optim/matrices.py's block_matrices - what the planner counts - are the arrays the engine flags for Muon
     (experts' biases not among them)."""
     from hpcpar.nn import GPT
     from hpcpar.nn.gpt import preset
     cfg = preset(name, vocab_size=11, **extra)
     engine = sum(p.data.size for p in GPT(cfg, 0, np.float64).parameters() if p.matrix)
-    assert engine == cfg.n_layer * sum(cfg.shape.block_matrix_split(1, 1))
+    assert engine == cfg.n_layer * sum(matrix_split(cfg.shape, 1, 1))
 
 
 def test_whole_tensors_balance_the_group_not_each_buffer():

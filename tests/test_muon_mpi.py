@@ -5,6 +5,7 @@ owner) and HSDP, QK-clip (its maxima too) - and blockwise does not.  One job per
 world size, one reference per model, every layout of that size against it."""
 import pytest
 
+from hpcpar.optim.matrices import matrix_split
 from test_moe_train import MIXTRAL_DIMS
 from test_zero_mpi import one_step
 from train_helpers import free, reference, rel_err, trainer
@@ -180,6 +181,6 @@ def test_muon_state_is_the_formula_and_the_planners(comm):
         if layout.get("zero"):
             momentum = t.grid.dp_cp_comm.mpi.allreduce(momentum) / t.grid.dp_cp_comm.size
         blocks = sum(len(c.blocks) for c in t.chunks)
-        assert momentum == 8 * blocks * sum(t.mcfg.shape.block_matrix_split(t.cfg.tp, t.cfg.ep)) / \
+        assert momentum == 8 * blocks * sum(matrix_split(t.mcfg.shape, t.cfg.tp, t.cfg.ep)) / \
             (t.grid.dp_cp_comm.size if layout.get("zero") else 1), layout
         free(t)

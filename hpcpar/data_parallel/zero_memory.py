@@ -22,7 +22,7 @@ ZeRO 0-2), which every rank keeps whole and moves by a rule (data_parallel/fsdp.
 
 hpcpar: m = g = b (the dtype's bytes), r = 2 under --precision bf16/fp16, o = 2 b for AdamW (its two
 moments; SGD b with momentum, else 0); Muon keeps b (its momentum) for each number of the blocks'
-matrices (shape.py ``block_matrix_split``) and AdamW's 2 b for the rest.  With --fp8-param-gather a
+matrices (optim/matrices.py ``matrix_split``) and AdamW's 2 b for the rest.  With --fp8-param-gather a
 ZeRO-3 unit's quantised weights (shape.py ``quantised_params``) are gathered - held and sent - as FP8
 codes, one byte each: c is then ``gathered_number_bytes``, the compute dtype's bytes and one byte
 weighed by their share.  The update's one scratch block (optim.py: 256 KB on a host, a
@@ -37,6 +37,7 @@ reduce-scatters once, after the last) the whole stage's: P g instead of 2 U g.
 ``hpcpar bench --only zero`` sets ``held``, ``formula`` and the planner side by side.
 """
 from hpcpar.optim import state_arrays
+from hpcpar.optim.matrices import matrix_split
 from hpcpar.runtime import UsageError
 
 GB = 1e9
@@ -143,7 +144,7 @@ def formula(cfg, mcfg, pp_rank=0):
     n = shard_size(cfg.dp, cfg.cp, cfg.dp_shard)
     gathered = gathered_number_bytes(c, fp8_gather_share(mcfg.shape, cfg.tp, cfg.ep, n)) if cfg.fp8_param_gather else c
     blocks = sum(b for _, b in rank_blocks(cfg, mcfg, pp_rank))
-    matrices = tuple(blocks * m for m in mcfg.shape.block_matrix_split(cfg.tp, cfg.ep))     # Muon's (dense, routed)
+    matrices = tuple(blocks * m for m in matrix_split(mcfg.shape, cfg.tp, cfg.ep))     # Muon's (dense, routed)
     return with_experts(cfg.zero, n, cfg.ep, P, X, U, R, matrices, master=b, copy=c if c != b else 0, grad=b,
                         optimizer=k * b, matrix_optimizer=km * b, compute=gathered, reshard=cfg.reshard_after_forward,
                         whole_grads=cfg.microbatches > 1)

@@ -27,6 +27,7 @@ distributed to one rank's Muon.
 """
 from hpcpar.backend import array_module
 from hpcpar.flops import newton_schulz_flops
+from hpcpar.optim.matrices import block_matrices
 from hpcpar.optim.muon import matrices, orthogonalise_whole
 from hpcpar.optim.newton_schulz import newton_schulz_cut
 
@@ -81,14 +82,14 @@ class TensorParallelMuon:
 
 def muon_costs(shape, blocks, tp, ep, mode, steps, itemsize, gram_itemsize=None, owners=(1, 1)):
     """(Newton-Schulz FLOPs, bytes this rank hands the TP group) of one Muon step on a rank holding
-    ``blocks`` blocks of ``shape`` (hpcpar/shape.py ``block_matrices``) in ``mode``: what the engine
+    ``blocks`` blocks of ``shape`` (optim/matrices.py ``block_matrices``) in ``mode``: what the engine
     counts (NewtonSchulz.flops, the tp communicator's bytes) and what the planner charges (plan/step.py).
     ``itemsize``: of an update (the master dtype); ``gram_itemsize``: of a Gram's sum (the iteration's
     accumulator; default the same).  ``owners``: under ZeRO each matrix is orthogonalised by its owner
     alone, so the ranks of a group share the work - (the dense matrices' group, the experts'): the
     result is then a rank's mean share (the owners' balance: bench/muon.py)."""
     flops = sent = 0
-    for rows, cols, n, cut, routed in shape.block_matrices():
+    for rows, cols, n, cut, routed in block_matrices(shape):
         n = n * blocks / (ep if routed else 1) / owners[routed]
         if cut is None or tp == 1 or mode == "duplicated":
             flops += n * newton_schulz_flops(min(rows, cols), max(rows, cols), steps)

@@ -17,7 +17,6 @@ from dataclasses import replace
 
 from hpcpar import precision
 from hpcpar.checkpoint.hf import family as hf_family
-from hpcpar.context_parallel import check_context_parallel
 from hpcpar.data import MarkovLanguage, Regression, TokenFile, validation_file
 from hpcpar.data_parallel.zero_memory import check_budget
 from hpcpar.flops import gpt_step_flops, mlp_step_flops
@@ -80,6 +79,9 @@ class LanguageModel:
             raise UsageError("--on-failure shrink does not yet go on with a mixture of experts (the routing's "
                              "all-reduce after the update is a second commit point): use --on-failure abort")
         check_divisible(mcfg, cfg.tp, cfg.sequence_parallel, mcfg.seq_len)
+        # imported here: context_parallel loads mpi4py, which the option table (options.py) must not, since
+        # hpcpar train reads its options before the rank guard forks (watch/rank_guard.py's split)
+        from hpcpar.context_parallel import check_context_parallel
         check_context_parallel(cfg.cp, mcfg.seq_len, cfg.tp, cfg.sequence_parallel, cfg.cp_kind, mcfg.n_head,
                                mcfg.n_kv_head)
 

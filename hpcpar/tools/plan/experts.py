@@ -29,6 +29,7 @@ On average every expert gets its share: the rows a rank's experts process are R,
 balanced load; a dropless run with an unbalanced router is slower, a capacity factor below 1 faster).
 """
 from hpcpar.data_parallel.zero_memory import with_experts
+from hpcpar.optim.matrices import matrix_split
 from hpcpar.tools.plan.network import across_seconds, ep_all_to_all_seconds, expert_data_seconds
 
 
@@ -51,7 +52,7 @@ def state_terms(model, layout, params, layers, unit, **numbers):
     """zero_memory.with_experts of one rank: the dense numbers over dp * cp (the routing biases whole
     under ZeRO-3), the routed experts over their expert-data group (dp * cp) / ep."""
     dense, routed = split_params(model, params, layers, layout)
-    matrices = tuple(layers * m for m in model.block_matrix_split(layout.tp, layout.ep))     # Muon's share
+    matrices = tuple(layers * m for m in matrix_split(model, layout.tp, layout.ep))     # Muon's share
     return with_experts(layout.zero, layout.shard, layout.ep, dense, routed, unit,
                         layers * model.routing_bias_params(), matrices, **numbers)
 
