@@ -106,7 +106,7 @@ demo: install
 	$(MPIEXEC) -n 8 $(VENV)/bin/hpcpar demo
 
 docs: install
-	$(PY) -m hpcpar.quotes $(DOCS_FLAGS) docs/*.md docs/course/*.md
+	$(PY) -m hpcpar.tools.quotes $(DOCS_FLAGS) docs/*.md docs/course/*.md
 	$(PY) -m hpcpar.course.pictures docs/course/img
 
 # the recovery benchmark (sh) runs its jobs under Open MPI with ULFM: its own environment beside this one

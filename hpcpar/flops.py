@@ -16,8 +16,8 @@ given (Qwen3) Q, the output projection and the attention core are NH*HS wide ins
 token goes through the router (C x E) and k + shared experts' MLPs: the active FLOPs.  The per-token
 counts are the model shape's (hpcpar/shape.py), which the planner counts with as well.
 
-``Gemm`` is one matrix multiply: the planner counts a layer's GEMMs (plan/flops.py) and the benchmarks
-time them (bench/gemm.py).
+``Gemm`` is one matrix multiply: the planner counts a layer's GEMMs (tools/plan/flops.py) and the benchmarks
+time them (tools/bench/gemm.py).
 """
 from dataclasses import dataclass
 
@@ -67,3 +67,11 @@ def mlp_step_flops(cfg, samples):
     C, F = cfg.d_model, cfg.d_ff
     per_sample = 2 * (cfg.d_in * C + cfg.n_layer * 2 * C * F + C * cfg.d_out)
     return 3 * per_sample * samples
+
+
+def newton_schulz_flops(kept, summed, steps):
+    """FLOPs of ``steps`` quintic Newton-Schulz iterations (optim/newton_schulz.py) on a matrix whose Gram
+    sums over ``summed`` numbers and is ``kept`` x ``kept``: each iteration A = X X^T (2 k^2 s), A A
+    (2 k^3), B X (2 k^2 s).  A whole matrix keeps its short side and sums over the long one; a piece
+    cut over tensor-parallel ranks sums over its share of the cut side (the distributed mode)."""
+    return steps * (4 * kept * kept * summed + 2 * kept ** 3)

@@ -1,8 +1,8 @@
 """A model's shape: the numbers that decide its parameters, FLOPs and memory - one arithmetic for the
-engine (nn/gpt.py's counts, pipeline/partition.py's cuts, flops.py) and the planner (hpcpar/plan).
+engine (nn/gpt.py's counts, pipeline/partition.py's cuts, flops.py) and the planner (hpcpar/tools/plan).
 
-The engine builds its shape from the architecture registry (``GPTConfig.shape``, nn/gpt.py's
-``ARCHITECTURES``); the planner reads one from a TOML file or a dims string (plan/models.py).  Either
+The engine builds its shape from the architecture registry (``GPTConfig.shape``, nn/architectures.py's
+``ARCHITECTURES``); the planner reads one from a TOML file or a dims string (tools/plan/models.py).  Either
 way the same methods count.  Parameters of a pre-norm transformer block (h hidden, a heads of size
 d = h/a unless given (Qwen3: 128 whatever h/a), kv key/value heads, f the MLP width)::
 

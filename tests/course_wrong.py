@@ -516,3 +516,39 @@ NEW = {
 }
 for _number, _codes in NEW.items():
     WRONG.setdefault(_number, []).extend(_codes)
+
+# exercise 42: Newton-Schulz as the template's lines say, with one of them changed
+NS = ("import numpy as np\ndef newton_schulz(g, steps):\n    a, b, c = 3.4445, -4.7750, 2.0315\n"
+      "    x = g.T if g.shape[0] > g.shape[1] else g\n    x = x / max(np.linalg.norm(x), 1e-7)\n"
+      "    for _ in range(steps):\n        A = x @ x.T\n        x = a * x + (b * A + c * A @ A) @ x\n"
+      "    return x.T if g.shape[0] > g.shape[1] else x\n")
+ADDED_MUON = {
+    42: [NS.replace("    x = x / max(np.linalg.norm(x), 1e-7)\n", ""),                          # never normalised
+         NS.replace("max(np.linalg.norm(x), 1e-7)", "max(np.abs(x).max(), 1e-7)"),             # the largest entry
+         NS.replace("x / max(np.linalg.norm(x), 1e-7)", "x / np.linalg.norm(x)"),              # zeros divided by 0
+         NS.replace("(b * A + c * A @ A)", "(b * A + c * A)"),                                 # the cubic only
+         NS.replace("range(steps)", "range(steps - 1)"),                                       # one step short
+         NS.replace("a, b, c = 3.4445, -4.7750, 2.0315", "c, b, a = 3.4445, -4.7750, 2.0315"),  # a and c swapped
+         NS.replace("    x = x / max", "    x /= max")],                                       # G changed in place
+    43: ["ANSWER = (1.0, 1.0)\n",                                     # blockwise taken for the exact modes
+         "ANSWER = (2.0, 4.0)\n",                                     # tp, not its square root
+         "ANSWER = (0.7071, 0.5)\n",                                  # 1 / sqrt(tp)
+         "ANSWER = (1.4142, 1.7321)\n",                               # sqrt(3) at tp 4: one block short
+         "ANSWER = 1.4142\n"],                                        # one number, not a pair
+}
+for _number, _codes in ADDED_MUON.items():
+    WRONG.setdefault(_number, []).extend(_codes)
+
+
+# exercise 44: the owners and the numbers handed, as the solution writes them, one rule changed
+OWN = (SOLUTIONS / "ex44.py").read_text()
+FRESH = "        mine, k = [0] * len(sizes), [0] * n\n"
+LEAST = "r = min(range(n), key=lambda r: load[r])"
+WRONG[44] = [
+    OWN.replace(FRESH, FRESH + "        load = [0] * n\n"),                                  # buffer by buffer
+    OWN.replace("key=lambda j: -sizes[j]", "key=lambda j: sizes[j]"),                      # shortest first
+    OWN.replace(LEAST, "r = min(range(n), key=lambda r: (load[r], -r))"),                 # ties to the highest
+    OWN.replace("handed += n * max(k) + max(k)", "handed += sum(sizes) + k[0]"),                # no padding
+    OWN.replace("handed += n * max(k) + max(k)", "handed += n * max(k)"),                      # the all-gather left out
+    OWN.replace(LEAST, "r = j % n"),                                                      # round robin
+]

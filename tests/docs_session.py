@@ -1,9 +1,9 @@
-"""The one scratch session in which the tests run the commands the docs quote (hpcpar/quotes): a command
+"""The one scratch session in which the tests run the commands the docs quote (hpcpar/tools/quotes): a command
 quoted in two places, or run by two tests, runs once per test session."""
 import atexit
 import functools
 
-from hpcpar.quotes.runner import Session
+from hpcpar.tools.quotes.runner import Session
 
 
 @functools.lru_cache(maxsize=None)

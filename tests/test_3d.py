@@ -5,7 +5,7 @@ import pytest
 
 from hpcpar.training.config import check
 from hpcpar.runtime import UsageError
-from hpcpar.training.train import model_config
+from hpcpar.training.models import model_config
 from train_helpers import config, free, reference, rel_err, trainer
 
 LAYOUTS = [(1, 1, 8), (2, 2, 2), (2, 4, 1), (4, 2, 1), (1, 8, 1), (8, 1, 1), (2, 1, 4), (1, 2, 4)]

@@ -63,7 +63,7 @@ def test_all_to_allv_moves_uneven_rows(world, given):
 @pytest.mark.mpi(min_size=2)
 def test_all_to_all_is_recorded_and_traced(comm):
     from hpcpar.comm import flight
-    from hpcpar.trace import tracer as trace
+    from hpcpar import tracer as trace
     c = Communicator(comm, "w")
     n = c.size
     rec = flight.install(flight.FlightRecorder(c.rank))

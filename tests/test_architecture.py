@@ -190,3 +190,113 @@ def test_the_root_holds_only_the_ground_floor():
     files = sorted(e for e in LAYERS if e not in ("hpcpar", ENTRY_POINT) and e.count(".") == 1
                    and not (PACKAGE / e.split(".")[1]).is_dir() and LAYERS[e] > 1)
     assert not files, f"the map names loose modules above layer 1 instead of folders: {files}"
+
+
+# Above the engine (layers 0-4), the folders of hpcpar/: the tools, the teaching material the docs run, and
+# the command line - so that ``ls hpcpar`` shows the engine and one tools folder.
+ABOVE_THE_ENGINE = {"tools", "examples", "course", "cli"}
+
+
+def test_ls_hpcpar_shows_the_engine_and_one_tools_folder():
+    above = {m.split(".")[1] for m in MODULES if m.count(".") >= 1 and (PACKAGE / m.split(".")[1]).is_dir()
+             and layer(m) > 4}
+    assert above == ABOVE_THE_ENGINE, f"folders of hpcpar/ above the engine: {sorted(above)} (a tool goes into tools/)"
+    for folder in ABOVE_THE_ENGINE:
+        low = sorted(m for m in MODULES if covers(f"hpcpar.{folder}", m) and layer(m) <= 4)
+        assert not low, f"hpcpar/{folder}/ holds modules of the engine's layers: {low}"
+
+
+def floor(module):
+    """The top-level entry of hpcpar/ a module lies in (its folder, or the loose module itself)."""
+    parts = module.split(".")
+    return ".".join(parts[:2]) if len(parts) > 1 else module
+
+
+FLOORS = {}
+for _m in MODULES:
+    FLOORS[floor(_m)] = max(FLOORS.get(floor(_m), 0), layer(_m) or 0)
+
+
+def test_no_arrow_runs_back_up():
+    """Drawn floor by floor - each folder on the highest layer of its modules - no import runs from a folder
+    to one on a higher floor (a folder that spans two floors, as trace/ once spanned the tracer and the
+    reports, would draw the arrows from below it as arrows back up)."""
+    up = sorted(f"{m} ({floor(m)}, floor {FLOORS[floor(m)]}) imports {t} ({floor(t)}, floor {FLOORS[floor(t)]})"
+                for m, targets in EDGES.items() for t in targets
+                if t in MODULES and floor(t) != floor(m) and FLOORS[floor(t)] > FLOORS[floor(m)])
+    assert not up, "\n".join(up)
+
+
+README = ROOT / "README.md"
+
+
+def readme_table():
+    """[(idea, path, [names])] of the README's "Where each idea lives" table."""
+    text = README.read_text().split("## Where each idea lives", 1)[1]
+    rows = []
+    for line in text.splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if len(cells) == 3 and cells[1].startswith("`hpcpar/"):
+            rows.append((cells[0], cells[1].strip("`"), re.findall(r"`([\w.]+)`", cells[2])))
+    return rows
+
+
+def defined(path):
+    """The names a file defines at its top level and, as ``Class.name``, in its classes."""
+    names = set()
+    for node in ast.parse(path.read_text(), str(path)).body:
+        if isinstance(node, (ast.FunctionDef, ast.ClassDef)):
+            names.add(node.name)
+        if isinstance(node, ast.ClassDef):
+            names.update(f"{node.name}.{n.name}" for n in node.body if isinstance(n, ast.FunctionDef))
+        if isinstance(node, (ast.Assign, ast.AnnAssign)):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            names.update(t.id for t in targets if isinstance(t, ast.Name))
+    return names
+
+
+# what the front door must lead to: every parallelism and the newer ideas (a row whose idea names it)
+FRONT_DOOR = ("grid", "f and g", "column split", "schedule", "send", "flat buffer", "ZeRO-3 gather", "HSDP",
+              "ring attention", "Ulysses", "expert dispatch", "training step", "document mask", "latent attention",
+              "FP8 quantiser", "GEMM provider", "ULFM")
+
+
+def test_the_readme_table_leads_into_the_code():
+    rows = readme_table()
+    missing = [idea for idea in FRONT_DOOR if not any(idea in row[0] for row in rows)]
+    assert not missing, f"the README's table has no row for: {missing}"
+    for idea, path, names in rows:
+        assert (ROOT / path).is_file(), f"README: {idea}: {path} does not exist"
+        assert names, f"README: {idea}: name a function or class of {path}"
+        absent = [n for n in names if n not in defined(ROOT / path)]
+        assert not absent, f"README: {idea}: {path} defines no {absent}"
+
+
+def test_the_readme_names_every_parallelism_first():
+    first = README.read_text().split("\n\n")[1]
+    for word in ("tensor", "sequence", "pipeline", "data", "ZeRO", "HSDP", "context", "ring", "Ulysses", "expert"):
+        assert word in first, f"README's first paragraph does not name {word}"
+    reading = (PACKAGE / "__init__.py").read_text()
+    for folder in ("comm/grid.py", "tensor_parallel/", "pipeline/", "data_parallel/", "context_parallel/",
+                   "expert_parallel/", "training/"):
+        assert folder in reading, f"hpcpar/__init__.py's reading order leaves out {folder}"
+    assert "3D" not in reading
+
+
+LONGEST = 300          # lines of a file of hpcpar/, unless docs/architecture.md names it with its reason
+
+
+def named_long_files():
+    """{path: reason} of the map's section "Files over 300 lines" (rows ``* `hpcpar/x.py`: why``)."""
+    section = MAP.read_text().split("## Files over 300 lines", 1)[1].split("\n## ", 1)[0]
+    return dict(re.findall(r"^\* `(hpcpar/[\w/]+\.py)`: (.+)$", section, re.M))
+
+
+def test_files_stay_under_300_lines_unless_the_map_says_why():
+    named = named_long_files()
+    lines = {str(p.relative_to(ROOT)): len(p.read_text().splitlines()) for p in PACKAGE.rglob("*.py")}
+    long = sorted(f"{path} ({n} lines)" for path, n in lines.items() if n > LONGEST and path not in named)
+    assert not long, "cut these along their ideas, or name them with the reason in docs/architecture.md:\n" + \
+        "\n".join(long)
+    stale = sorted(path for path in named if lines.get(path, 0) <= LONGEST)
+    assert not stale, f"docs/architecture.md names files that are not over {LONGEST} lines: {stale}"

@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from hpcpar.bench.gemm import block_gemms, head_gemms
+from hpcpar.tools.bench.gemm import block_gemms, head_gemms
 from hpcpar.flops import gpt_step_flops
 from hpcpar.nn.gpt import GPTConfig
 from mpitools import hpcpar, run
@@ -29,7 +29,7 @@ def test_quick_bench_writes_json_and_a_markdown_table(tmp_path):
 
 
 def test_peer_summary_quotes_the_median_of_the_rounds_with_its_range():
-    from hpcpar.bench.common import spread, summary
+    from hpcpar.tools.bench.common import spread, summary
     fig = summary({"ours": [1.0, 2.0, 3.0, 4.0, 10.0], "theirs": [2.0, 2.0, 2.0, 2.0, 2.0]}, "ours", "theirs")
     assert fig["ratio_median_paired"] == 1.5 and (fig["ratio_min"], fig["ratio_max"]) == (0.5, 5.0)
     assert spread(fig) == "1.50x (0.50-5.00, 5 rounds)"
@@ -39,8 +39,8 @@ def test_step_split_takes_the_peers_gemms_from_its_profiler_and_the_bound_from_o
     """(s)'s last table: PyTorch's GEMM seconds are its GEMM ops' self time, the rest each side's step minus
     its GEMMs in the step, and the bound our GEMM floor over the peer's step."""
     torch = pytest.importorskip("torch")
-    from hpcpar.bench.common import Result
-    from hpcpar.bench.step import bench_split, peer_gemm_seconds
+    from hpcpar.tools.bench.common import Result
+    from hpcpar.tools.bench.step import bench_split, peer_gemm_seconds
     a = torch.randn(128, 128)
     assert peer_gemm_seconds(torch, lambda: a @ a, 2) > 0 and peer_gemm_seconds(torch, lambda: a + a, 2) == 0
     res = Result()
@@ -55,7 +55,7 @@ def test_step_split_takes_the_peers_gemms_from_its_profiler_and_the_bound_from_o
 
 
 def test_fast_ops_bench_has_a_ratio_per_op():
-    from hpcpar.bench import fast_ops
+    from hpcpar.tools.bench import fast_ops
     res = fast_ops.run(quick=True)
     (table,) = res.tables
     assert [row[0] for row in table["rows"]] == list(res.figures) and all("rounds)" in row[-1] for row in table["rows"])
@@ -64,7 +64,7 @@ def test_fast_ops_bench_has_a_ratio_per_op():
 def test_moe_bench_quotes_the_median_of_its_rounds_per_step():
     pytest.importorskip("torch")
     pytest.importorskip("transformers")
-    from hpcpar.bench import moe
+    from hpcpar.tools.bench import moe
     res = moe.run(quick=True)
     fig = res.figures["moe_block"]
     (target,) = res.targets
@@ -105,7 +105,7 @@ def test_recomputation_bench_measures_less_kept_memory_the_more_is_recomputed(ar
     """The recompute benchmark's memory figures (not its timings): full < selective < none, both kept
     after the forward and at the peak of the step."""
     import numpy as np
-    from hpcpar.bench.recompute import MODES, QUICK_MODEL, memory, stage
+    from hpcpar.tools.bench.recompute import MODES, QUICK_MODEL, memory, stage
     model = stage(arch, QUICK_MODEL)
     tokens = np.random.default_rng(0).integers(0, 1024, size=(2, QUICK_MODEL["seq_len"] + 1))
     kept, peak = zip(*(memory(model, tokens[:, :-1], tokens[:, 1:], mode) for mode in MODES))   # none, sel., full
@@ -114,7 +114,7 @@ def test_recomputation_bench_measures_less_kept_memory_the_more_is_recomputed(ar
 
 @pytest.mark.slow
 def test_quick_bf16_benchmarks_name_the_provider_and_hold_their_targets_as_figures():
-    from hpcpar.bench import bf16_cores, bf16_step
+    from hpcpar.tools.bench import bf16_cores, bf16_step
     res = bf16_step.run(quick=True)
     assert any("GEMM rates" in t["title"] for t in res.tables) and "bf16 profile" in res.figures
     assert {t["what"].split(":")[0] for t in res.targets} >= {"bf16 step / its own bf16 GEMM floor"}

@@ -215,7 +215,7 @@ def test_every_call_is_recorded_and_traced(comm):
     """With a flight recorder and a tracer on, every call is one flight entry with its operation, peer
     and payload bytes (the counters' bytes), and every blocking call one "comm" span."""
     from hpcpar.comm import flight
-    from hpcpar.trace import tracer as trace
+    from hpcpar import tracer as trace
     c = Communicator(comm, "w")
     right, left = (c.rank + 1) % c.size, (c.rank - 1) % c.size
     x, k = np.ones(8), 4 * c.size                            # 64 bytes; k: a block per rank of 4

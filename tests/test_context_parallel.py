@@ -6,7 +6,7 @@ import pytest
 
 from hpcpar.training.config import check
 from hpcpar.runtime import UsageError
-from hpcpar.training.train import model_config
+from hpcpar.training.models import model_config
 from mpitools import hpcpar, run_mpi
 from train_helpers import GPT_DIMS, LLAMA_DIMS, config, rel_err
 

@@ -111,7 +111,7 @@ def test_trace_shows_each_hop_over_the_block_it_overlaps(comm):
     dK/dV hop but the last of each backward, which carries the finished gradient home."""
     if comm.size != 2:
         pytest.skip("2 ranks")
-    from hpcpar.trace import tracer as trace
+    from hpcpar import tracer as trace
     t = trainer(comm, dims=DIMS, cp=2, microbatches=1)
     tracer = trace.start("cp", comm)
     try:
@@ -215,7 +215,7 @@ def test_ulysses_moves_the_formula_bytes_and_traces_them(comm, dims):
     if comm.size != 2:
         pytest.skip("2 ranks")
     from hpcpar.context_parallel.ulysses import ulysses_bytes
-    from hpcpar.trace import tracer as trace
+    from hpcpar import tracer as trace
     t = trainer(comm, dims=dims, cp=2, cp_kind="ulysses")
     cfg = t.mcfg
     want = cfg.n_layer * t.cfg.microbatches * ulysses_bytes(t.micro, cfg.seq_len, 2, cfg.d_model // cfg.n_head,

@@ -314,7 +314,7 @@ def test_the_cli_starts_checks_hints_and_keeps_the_key_for_the_teacher(tmp_path,
     assert main(["course", "check", "3", "--dir", work]) == 2 and "course start 3" in capsys.readouterr().err
     assert main(["course", "list"]) == 0
     listed = capsys.readouterr().out
-    assert "lesson 17: what comes next" in listed and "min)" in listed and "trainer" in listed
+    assert "lesson 18: what comes next" in listed and "min)" in listed and "trainer" in listed
     with pytest.raises(SystemExit):                                              # --key is required
         main(["course", "key", "20"])
     assert main(["course", "key", "20", "--key", str(Path(work, "ex05.py"))]) == 2 and "not a course key" in \

@@ -1,8 +1,8 @@
-"""DeepSeek-V3 and Kimi K2 in the planner (hpcpar/plan/models/*.toml, hpcpar/shape.py): their parameter counts
+"""DeepSeek-V3 and Kimi K2 in the planner (hpcpar/tools/plan/models/*.toml, hpcpar/shape.py): their parameter counts
 as published, and the KV cache per token MLA keeps against the keys and values it stands for."""
 from dataclasses import replace
 
-from hpcpar.plan.models import load_model
+from hpcpar.tools.plan.models import load_model
 
 
 def test_deepseek_v3_counts_as_published():

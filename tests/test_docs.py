@@ -1,7 +1,7 @@
 """The docs' commands and code blocks still do what the docs say they do.
 
 * every ```console block of docs/ (and docs/course/) prints what it quotes, within the tolerance of
-  hpcpar/quotes/compare.py (timings masked, round-off compared by size); blocks marked slow (minutes
+  hpcpar/tools/quotes/compare.py (timings masked, round-off compared by size); blocks marked slow (minutes
   of training) are left to `make docs`;
 * every ```python block of docs/*.md that holds a doctest (>>> lines) runs and gives the printed output;
 * the training commands quoted in the docs print the losses quoted there (float64: to 12 digits), and
@@ -19,9 +19,9 @@ from pathlib import Path
 import pytest
 
 from docs_session import docs_session
-from hpcpar.quotes.blocks import blocks
-from hpcpar.quotes.compare import DRIFT, MACHINE_ONLY, align, line_difference
-from hpcpar.quotes.pages import check_page
+from hpcpar.tools.quotes.blocks import blocks
+from hpcpar.tools.quotes.compare import DRIFT, MACHINE_ONLY, align, line_difference
+from hpcpar.tools.quotes.pages import check_page
 from mpitools import hpcpar, run, run_mpi
 
 DOCS = Path(__file__).resolve().parent.parent / "docs"
@@ -85,9 +85,9 @@ def test_quote_alignment_finds_new_and_missing_lines():
 def test_make_docs_rewrites_a_stale_quote(tmp_path):
     page = tmp_path / "page.md"
     page.write_text("Text.\n\n```console\n$ printf 'a 1\\nb 2\\n'\na 1\nb 3\n```\n\nMore text.\n")
-    proc, _ = run([sys.executable, "-m", "hpcpar.quotes", "--check", str(page)], timeout=60)
+    proc, _ = run([sys.executable, "-m", "hpcpar.tools.quotes", "--check", str(page)], timeout=60)
     assert proc.returncode == 1 and "2 != 3" not in proc.stdout and "3 != 2" in proc.stdout
-    proc, _ = run([sys.executable, "-m", "hpcpar.quotes", str(page)], timeout=60)
+    proc, _ = run([sys.executable, "-m", "hpcpar.tools.quotes", str(page)], timeout=60)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert page.read_text() == "Text.\n\n```console\n$ printf 'a 1\\nb 2\\n'\na 1\nb 2\n```\n\nMore text.\n"
 

@@ -135,7 +135,7 @@ def test_the_flop_count_of_a_packed_window_sums_the_rule_over_its_documents():
     engine's step FLOPs charge it."""
     from hpcpar.flops import gpt_step_flops
     from hpcpar.nn.gpt import preset
-    from hpcpar.plan.flops import layer_gemms, packed_keys
+    from hpcpar.tools.plan.flops import layer_gemms, packed_keys
     from hpcpar.shape import attention_span, visible_pairs
     for lengths, window in (([16], 0), ([3, 8, 5], 0), ([3, 8, 5], 2), ([7, 1, 8], 3), ([16], 5)):
         docs = np.repeat(np.arange(len(lengths)), lengths)[None]

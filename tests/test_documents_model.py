@@ -8,7 +8,8 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from hpcpar.data import MarkovLanguage, TokenFile, starts_file
+from hpcpar.data import MarkovLanguage, TokenFile
+from hpcpar.data.tokens import starts_file
 from hpcpar.nn import GPT, Context
 from hpcpar.nn.gpt import preset
 from hpcpar.nn.mtp import mtp_targets
@@ -174,7 +175,7 @@ def test_generation_keeps_only_the_window_and_reads_the_prompts_document(arch):
 def test_what_documents_and_windows_cannot_do_is_refused_in_one_line(flags, message):
     from hpcpar.runtime import UsageError
     from hpcpar.training.config import TrainConfig, check
-    from hpcpar.training.train import model_config
+    from hpcpar.training.models import model_config
     with pytest.raises(UsageError, match=message) as err:
         model_config(check(TrainConfig(progress=False, layers=2, **flags), 1))
     assert "\n" not in str(err.value)

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 import hpcpar.data_parallel.replicas
-from hpcpar import progress
+from hpcpar import inflight
 from hpcpar.data_parallel.replicas import cut_buckets
 from hpcpar.nn.gpt import GPT, preset
 from hpcpar.nn.linear import Linear
@@ -41,8 +41,8 @@ def test_a_linear_polls_after_each_backward_gemm():
     lin = Linear("l", 4, 3, 0.02, 0, np.float64)
     x, dy = np.ones((2, 4)), np.ones((2, 3))
     polls = []
-    progress.poll()                                     # nothing installed: nothing happens
-    progress.install(lambda: polls.append(1))
+    inflight.poll()                                     # nothing installed: nothing happens
+    inflight.install(lambda: polls.append(1))
     try:
         lin.backward(dy, x)
         assert len(polls) == 2
@@ -53,7 +53,7 @@ def test_a_linear_polls_after_each_backward_gemm():
             fn()
         assert len(polls) == 4
     finally:
-        progress.install(None)
+        inflight.install(None)
 
 
 @pytest.mark.mpi(min_size=2)
@@ -73,7 +73,7 @@ def test_polls_between_gemms_change_no_number(comm, monkeypatch):
         calls.clear()
         got = [t.step(s)[0] for s in range(2)]
         counts[mode] = len(calls)
-        assert progress._hook is None
+        assert inflight._hook is None
         # float64, the same model summed over another batch split: agreement to rounding, not bits
         assert rel_err(got, want) <= 1e-10, (mode, got, want)
         free(t)

@@ -14,12 +14,12 @@ import pytest
 
 import hpcpar.examples
 from docs_session import docs_session
-from hpcpar.quotes.blocks import blocks
+from hpcpar.tools.quotes.blocks import blocks
 from mpitools import run, run_mpi
 
 EXAMPLES = sorted(m.name for m in pkgutil.iter_modules(hpcpar.examples.__path__) if not m.name.startswith("_"))
 RANKS = {"one_step": 1, "caches": 1, "tp_split": 2, "tp_gpt": 2, "pipeline_by_hand": 2,
-         "data_parallel_by_hand": 2, "collectives": 4, "ring_by_hand": 2, "zero_timeline": 2}
+         "data_parallel_by_hand": 2, "collectives": 4, "ring_by_hand": 2, "zero_timeline": 2, "muon_tp": 2}
 MPI_EXAMPLES = sorted(name for name, n in RANKS.items() if n > 1)
 
 
@@ -27,7 +27,7 @@ MPI_EXAMPLES = sorted(name for name, n in RANKS.items() if n > 1)
 QUOTED_IN = {"one_step": "engine.md", "caches": "engine.md", "tp_split": "tensor_parallel.md",
              "tp_gpt": "tensor_parallel.md", "pipeline_by_hand": "pipeline.md",
              "data_parallel_by_hand": "data_parallel.md", "collectives": "collectives.md",
-             "ring_by_hand": "context_parallel.md", "zero_timeline": "zero.md"}
+             "ring_by_hand": "context_parallel.md", "zero_timeline": "zero.md", "muon_tp": "optimizers.md"}
 DOCS = Path(__file__).resolve().parent.parent / "docs"
 
 
@@ -73,7 +73,7 @@ def test_every_example_is_tested_and_documented():
 @pytest.mark.parametrize("name", sorted(QUOTED_IN))
 def test_docs_quote_the_current_output(name):
     """The chapter quotes the example in a console block, which tests/test_docs.py checks against its
-    output (to the tolerance of hpcpar/quotes/compare.py: round-off and timings are not text)."""
+    output (to the tolerance of hpcpar/tools/quotes/compare.py: round-off and timings are not text)."""
     quoted = [q.command for b in blocks(DOCS / QUOTED_IN[name]) for q in b.quotes]
     assert command(name) in quoted, f"docs/{QUOTED_IN[name]} has no console block '$ {command(name)}'"
     example(name)
@@ -185,3 +185,15 @@ def test_collectives_demonstrates_every_pattern_and_its_cost():
     assert "rank 3: (30, 31, 32, 33) -> (72)" in out                       # reduce-scatter: element 3 of the sum
     assert out.count("-> (60, 64, 68, 72)") == 5                           # reduce on rank 0, all-reduce on all 4
     assert re.search(r"^all-reduce +[0-9.]+ ms +[0-9.]+ ms$", out, re.M)
+
+
+def test_muon_tp_shows_the_exact_modes_equal_one_rank_and_blockwise_not():
+    """The worked example of docs/optimizers.md: duplicated and distributed give each rank its shard of the
+    whole matrix's Newton-Schulz, blockwise does not - and its halves together are no orthogonal matrix."""
+    out = example("muon_tp")
+    diffs = {mode: numbers_after(f"{mode:<12} max |O_r - NS(U)[:, 4r:4r+4]| =", out)
+             for mode in ("duplicated", "distributed", "blockwise")}
+    assert len(diffs["duplicated"]) == 2 and max(diffs["duplicated"] + diffs["distributed"]) < 1e-12
+    assert min(diffs["blockwise"]) > 0.1
+    svs = re.findall(r"^blockwise: \[O_0 \| O_1\] has singular values \(([^)]*)\)", out, re.M)
+    assert svs and min(float(x) for x in svs[0].split(",")) > 1.1

@@ -1,4 +1,4 @@
-"""Each faster op against the plain one it sits beside, in float64; the blocked SGD update against the
+"""Each tuned op against the plain twin it sits beside, in float64; the blocked SGD update against the
 textbook lines, the blocked AdamW against its update on whole arrays.
 
 The two compute the same function in another order (a BLAS row sum instead of numpy's, ...), so
@@ -10,11 +10,15 @@ import pytest
 
 from hpcpar.data_parallel.flat import FlatSlice
 from hpcpar.ops.activation import gelu_backward, gelu_backward_fast, gelu_forward, gelu_forward_fast
-from hpcpar.ops.attention import (QUERY_BLOCK, attention_backward, attention_forward, causal_mask, causal_work,
-                                  engine_block, query_blocks)
+from hpcpar.ops.attention import (QUERY_BLOCK, attention_backward, attention_backward_plain, attention_forward,
+                                  attention_forward_plain, causal_mask, causal_work, engine_block, query_blocks)
 from hpcpar.ops.dropout import dropout_mask
+from hpcpar.ops.layernorm import (layernorm_backward, layernorm_backward_plain, layernorm_forward,
+                                  layernorm_forward_plain)
+from hpcpar.ops.masks import Mask
+from hpcpar.ops.swiglu import swiglu_backward, swiglu_backward_plain, swiglu_forward, swiglu_forward_plain
 from hpcpar.ops.softmax import row_max, softmax_forward, softmax_forward_fast
-from hpcpar.optim import BLOCK, SGD, AdamW, adamw_update
+from hpcpar.optim import BLOCK, SGD, AdamW, adamw_plain, adamw_update, sgd_plain
 
 
 @pytest.fixture
@@ -142,3 +146,67 @@ def test_query_blocks_and_their_share_of_the_scores():
     assert engine_block(np.zeros((1, 1, 256, 8))) == QUERY_BLOCK
     on_gpu = type("OnDevice", (), {"shape": (1, 1, 256, 8), "__cuda_array_interface__": {}})()
     assert engine_block(on_gpu) == 256                        # one block: a launch per op is what costs there
+
+
+def assert_twins(got, want):
+    """The tuned op's outputs against its plain twin's, float64, to 1e-12 of each output's largest number."""
+    for a, b in zip(got, want):
+        np.testing.assert_allclose(a, b, rtol=1e-12, atol=1e-12 * np.abs(b).max())
+
+
+@pytest.mark.parametrize("shape", [(2, 700, 256), (3, 5, 48), (1, 7)])
+def test_layernorm_is_its_plain_twin(rng, shape):
+    """Row means as BLAS matrix-vector products, the backward's three sums in one pass over blocks of rows
+    (2 x 700 rows of 256: several blocks and a short last one) against the textbook lines."""
+    x, dy = rng.standard_normal(shape) * 3 + 1, rng.standard_normal(shape)
+    g, b = rng.standard_normal(shape[-1]), rng.standard_normal(shape[-1])
+    y, cache = layernorm_forward(x, g, b)
+    y_plain, cache_plain = layernorm_forward_plain(x, g, b)
+    assert_twins((y, *cache), (y_plain, *cache_plain))
+    assert_twins(layernorm_backward(dy, g, cache), layernorm_backward_plain(dy, g, cache_plain))
+
+
+def test_swiglu_is_its_plain_twin(rng):
+    """Block by block, into the strided halves of one (N, 2F) gradient as a gated MoE passes them."""
+    a, u, dh = (rng.standard_normal((900, 160)) * 4 for _ in range(3))
+    h, s = swiglu_forward(a, u)
+    assert_twins((h, s), swiglu_forward_plain(a, u))
+    both = np.empty((900, 320))
+    got = swiglu_backward(dh, a, u, s, out=(both[:, :160], both[:, 160:]))
+    assert_twins(got, swiglu_backward_plain(dh, a, u, s))
+
+
+@pytest.mark.parametrize("mask", ["causal", "documents", "window"])
+def test_attention_is_its_plain_twin(rng, mask):
+    """The query blocks (skipping keys above the diagonal, in other documents, behind the window) and the
+    fast softmax against the textbook lines on whole T x T matrices, with dropout."""
+    B, NH, T, HS = 2, 3, 13, 4
+    q, k, v, do = (rng.standard_normal((B, NH, T, HS)) for _ in range(4))
+    drop = dropout_mask((5, 1), (B, NH, T, T), 0.25, np.float64)
+    docs = np.array([[0, 0, 0, 0, 0, 1, 1, 1, 2, 2, 2, 2, 2], [0] * 6 + [1] * 7])
+    attn_mask = {"causal": None, "documents": Mask(docs), "window": Mask(window=4)}[mask]
+    o, cache = attention_forward(q, k, v, drop, block=4, attn_mask=attn_mask)
+    o_plain, cache_plain = attention_forward_plain(q, k, v, drop, attn_mask)
+    assert_twins((o,), (o_plain,))
+    assert_twins(attention_backward(do, cache), attention_backward_plain(do, cache_plain))
+
+
+@pytest.mark.parametrize("name", ["sgd", "sgd-momentum", "adamw"])
+def test_optimizer_steps_are_their_plain_twins(rng, name):
+    """SGD.step and AdamW.step (in blocks, in place, a scratch block) against sgd_plain and adamw_plain (the
+    textbook lines on whole arrays), three steps with weight decay on part of the slice, float64."""
+    n = 2 * BLOCK + 77
+    data = rng.standard_normal(n)
+    mask = np.zeros(n)
+    mask[:n // 3] = 1.0
+    opt = AdamW(0.01, (0.9, 0.95), 1e-8, 0.1) if name == "adamw" else \
+        SGD(0.01, 0.9 if name == "sgd-momentum" else 0.0, weight_decay=0.1)
+    p, u, m, v = data.copy(), None, np.zeros(n), np.zeros(n)
+    for t in range(1, 4):
+        grad = rng.standard_normal(n)
+        opt.step([FlatSlice("w", data, grad, [(0, n // 3)])], 0.05)
+        if name == "adamw":
+            p, m, v = adamw_plain(p, grad, m, v, 0.05, 0.9, 0.95, 1e-8, t, (mask, 0.05 * 0.1))
+        else:
+            p, u = sgd_plain(p, grad, u, 0.05, opt.momentum, (mask, 0.05 * 0.1))
+        assert_twins((data,), (p,))

@@ -85,8 +85,8 @@ def test_fp8_param_gather_sends_a_byte_a_number_and_changes_nothing_else(comm):
     if comm.size != 2:
         pytest.skip("2 ranks")
     from hpcpar.data_parallel.zero_memory import TERMS, formula, held
-    from hpcpar.plan.measured import planner_view
-    from hpcpar.plan.memory import stage_memory
+    from hpcpar.tools.plan.measured import planner_view
+    from hpcpar.tools.plan.memory import stage_memory
     runs = {}
     for gather in (False, True):
         t = trainer(comm, dims=GPT, precision="fp8-tensorwise", dp=2, zero=3, dtype="float32", fp8_rest="bf16",

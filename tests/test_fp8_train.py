@@ -16,7 +16,7 @@ FAST = dict(model="tiny", layers=2, hidden=32, heads=2, seq_len=16, batch_size=8
 
 def trainer(**kw):
     from mpi4py import MPI
-    from hpcpar.training.train import Trainer
+    from hpcpar.training.step import Trainer
     return Trainer(TrainConfig(**dict(FAST, **kw)), MPI.COMM_SELF)
 
 
@@ -95,7 +95,7 @@ def test_options_refused(flags, message):
 ])
 def test_a_block_straddling_two_ranks_is_refused_before_any_rank_communicates(flags, message):
     """Refused by model_config, which the Trainer runs before it makes the grid's communicators."""
-    from hpcpar.training.train import model_config
+    from hpcpar.training.models import model_config
     with pytest.raises(UsageError) as refused:
         model_config(check(TrainConfig(**dict(FAST, **flags)), 2))
     assert str(refused.value) == message

@@ -60,8 +60,18 @@ class Job:
         self.run_dir, metrics = tmp_path / "run", tmp_path / "m.jsonl"
         cmd = mpiexec(8) + hpcpar() + ["train"] + flags + ["--metrics", str(metrics), "--save", str(self.run_dir)]
         self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-        assert wait_for_lines(metrics, 2), "the run did not start"
-        self.ranks = rank_processes(str(metrics))
+        try:
+            assert wait_for_lines(metrics, 2), "the run did not start"
+            self.ranks = rank_processes(str(metrics))
+        except BaseException:               # no job left running: its ranks sit in sessions of their own
+            for pid in subprocess.run(["pgrep", "-f", str(metrics)], capture_output=True, text=True).stdout.split():
+                try:
+                    os.kill(int(pid), signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+            self.proc.kill()
+            self.proc.communicate()
+            raise
 
     def finish(self, limit):
         """(exit status, stderr, seconds from now until the job ended); fails after ``limit`` seconds."""
@@ -205,3 +215,13 @@ def test_a_stalled_rank_in_a_run_directory_that_cannot_be_written_still_ends(tmp
     assert "hpcpar: warning: flight records cannot be written in ./flight" in err, err
     assert re.search(r"hpcpar: rank 0 \(tp 0, pp 0, dp 0\): .*; cannot raise the alarm in \./flight \(.*\): ending "
                      r"the job without the other ranks' records", err), err
+
+
+def test_hpcpar_train_reads_its_options_before_mpi_starts():
+    """The rank guard forks before MPI starts (watch/rank_guard.py's split refuses once mpi4py.MPI is
+    loaded): what hpcpar train imports before the fork - the option table, the flight directory - loads no
+    MPI, or no rank would have a guard to name it."""
+    code = ("import sys; from hpcpar.watch import rank_guard; from hpcpar.training.options import config_from; "
+            "from hpcpar.watch.watchdog import flight_dir; print('mpi4py.MPI' in sys.modules)")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0 and proc.stdout.split() == ["False"], proc.stderr

@@ -63,7 +63,7 @@ def test_hsdp_and_whole_tensors_match_one_rank(comm, name, ranks, layout):
             for p, _, _ in f.segments:
                 assert f.owner(p) is not None, p.name
             mine = {p.name for p, _, _ in t.dp.slices()[i].segments}
-            assert mine == {p.name for p, _, _ in f.segments if f.owner(p) == f.shard.rank}
+            assert mine == {p.name for p, _, _ in f.segments if f.owner(p) == f.group.rank}
     free(t)
     assert rel_err(got[0], want[0]) <= 1e-10, f"loss differs ({name})"
     assert rel_err(got[2], want[2]) <= 1e-10, f"gradient norm differs ({name})"
@@ -84,7 +84,7 @@ def test_hsdp_gathers_inside_its_shard_groups_and_sums_across(comm):
     inside, across = by_name["dp_shard"], by_name["dp_across"]
     grads = sum(f.owned_grad.nbytes for f in t.dp.flats)            # this rank's owned ranges, float64
     free(t)
-    assert t.dp.flats[0].shard.size == 2 and t.dp.flats[0].across.size == 2
+    assert t.dp.flats[0].group.size == 2 and t.dp.flats[0].across.size == 2
     assert inside.bytes["all_gather"] > 0 and inside.bytes["reduce_scatter"] > 0
     assert across.bytes["all_gather"] == across.bytes["reduce_scatter"] == 0
     assert across.bytes["all_reduce"] == grads
@@ -97,8 +97,8 @@ def test_hsdp_memory_is_the_planners_and_the_engines(comm, zero):
     (what --memory-budget checks) and the planner's terms are the same numbers, and the arrays the engine
     holds after a step are those numbers (the working set within 10 %: MPI's timing frees gradients early)."""
     from hpcpar.data_parallel.zero_memory import formula, held
-    from hpcpar.plan.measured import planner_view
-    from hpcpar.plan.memory import stage_memory
+    from hpcpar.tools.plan.measured import planner_view
+    from hpcpar.tools.plan.memory import stage_memory
     if comm.size != 4:
         pytest.skip("dp 4")
     t = trainer(comm, dp=4, dp_shard=2, zero=zero, dtype="float32")

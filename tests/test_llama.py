@@ -12,7 +12,7 @@ from hpcpar.training.config import check
 from hpcpar.flops import gpt_block_forward_flops
 from hpcpar.nn import GPT, Context, GPTConfig
 from hpcpar.runtime import UsageError
-from hpcpar.training.train import model_config
+from hpcpar.training.models import model_config
 from test_docs import quoted_losses
 from test_nn import batch, grads
 from train_helpers import config

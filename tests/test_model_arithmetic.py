@@ -15,9 +15,9 @@ from hpcpar.flops import gpt_block_forward_flops, gpt_head_forward_flops
 from hpcpar.nn.gpt import GPT, PRESETS, preset
 from hpcpar.nn.mlp_model import MLPConfig, MLPModel
 from hpcpar.pipeline.partition import partition
-from hpcpar.plan.flops import layer_gemms, logits_gemm
-from hpcpar.plan.memory import stage_params
-from hpcpar.plan.measured import planner_view
+from hpcpar.tools.plan.flops import layer_gemms, logits_gemm
+from hpcpar.tools.plan.memory import stage_params
+from hpcpar.tools.plan.measured import planner_view
 
 ROOT = Path(__file__).resolve().parent.parent
 LAYERS = 6
@@ -29,8 +29,9 @@ def engine_cfg(name):
 
 
 def run(world=1, **flags):
-    """An hpcpar train configuration as checked for ``world`` ranks (dp, micro-batches, chunks filled in)."""
-    return check(TrainConfig(**flags), world)
+    """An hpcpar train configuration of engine_cfg's 6 layers as checked for ``world`` ranks (dp,
+    micro-batches, chunks filled in; check refuses a model the layout cannot hold)."""
+    return check(TrainConfig(**{"layers": LAYERS, **flags}), world)
 
 
 def arrays(params):
@@ -128,7 +129,7 @@ def test_planner_zero_terms_are_the_engines_formula(world, options):
     optimizer state and ZeRO working set of every pipeline stage are the engine's formula, which the
     engine's own arrays are held to (tests/test_zero_mpi.py, hpcpar bench --only zero)."""
     from hpcpar.data_parallel.zero_memory import TERMS, formula
-    from hpcpar.plan.memory import stage_memory
+    from hpcpar.tools.plan.memory import stage_memory
     cfg = engine_cfg("tiny")
     c = run(world, model="tiny", batch_size=8, **options)
     job, layout = planner_view(c, cfg)
@@ -146,10 +147,12 @@ def test_planner_zero_terms_are_the_engines_formula(world, options):
 def test_planner_ranks_hold_what_the_schedule_places(name, schedule, pp):
     """A rank holds the virtual stages its schedule places there (a V: stage r and 2p-1-r, so rank 0 has
     the embedding and the head, tied in memory rather than copied): the planner's layers and parameters
-    per rank are the arrays of the chunks the engine builds there (training/train.py's _build_chunks)."""
+    per rank are the arrays of the chunks the engine builds there (training/step.py's _build_chunks); 4 layers
+    where 6 would not divide into 2 pp equal chunks (a chunked schedule refuses it)."""
     from hpcpar.pipeline.schedules import build
-    cfg = engine_cfg(name)
-    c = run(pp, model=name, pp=pp, schedule=schedule, microbatches=2 * pp, batch_size=4 * pp)
+    layers = 2 * pp if LAYERS % (2 * pp) else LAYERS
+    cfg = preset(name, n_layer=layers, vocab_size=engine_cfg(name).vocab_size)
+    c = run(pp, model=name, pp=pp, schedule=schedule, microbatches=2 * pp, batch_size=4 * pp, layers=layers)
     job, layout = planner_view(c, cfg)
     S = pp * c.chunks
     ranges, placed = partition(cfg.n_layer, S, c.partition, cfg), build(schedule, pp, 2 * pp, c.chunks)

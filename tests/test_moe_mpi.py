@@ -137,7 +137,7 @@ def test_the_all_to_all_spans_carry_their_bytes(comm):
     """A traced step: each 'ep all_to_allv' span holds the bytes its rank handed MPI; over the job they are
     the rows of every choice, four times (dispatch and combine, forward and backward) per layer."""
     import numpy as np
-    from hpcpar.trace import tracer as trace
+    from hpcpar import tracer as trace
     from train_helpers import free, trainer
     t = trainer(comm, dp=comm.size, ep=2, dims=MOE_DIMS)
     trace.start("moe")

@@ -6,7 +6,7 @@ import pytest
 
 from train_helpers import config, free, trainer
 from hpcpar.runtime import UsageError
-from hpcpar.training.train import model_config
+from hpcpar.training.models import model_config
 
 MOE_DIMS = dict(model="moe-tiny", layers=2, hidden=16, heads=2, ffn=24, seq_len=8, synthetic_vocab=29,
                 batch_size=8)

@@ -71,7 +71,7 @@ def _mtp_loss(model, x, t):
 
 
 def test_mtp_options_are_refused_without_a_model_for_them():
-    from hpcpar.training.train import model_config
+    from hpcpar.training.models import model_config
     from hpcpar.training.config import check
     with pytest.raises(UsageError, match="--mtp needs a GPT"):
         model_config(check(config(dims=dict(model="mlp", mtp=1)), 1))

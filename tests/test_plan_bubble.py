@@ -1,4 +1,4 @@
-"""The pipeline term (hpcpar/plan/bubble.py): the reduced simulation extrapolates exactly, the peak in
+"""The pipeline term (hpcpar/tools/plan/bubble.py): the reduced simulation extrapolates exactly, the peak in
 flight counted from the schedule's order is the simulator's (until W where the backward is split),
 and the closed forms that pre-rank layouts (memory.analytic_inflight, analytic_makespan) agree with
 both."""
@@ -6,8 +6,8 @@ import pytest
 
 from hpcpar.pipeline.schedules import SCHEDULES, KINDS, build
 from hpcpar.pipeline.simulate import Costs, simulate
-from hpcpar.plan.bubble import analytic_makespan, held_inflight, simulate_pipeline
-from hpcpar.plan.memory import analytic_inflight
+from hpcpar.tools.plan.bubble import analytic_makespan, held_inflight, simulate_pipeline
+from hpcpar.tools.plan.memory import analytic_inflight
 
 CASES = [("1f1b", 4, 23, 1), ("gpipe", 4, 17, 1), ("interleaved", 4, 20, 2), ("zb-h1", 6, 25, 1),
          ("interleaved", 3, 14, 3), ("1f1b", 8, 40, 1), ("zb-h2", 4, 21, 1), ("zb-h2", 5, 33, 1),

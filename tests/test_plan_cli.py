@@ -61,7 +61,7 @@ LLAMA8B = ["plan", "--model", "llama3-8b", "--gpus", "16", "--hardware", "h100",
 
 
 def _layouts(out):
-    from hpcpar.plan.layout import parse_layout
+    from hpcpar.tools.plan.layout import parse_layout
     rows = [line.split() for line in out.splitlines()]
     return [parse_layout(r[1]) for r in rows if len(r) > 1 and r[0].isdigit() and r[1].startswith("tp")]
 
@@ -113,7 +113,7 @@ LLAMA3_CP16 = ["plan", "--model", "llama3-405b", "--gpus", "16384", "--hardware"
 
 
 def test_llama3_405b_at_tp8_cp16_pp16_on_16384_gpus(capsys):
-    """Llama 3's long-context layout (Dubey et al. 2024, Table 4 row 3, hpcpar/plan/runs/llama3.toml):
+    """Llama 3's long-context layout (Dubey et al. 2024, Table 4 row 3, hpcpar/tools/plan/runs/llama3.toml):
     380 TFLOP/s per GPU published, 38 % MFU of the H100's 989; the planner's best such layout must fit
     in 80 GB (the run ran) and land within a third of that."""
     assert main(LLAMA3_CP16) == 0

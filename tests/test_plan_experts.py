@@ -1,20 +1,21 @@
-"""The planner's mixture of experts (hpcpar/plan/experts.py): the model state a rank holds with ep is
+"""The planner's mixture of experts (hpcpar/tools/plan/experts.py): the model state a rank holds with ep is
 the engine's own count, the all-to-all's bytes and time, ep in the layout and the search, the
 refusals, and the published MoE rows with their sources."""
 import pytest
 
 from hpcpar.data_parallel.zero_memory import TERMS, formula
 from hpcpar.nn.gpt import PRESETS, preset
-from hpcpar.plan import experts
-from hpcpar.plan.hardware import load_hardware
-from hpcpar.plan.job import Engine, Job
-from hpcpar.plan.layout import Layout, parse_layout
-from hpcpar.plan.measured import planner_view
-from hpcpar.plan.memory import layer_activation_bytes, layer_activation_terms, stage_memory
-from hpcpar.plan.models import load_model
-from hpcpar.plan.network import ep_all_to_all_seconds
-from hpcpar.plan.published import RUNS
-from hpcpar.plan.search import Space, candidates
+from hpcpar.tools.plan import experts
+from hpcpar.tools.plan.hardware import load_hardware
+from hpcpar.tools.plan.job import Engine, Job
+from hpcpar.tools.plan.layout import Layout, parse_layout
+from hpcpar.tools.plan.measured import planner_view
+from hpcpar.tools.plan.activations import layer_activation_bytes, layer_activation_terms
+from hpcpar.tools.plan.memory import stage_memory
+from hpcpar.tools.plan.models import load_model
+from hpcpar.tools.plan.network import ep_all_to_all_seconds
+from hpcpar.tools.plan.published import RUNS
+from hpcpar.tools.plan.search import Space, candidates
 from hpcpar.training.config import TrainConfig, check
 
 
@@ -151,8 +152,8 @@ def test_published_moe_rows_load_with_their_sources():
 def test_a_step_counts_the_all_to_alls_and_explains_them():
     """The all-to-alls are in F and B and in the communication share; --explain shows total against
     active and the all-to-all's formula."""
-    from hpcpar.plan.explain import explain
-    from hpcpar.plan.step import estimate
+    from hpcpar.tools.plan.explain import explain
+    from hpcpar.tools.plan.step import estimate
     job = mixtral_job()
     with_ep, without = (estimate(job, Layout(1, 4, 16, zero=1, ep=ep), simulate=False) for ep in (8, 1))
     layers = job.stage_layers(with_ep.layout)[0]
@@ -166,7 +167,7 @@ def test_a_step_counts_the_all_to_alls_and_explains_them():
 
 def test_expert_gradients_travel_over_their_own_group():
     """Summed over the (dp * cp) / ep ranks holding the same experts; nowhere when each lives on one rank."""
-    from hpcpar.plan.network import expert_data_seconds, group_link, reduce_scatter_seconds
+    from hpcpar.tools.plan.network import expert_data_seconds, group_link, reduce_scatter_seconds
     job = mixtral_job()
     lay = Layout(1, 4, 16, ep=8)
     nbytes = 1e9 * 4
@@ -178,7 +179,7 @@ def test_expert_gradients_travel_over_their_own_group():
 
 
 def test_local_prediction_refuses_experts_and_says_why():
-    from hpcpar.plan.local import predict_local
+    from hpcpar.tools.plan.local import predict_local
     from hpcpar.runtime import UsageError
     with pytest.raises(UsageError, match="fitted without any"):
         predict_local("local.toml", model="moe-tiny")

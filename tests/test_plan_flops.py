@@ -1,8 +1,8 @@
-"""FLOP counts (hpcpar/plan/flops.py): the GEMM list adds up to Narayanan et al.'s closed forms."""
+"""FLOP counts (hpcpar/tools/plan/flops.py): the GEMM list adds up to Narayanan et al.'s closed forms."""
 import pytest
 
-from hpcpar.plan.flops import layer_gemms, logits_gemm, narayanan_flops, step_flops
-from hpcpar.plan.models import load_model, parse_dims
+from hpcpar.tools.plan.flops import layer_gemms, logits_gemm, narayanan_flops, step_flops
+from hpcpar.tools.plan.models import load_model, parse_dims
 
 
 @pytest.mark.parametrize("spec, batch, seq", [("gpt3-175b", 1536, 2048), ("l=24,h=2304,a=24,V=51200", 512, 2048),

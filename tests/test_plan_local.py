@@ -1,4 +1,4 @@
-"""The CPU cost model and the local step prediction (hpcpar/plan/cpu.py, local.py), on a made-up
+"""The CPU cost model and the local step prediction (hpcpar/tools/plan/cpu.py, local.py), on a made-up
 profile: no measurement here (test_plan_validation.py calibrates this machine and checks it)."""
 import itertools
 
@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 
 from hpcpar.cli import main
-from hpcpar.plan.cpu import TERMS, CpuCosts, Pass, fit_passes, fit_warm, nnls
-from hpcpar.plan.local import engine_shape, explain_local, predict_local
+from hpcpar.tools.plan.cpu import TERMS, CpuCosts, Pass, fit_passes, fit_warm, nnls
+from hpcpar.tools.plan.local import engine_shape, explain_local, predict_local
 from hpcpar.runtime import UsageError
 
 PROFILE = """
@@ -72,7 +72,7 @@ def test_fit_recovers_the_constants_of_made_up_probes():
     """Probes timed exactly by known constants give those constants back."""
     truth = CpuCosts(100e9, {"rep": 10e-9, "split": 5e-9, "soft": 3e-9, "block": 80e-6, "end": 40e-6},
                      {"rep": 20e-9, "split": 5e-9, "soft": 1e-9, "block": 120e-6, "end": 60e-6}, {})
-    from hpcpar.plan.models import ModelShape
+    from hpcpar.tools.plan.models import ModelShape
     samples = []
     shapes = [(1, 128, 4, 64, 512, 8, 1), (3, 128, 4, 64, 512, 8, 1), (2, 64, 4, 32, 256, 32, 1),
               (2, 128, 8, 128, 256, 4, 1), (1, 256, 8, 64, 1024, 8, 1), (1, 16, 2, 8, 64, 1, 1),
@@ -100,7 +100,7 @@ def test_allreduce_fit_recovers_alpha_beta_and_falls_back_on_a_busy_machine():
     """Timings that follow alpha * calls + bytes / beta give alpha and beta back.  Timings where the
     bytes explain nothing - here they fall as the bytes grow, as when load slowed the small probes -
     fit no slope: beta is the ping-pong's (never an infinite bandwidth) and alpha is fitted with it."""
-    from hpcpar.plan.calibrate import allreduce_fit
+    from hpcpar.tools.plan.calibrate import allreduce_fit
     sizes = [(10, 1e5), (40, 1e6), (20, 4e6), (80, 2e6)]
     alpha, beta, source = allreduce_fit(_collectives(20e-6, 2e9, sizes), pingpong_bandwidth=5e9)
     assert (alpha, beta, source) == (pytest.approx(20e-6), pytest.approx(2e9), "probes")
@@ -112,7 +112,7 @@ def test_allreduce_fit_recovers_alpha_beta_and_falls_back_on_a_busy_machine():
 
 
 def test_engine_text_says_where_the_allreduce_bandwidth_came_from():
-    from hpcpar.plan.calibrate import engine_text
+    from hpcpar.tools.plan.calibrate import engine_text
     mpi = {"dp_latency": 5e-6, "dp_bandwidth": 5e9}
     fit = {"allreduce": (2e-5, 5e9, "ping-pong"), "cpu": 1.0, "costs": {}, "rms": {}}
     text = engine_text(mpi, fit)
@@ -159,7 +159,7 @@ def test_explain_and_cli(profile, capsys):
 
 
 def test_a_local_run_with_cp_selective_recomputation_and_zero(profile, capsys):
-    """hpcpar train's --cp 2 --recompute-attention --zero1, as the planner reads them (plan/local.py's
+    """hpcpar train's --cp 2 --recompute-attention --zero1, as the planner reads them (tools/plan/local.py's
     recompute_policy and zero_stage), are in the layout it reports and in its memory."""
     flags = ["plan", "local", "--hardware", profile, "--model", "tiny", "--dtype", "fp32", "--dp", "2"]
     assert main(flags) == 0

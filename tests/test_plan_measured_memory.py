@@ -1,17 +1,17 @@
-"""The planner's memory formula against hpcpar's own measured peak per rank (hpcpar/plan/measured.py).
+"""The planner's memory formula against hpcpar's own measured peak per rank (hpcpar/tools/plan/measured.py).
 
 Nine layouts of the tiny and small presets - one rank (plain, full recomputation, micro-batches) and
 two ranks (tensor, pipeline - 1F1B, and ZB-V, whose rank 0 holds both ends of the model - ZeRO-1 data
 and sequence parallelism) - and three with experts (moe-tiny on one rank; moe-tiny and mixtral-tiny
 with ZeRO-1 on two ranks of ep 2: the experts' rows, router, all-to-all buffers and the routed
-experts' state, plan/experts.py): the tracemalloc peak of real
+experts' state, tools/plan/experts.py): the tracemalloc peak of real
 Trainer steps and memory.py's state + activations + buffers + workspace for the same rank agree
 within 10 % (the two expert layouts of two ranks within 15 %: EXPERT_RANKS says why).  Peaks are allocation sizes, not timings: the same on any machine and under any load.
 """
 import pytest
 
 from hpcpar.training.config import TrainConfig
-from hpcpar.plan.measured import measure_peak, predict_peak
+from hpcpar.tools.plan.measured import measure_peak, predict_peak
 
 TOLERANCE = 0.10
 SERIAL = [dict(model="tiny", batch_size=8), dict(model="small", batch_size=4),
@@ -36,7 +36,7 @@ def _label(kw):
 
 
 def _check(comm, kw, tolerance=TOLERANCE):
-    from hpcpar.training.train import Trainer
+    from hpcpar.training.step import Trainer
     cfg = TrainConfig(**kw, steps=2)
     measured = measure_peak(cfg, comm)
     trainer = Trainer(cfg, comm)

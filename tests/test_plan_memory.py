@@ -1,14 +1,14 @@
-"""Memory per GPU (hpcpar/plan/memory.py) against the formulas of docs/design.md (Memory), term by term;
+"""Memory per GPU (hpcpar/tools/plan/memory.py) against the formulas of docs/design.md (Memory), term by term;
 the check against hpcpar's own measured peak is test_plan_measured_memory.py."""
 import pytest
 
-from hpcpar.plan.hardware import load_hardware
-from hpcpar.plan.job import Engine, Job
-from hpcpar.plan.layout import Layout, stage_layers
-from hpcpar.plan.memory import (analytic_inflight, comm_buffer_bytes, layer_activation_bytes,
-                                layer_activation_terms, stage_memory, stage_params, state_bytes_per_param,
-                                workspace_bytes)
-from hpcpar.plan.models import load_model, parse_dims
+from hpcpar.tools.plan.hardware import load_hardware
+from hpcpar.tools.plan.job import Engine, Job
+from hpcpar.tools.plan.layout import Layout, stage_layers
+from hpcpar.tools.plan.activations import layer_activation_bytes, layer_activation_terms
+from hpcpar.tools.plan.memory import (analytic_inflight, comm_buffer_bytes, stage_memory, stage_params,
+                                      state_bytes_per_param, workspace_bytes)
+from hpcpar.tools.plan.models import load_model, parse_dims
 
 GPT = parse_dims("l=24,h=2048,a=16,V=51200,dropout=1")
 MEGATRON = Engine(numpy_caches=False, adam_buffers=2)   # the tensors Korthikanti et al. count; Adam m, v
@@ -205,7 +205,7 @@ def test_the_loss_keeps_one_micro_batchs_logits_at_the_engines_bytes():
 
 def test_the_allocator_cache_is_reported_but_need_not_fit():
     """PyTorch reports its peak reserved memory; on a failed allocation it releases the cache first."""
-    from hpcpar.plan.step import estimate
+    from hpcpar.tools.plan.step import estimate
     cached = job(engine=Engine(flash_attention=True, numpy_caches=False, allocator_cache=100.0))
     est = estimate(cached, Layout(1, 1, 8, zero=3))
     assert est.memory_peak > cached.hardware.usable_bytes and est.fits
@@ -217,8 +217,8 @@ def test_an_llm_foundry_job_keeps_its_logits_at_the_fused_loss_2_bytes():
     and its peak, so a change to either the loss term or llm-foundry's framework entry shows here.  At
     the 10 bytes per logit of an eager cross_entropy(logits.float()) the same job would not fit."""
     from dataclasses import replace
-    from hpcpar.plan.published import EAGER_LOSS, RUNS
-    from hpcpar.plan.validate import predict
+    from hpcpar.tools.plan.published import EAGER_LOSS, RUNS
+    from hpcpar.tools.plan.validate import predict
     run = next(r for r in RUNS if r.name == "MPT-760M, 2048 tokens, 8 GPUs")
     est = predict(run)
     assert str(est.layout) == "tp1-pp1-dp8-mb24-v1-1f1b-z3"

@@ -1,7 +1,7 @@
-"""Model shapes (hpcpar/plan/models.py): presets against their papers' parameter counts, dims, files."""
+"""Model shapes (hpcpar/tools/plan/models.py): presets against their papers' parameter counts, dims, files."""
 import pytest
 
-from hpcpar.plan.models import load_model, parse_dims, presets
+from hpcpar.tools.plan.models import load_model, parse_dims, presets
 from hpcpar.runtime import UsageError
 
 

@@ -1,9 +1,9 @@
-"""The alpha-beta communication model on the real rank order (hpcpar/plan/network.py)."""
+"""The alpha-beta communication model on the real rank order (hpcpar/tools/plan/network.py)."""
 import pytest
 
-from hpcpar.plan.hardware import load_hardware
-from hpcpar.plan.layout import Layout
-from hpcpar.plan.network import all_reduce_seconds, group_link, members_per_node, reduce_scatter_seconds
+from hpcpar.tools.plan.hardware import load_hardware
+from hpcpar.tools.plan.layout import Layout
+from hpcpar.tools.plan.network import all_reduce_seconds, group_link, members_per_node, reduce_scatter_seconds
 
 A100 = load_hardware("a100")
 
@@ -55,9 +55,9 @@ def test_vendor_profiles(name, bf16, memory_gib):
 
 def test_the_cp_ring_hop_that_leaves_the_node_uses_one_port():
     """Ring attention is one ring: with cp * tp > GPUs per node each step waits for a network hop."""
-    from hpcpar.plan.job import Job
-    from hpcpar.plan.models import load_model
-    from hpcpar.plan.network import cp_chunk_bytes, cp_ring_crosses_nodes, cp_ring_seconds
+    from hpcpar.tools.plan.job import Job
+    from hpcpar.tools.plan.models import load_model
+    from hpcpar.tools.plan.network import cp_chunk_bytes, cp_ring_crosses_nodes, cp_ring_seconds
     model = load_model("llama3-8b")          # 8 key/value heads of 128
     inside = Job(model, A100, 8, 8, 8, 8192)
     assert not cp_ring_crosses_nodes(inside, Layout(2, 1, 1, cp=4))
@@ -72,10 +72,10 @@ def test_the_planner_counts_the_hops_the_ring_engine_sends():
     """hpcpar's ring (context_parallel/ring.py) sends 3cp - 2 K/V-sized hops a layer: cp - 1 forward,
     cp - 1 of K and V and cp of dK, dV backward.  With no attention core to hide under, the planner's
     CP ring terms add up to that many hops; with a long core only the last dK, dV hop shows."""
-    from hpcpar.plan.compute import cp_times
-    from hpcpar.plan.job import Job
-    from hpcpar.plan.models import load_model
-    from hpcpar.plan.network import cp_ring_seconds
+    from hpcpar.tools.plan.compute import cp_times
+    from hpcpar.tools.plan.job import Job
+    from hpcpar.tools.plan.models import load_model
+    from hpcpar.tools.plan.network import cp_ring_seconds
     job = Job(load_model("llama3-8b"), A100, 16, 8, 8, 8192)
     for cp in (2, 4):
         lay = Layout(16 // cp, 1, 1, cp=cp)
@@ -89,11 +89,11 @@ def test_an_all_gather_cp_engine_waits_for_its_gather():
     chunks forward and two collectives of the same size backward, exposed: the attention core hides
     none of it, unlike the ring's hops.  The gathered K and V are held whole (cp chunks)."""
     from dataclasses import replace
-    from hpcpar.plan.compute import layer_times
-    from hpcpar.plan.job import Engine, Job
-    from hpcpar.plan.memory import comm_buffer_bytes
-    from hpcpar.plan.models import load_model
-    from hpcpar.plan.network import cp_allgather_seconds, cp_chunk_bytes
+    from hpcpar.tools.plan.compute import layer_times
+    from hpcpar.tools.plan.job import Engine, Job
+    from hpcpar.tools.plan.memory import comm_buffer_bytes
+    from hpcpar.tools.plan.models import load_model
+    from hpcpar.tools.plan.network import cp_allgather_seconds, cp_chunk_bytes
     ring = Job(load_model("llama3-8b"), A100, 16, 8, 8, 8192, engine=Engine(flash_attention=True))
     gather = replace(ring, engine=Engine(flash_attention=True, cp_allgather=True))
     lay = Layout(4, 1, 1, cp=4)                      # cp members 4 apart: two on each node
@@ -105,8 +105,8 @@ def test_an_all_gather_cp_engine_waits_for_its_gather():
     assert "fwd CP ring" not in t and layer_times(ring, lay)["fwd CP ring"] == 0.0   # the ring hides under the core
     extra = comm_buffer_bytes(gather, lay) - comm_buffer_bytes(ring, lay)
     assert extra == 2 * cp_chunk_bytes(ring, lay)
-    from hpcpar.plan.explain import explain
-    from hpcpar.plan.step import estimate
+    from hpcpar.tools.plan.explain import explain
+    from hpcpar.tools.plan.step import estimate
     assert "CP all-gather of 4 K and V chunks" in explain(estimate(gather, lay))
 
 
@@ -115,10 +115,10 @@ def test_ulysses_all_to_alls_are_the_bytes_the_engine_sends():
     and micro-batch; the planner's two forward messages, counted twice (the backward moves the same),
     are those bytes, and each costs (cp-1) alpha + (cp-1)/cp n / beta on the cp group's link, exposed."""
     from hpcpar.context_parallel.ulysses import ulysses_bytes
-    from hpcpar.plan.compute import cp_times
-    from hpcpar.plan.job import Job
-    from hpcpar.plan.models import load_model
-    from hpcpar.plan.network import all_to_all_seconds, cp_all_to_all_seconds, ulysses_message_bytes
+    from hpcpar.tools.plan.compute import cp_times
+    from hpcpar.tools.plan.job import Job
+    from hpcpar.tools.plan.models import load_model
+    from hpcpar.tools.plan.network import all_to_all_seconds, cp_all_to_all_seconds, ulysses_message_bytes
     model = load_model("llama3-8b")                  # 32 heads, 8 key/value heads of 128
     job = Job(model, A100, 16, 8, 8, 8192)
     lay = Layout(2, 1, 2, cp=4, cp_kind="ulysses")
@@ -132,10 +132,10 @@ def test_ulysses_all_to_alls_are_the_bytes_the_engine_sends():
 
 
 def test_ulysses_layouts_need_heads_divisible_by_cp_and_the_search_tries_both_kinds():
-    from hpcpar.plan.job import Job
-    from hpcpar.plan.layout import parse_layout
-    from hpcpar.plan.models import load_model
-    from hpcpar.plan.search import Space, candidates
+    from hpcpar.tools.plan.job import Job
+    from hpcpar.tools.plan.layout import parse_layout
+    from hpcpar.tools.plan.models import load_model
+    from hpcpar.tools.plan.search import Space, candidates
     job = Job(load_model("llama3-8b"), A100, 16, 8, 16, 8192)
     lay = parse_layout("tp2-pp1-dp2-mb1-v1-1f1b-cp4-ulysses")
     assert lay.cp_kind == "ulysses" and str(lay) == "tp2-pp1-dp2-mb1-v1-1f1b-cp4-ulysses"

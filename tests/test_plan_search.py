@@ -3,12 +3,12 @@ import time
 
 import pytest
 
-from hpcpar.plan.hardware import load_hardware
-from hpcpar.plan.job import Job
-from hpcpar.plan.layout import Layout, parse_layout
-from hpcpar.plan.models import load_model, parse_dims
-from hpcpar.plan.search import Space, candidates, search
-from hpcpar.plan.step import estimate
+from hpcpar.tools.plan.hardware import load_hardware
+from hpcpar.tools.plan.job import Job
+from hpcpar.tools.plan.layout import Layout, parse_layout
+from hpcpar.tools.plan.models import load_model, parse_dims
+from hpcpar.tools.plan.search import Space, candidates, search
+from hpcpar.tools.plan.step import estimate
 from hpcpar.runtime import UsageError
 
 
@@ -90,7 +90,7 @@ def test_step_terms_add_up():
 def test_alike_stages_are_worked_out_once_with_the_same_numbers(text):
     """estimate shares the terms of stages alike in layers, ends and activations in flight (Job.stage_classes):
     every stage's memory, the fullest stage and the optimizer step are what each stage alone gives."""
-    from hpcpar.plan.memory import STATE_TERMS, stage_memory
+    from hpcpar.tools.plan.memory import STATE_TERMS, stage_memory
     job = Job(load_model("gpt3-175b"), load_hardware("a100"), 1024, 8, 1536, 2048)
     lay = parse_layout(text)
     for simulate in (False, True):
@@ -105,7 +105,7 @@ def test_a_layer_and_the_ends_depend_on_nothing_but_the_layer_key():
     """The search keeps one layer's times, and a stage's, per compute.layer_key: every layout of a
     mixture of experts' search with cp 1 and 2 (ring, Ulysses), every ep, schedule and ZeRO stage,
     that shares a key has the same times to the bit."""
-    from hpcpar.plan.compute import end_times, layer_key, layer_times
+    from hpcpar.tools.plan.compute import end_times, layer_key, layer_times
     job = h100_job({"flash_attention": True}, model="mixtral-8x7b", batch=256, seq=4096)
     seen = {}
     for lay in candidates(job, Space(cp=(1, 2), micro_batch_sizes=(1, 2))):
@@ -153,7 +153,7 @@ H100 = load_hardware("h100")
 
 
 def h100_job(engine, gpus=64, model="llama3-70b", batch=64, seq=8192):
-    from hpcpar.plan.job import Engine
+    from hpcpar.tools.plan.job import Engine
     return Job(load_model(model), H100, gpus, 8, batch, seq, engine=Engine(**engine))
 
 
@@ -199,8 +199,8 @@ def test_a_no_recompute_gemm_efficiency_applies_only_where_nothing_is_recomputed
     runs those layouts' GEMMs at it, and every other layout's at its usual one; without one, the job
     is unchanged."""
     from dataclasses import replace
-    from hpcpar.plan.compute import layer_times, layout_engine_job
-    from hpcpar.plan.job import Engine
+    from hpcpar.tools.plan.compute import layer_times, layout_engine_job
+    from hpcpar.tools.plan.job import Engine
     job = replace(small_job(), engine=Engine(gemm_efficiency=0.8, gemm_efficiency_no_recompute=0.64))
     none, full = parse_layout("tp1-pp1-dp8-mb4-v1-1f1b"), parse_layout("tp1-pp1-dp8-mb4-v1-1f1b-rcfull")
     assert layout_engine_job(job, none).engine.gemm_efficiency == 0.64

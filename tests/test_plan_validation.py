@@ -1,6 +1,6 @@
 """The planner against measurements - the validation table of docs/planning.md.
 
-(b) Published large-scale runs (hpcpar/plan/runs/*.toml name the source, table and row of every
+(b) Published large-scale runs (hpcpar/tools/plan/runs/*.toml name the source, table and row of every
     number).  Fitting rows fix the one GEMM factor of each hardware profile (geometric mean of
     predicted / published throughput = 1 within 3 %), framework-fitting rows the four constants of
     fit.py.  The held-out rows - nothing fitted to them -
@@ -19,9 +19,9 @@ import sys
 
 import pytest
 
-from hpcpar.plan.fit import fit_allocator_cache, fit_gemm_efficiency
-from hpcpar.plan.published import COMPOSER_EAGER, EAGER, FLOAT8, FRAMEWORKS, PYTORCH, RUNS, read_runs
-from hpcpar.plan.validate import check, predict
+from hpcpar.tools.plan.fit import fit_allocator_cache, fit_gemm_efficiency
+from hpcpar.tools.plan.published import COMPOSER_EAGER, EAGER, FLOAT8, FRAMEWORKS, PYTORCH, RUNS, read_runs
+from hpcpar.tools.plan.validate import check, predict
 from hpcpar.runtime import UsageError
 
 HELD_OUT = [r for r in RUNS if r.role == "validation"]
@@ -154,7 +154,7 @@ def local_table(local_profile, tmp_path_factory):
     ever slow a run down).  A run that got less than QUIET of its cores is run once more straight away.
     Returns a function point -> [[layout, predicted, measured, quiet]]: ``quiet`` is False when no run
     of that layout got its cores."""
-    from hpcpar.plan.local import predict_local
+    from hpcpar.tools.plan.local import predict_local
     folder = tmp_path_factory.mktemp("local")
     table = {}
 
@@ -180,8 +180,8 @@ def local_table(local_profile, tmp_path_factory):
 
 
 def test_calibrated_profile_is_usable(local_profile):
-    from hpcpar.plan.hardware import load_hardware
-    from hpcpar.plan.local import predict_local
+    from hpcpar.tools.plan.hardware import load_hardware
+    from hpcpar.tools.plan.local import predict_local
     hw = load_hardware(local_profile)
     assert hw.peak("fp32") > hw.peak("fp64") > 0 and hw.intra.latency > 0 and hw.intra.bandwidth > 0
     assert set(hw.engine) >= {"float32", "float64", "allreduce_GBps", "dp_GBps"}
@@ -201,8 +201,8 @@ def test_local_runs_match_prediction(local_profile, local_table, model, dtype):
     sort in the same order - wherever two of them differ by more than 15 % measured.  A miss is
     reported as a skip, not a failure, only when the machine was demonstrably busy: a run that never
     got its cores, or a calibration probe that did not."""
-    from hpcpar.plan.calibrate import QUIET as PROBE_QUIET
-    from hpcpar.plan.hardware import load_hardware
+    from hpcpar.tools.plan.calibrate import QUIET as PROBE_QUIET
+    from hpcpar.tools.plan.hardware import load_hardware
     rows = local_table((model, dtype))
     misses = _misses([row[:3] for row in rows])
     busy = [_label(lay) for lay, _, _, quiet in rows if not quiet]

@@ -17,7 +17,7 @@ DIMS = dict(model="tiny", layers=2, hidden=32, heads=4, seq_len=16, batch_size=8
 def run_trainer(precision, steps, **kw):
     from mpi4py import MPI
     from hpcpar.training.config import TrainConfig
-    from hpcpar.training.train import Trainer
+    from hpcpar.training.step import Trainer
     t = Trainer(TrainConfig(precision=precision, steps=steps, **dict(DIMS, **kw)), MPI.COMM_SELF)
     return t, [t.step(s).loss for s in range(steps)]
 

@@ -13,7 +13,7 @@ from train_helpers import config
 from hpcpar import precision
 from hpcpar.ops import layernorm
 from hpcpar.training.profiler import Profiler, report
-from hpcpar.training.train import Trainer
+from hpcpar.training.step import Trainer
 
 DIMS = dict(model="tiny", layers=2, hidden=32, heads=4, seq_len=16, synthetic_vocab=29, batch_size=4)
 

@@ -10,8 +10,8 @@ import json
 import pytest
 
 from hpcpar.runtime import UsageError
-from hpcpar.scaling import layouts, sweep
-from hpcpar.scaling.report import PLOTS, derive, karp_flatt
+from hpcpar.tools.scaling import layouts, sweep
+from hpcpar.tools.scaling.report import PLOTS, derive, karp_flatt
 from mpitools import hpcpar, run
 
 PNG = b"\x89PNG\r\n\x1a\n"
@@ -170,15 +170,17 @@ def test_report_redraws_from_the_stored_results(sweep_dir):
 
 
 def test_failed_and_hung_points_are_recorded_and_the_sweep_goes_on(tmp_path):
-    # 1 rank trains far longer than --timeout; 2 ranks cannot split 3 heads over tp 2 (hpcpar train exits 2)
-    proc = scaling("--ranks", "1,2", "--layouts", "tp", "--hidden", 48, "--heads", 3, "--steps", 100000,
-                   "--timeout", 3, "--no-progress", "--out", tmp_path)
+    # 1 rank trains far longer than --timeout; at 2 ranks rank 1 raises at its first step (an injected fault:
+    # a layout the options cannot hold is refused before the sweep starts, below)
+    proc = run(hpcpar() + ["scaling", "--ranks", "1,2", "--layouts", "tp", "--hidden", "48", "--heads", "4",
+                           "--steps", "100000", "--timeout", "10", "--no-progress", "--out", str(tmp_path)],
+               timeout=120, env={"HPCPAR_FAULT": "step:1@1"})[0]
     assert proc.returncode == 1
     assert "2 of 2 run(s) failed: tp on 1, tp on 2" in proc.stderr
     hung = json.loads((tmp_path / "results" / "strong-tp-n1.json").read_text())
     assert hung["timed_out"] and hung["exit_status"] is None and hung["summary"] is None
-    refused = json.loads((tmp_path / "results" / "strong-tp-n2.json").read_text())
-    assert refused["exit_status"] == 2 and "must divide the number of attention heads" in refused["error"]
+    failed = json.loads((tmp_path / "results" / "strong-tp-n2.json").read_text())
+    assert failed["exit_status"] == 1 and "injected fault at step 1" in failed["error"]
     assert (tmp_path / "scaling.csv").exists()
 
 
@@ -190,6 +192,8 @@ def test_failed_and_hung_points_are_recorded_and_the_sweep_goes_on(tmp_path):
     (["--ranks", "2", "--tp", "2"], "--tp is set point by point from --layouts"),
     (["--ranks", "2", "--metrics", "m.jsonl"], "--metrics: every point would write the same file"),
     (["--ranks", "8", "--batch-size", "4"], "--layouts dp at 8 ranks (tp1pp1dp8): --batch-size 4 must divide"),
+    (["--ranks", "1,2", "--layouts", "tp", "--hidden", "48", "--heads", "3"],
+     "--layouts tp at 2 ranks (tp2pp1dp1): --tp 2 must divide the number of attention heads (3)"),
     (["--ranks", "2", "--mode", "medium"], "argument --mode: invalid choice: 'medium'"),
     (["--ranks", "2", "--launcher", "mpirun"], "argument --launcher: invalid choice: 'mpirun'"),
     (["--ranks", "2", "--repeat", "0"], "--repeat must be at least 1, got 0"),

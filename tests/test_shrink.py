@@ -144,7 +144,7 @@ def test_buddies_sit_on_the_next_node():
 
 def test_survivor_layouts_follow_the_planner_and_the_engine():
     from hpcpar.nn.gpt import preset
-    from hpcpar.plan.survivors import choose
+    from hpcpar.tools.plan.survivors import choose
     shape = preset("tiny", n_layer=2, d_model=32, n_head=4, seq_len=16, vocab_size=32).shape
     assert choose(shape, 3, 3, 12, 16, lambda tp, pp, dp: True) == (3, (1, 1, 3))
     assert choose(shape, 7, 7, 8, 16, lambda tp, pp, dp: True) == (4, (1, 2, 2))     # 7, 6, 5 divide nothing

@@ -6,8 +6,8 @@ import pytest
 
 from hpcpar.pipeline.plot import plot_timeline
 from hpcpar.pipeline.schedules import COMPUTE, KINDS, SCHEDULES, Action, Schedule, build
-from hpcpar.pipeline.simulate import (Costs, DeadlockError, _pairs, ascii_timeline, makespan, message_key, prepare,
-                                     simulate)
+from hpcpar.pipeline.simulate import Costs, DeadlockError, _pairs, makespan, message_key, prepare, simulate
+from hpcpar.pipeline.timeline import ascii_timeline
 from mpitools import hpcpar, run
 
 SIZES = [(p, m) for p in range(1, 9) for m in range(1, 17)]

@@ -33,7 +33,7 @@ def test_trace_of_a_pipeline_run(tmp_path):
     plot, _ = run(hpcpar() + ["trace", "plot", str(out), "--annotate"], cwd=tmp_path)
     assert plot.returncode == 0 and plot.stdout.strip() == f"wrote {tmp_path / 't.png'}"
     assert (tmp_path / "t.png").read_bytes()[:4] == b"\x89PNG"
-    from hpcpar.trace import report as trace_report
+    from hpcpar.tools.trace import report as trace_report
     meta, names, spans = trace_report.load(out)
     pids = sorted(spans)
     zero = min(e["ts"] for evs in spans.values() for e in evs if e["cat"] == "F")
@@ -49,7 +49,7 @@ def test_summary_simulates_the_runs_recorded_schedule():
     from hpcpar.pipeline.bubble import simulated_bubble
     from hpcpar.pipeline.csv_format import dumps
     from hpcpar.pipeline.schedules import build
-    from hpcpar.trace.report import simulated
+    from hpcpar.tools.trace.report import simulated
     zbv = build("zb-v", 2, 4, 2)
     meta = {"schedule": "schedule file zbv.csv", "stages": 2, "microbatches": 4, "chunks": 2,
             "schedule_csv": dumps(zbv)}

@@ -15,7 +15,7 @@ def test_same_seed_same_losses_bit_for_bit():
 
 def test_loss_goes_down():
     from hpcpar.training.config import TrainConfig
-    from hpcpar.training.train import Trainer
+    from hpcpar.training.step import Trainer
     t = Trainer(TrainConfig(steps=60, progress=False), MPI.COMM_SELF)       # the tiny preset's defaults
     losses = [t.step(s).loss for s in range(60)]
     assert sum(losses[-5:]) / 5 < 0.92 * losses[0]                         # 3.49 -> about 3.1 nats

@@ -133,8 +133,8 @@ def test_the_arrays_held_are_the_formula_and_the_planners(comm, zero):
     """What the engine's arrays hold after a step (zero_memory.held) is, within 10 %, the one table's
     prediction: the engine's formula and the planner's terms (both zero_memory.per_rank)."""
     from hpcpar.data_parallel.zero_memory import TERMS, formula, held
-    from hpcpar.plan.measured import planner_view
-    from hpcpar.plan.memory import stage_memory
+    from hpcpar.tools.plan.measured import planner_view
+    from hpcpar.tools.plan.memory import stage_memory
     t = trainer(comm, dp=comm.size, zero=zero, dtype="float32")
     t.step(0)
     got = sum(held(t).values())

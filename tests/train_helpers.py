@@ -17,7 +17,7 @@ def config(tp=1, pp=1, dp=1, schedule="1f1b", microbatches=0, dims=GPT_DIMS, **k
 
 
 def trainer(comm, **kw):
-    from hpcpar.training.train import Trainer
+    from hpcpar.training.step import Trainer
     return Trainer(config(**kw), comm)
 
 

@@ -20,7 +20,7 @@ Which one a run uses: ``--gemm NAME`` (``TrainConfig.gemm``), else ``$HPCPAR_GEM
   the dtype, on a CPU whose flags show the matrix unit for it (``UNITS``), in a short probe (``probe``:
   a few 512 x 512 x 1536 products each, alternating); a library must beat the emulation by
   ``MARGIN`` to be taken, so that a noisy probe does not flip a run's choice.
-The training run makes the choice on rank 0 and every rank uses it (training/train.py); the summary's
+The training run makes the choice on rank 0 and every rank uses it (training/step.py); the summary's
 ``gemm`` line names it and why.
 """
 import os

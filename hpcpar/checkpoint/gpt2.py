@@ -14,8 +14,8 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from hpcpar.data import read_optional_json
-from hpcpar.nn.gpt import ARCHITECTURES
+from hpcpar.data.values import read_optional_json
+from hpcpar.nn.architectures import ARCHITECTURES
 from hpcpar.runtime import UsageError
 
 WEIGHTS, CONFIG = "model.safetensors", "config.json"
@@ -77,7 +77,7 @@ class Architecture:
     tied: bool
     n_head: int          # 0: the file does not say
     ln_eps: float        # 0: the file does not say
-    arch: str = "gpt2"   # the family (nn/gpt.py ARCHITECTURES); Llama's files: checkpoint/llama.py
+    arch: str = "gpt2"   # the family (nn/architectures.py ARCHITECTURES); Llama's files: checkpoint/llama.py
     n_kv_head: int = 0   # Llama: key/value heads
     head_dim: int = 0    # Llama: features per head when not hidden_size / heads (config.json's head_dim)
     rope_theta: float = 0.0    # Llama: the rotary base

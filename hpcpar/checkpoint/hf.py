@@ -9,7 +9,7 @@ hpcpar does not implement), taking a run's family and dimensions from it (``--in
 """
 from hpcpar.checkpoint import deepseek_v3, gpt2, llama, mixtral, qwen3_moe
 from hpcpar.nn.dims import dims_text, parse_dims
-from hpcpar.nn.gpt import ARCHITECTURES
+from hpcpar.nn.architectures import ARCHITECTURES
 from hpcpar.runtime import UsageError
 
 FAMILIES = {"gpt2": gpt2, "llama": llama, "deepseek_v3": deepseek_v3}   # the module that reads and writes each

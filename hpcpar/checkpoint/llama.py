@@ -15,8 +15,8 @@ is taken as the file says (Qwen3's 128 over hidden_size / heads = 64; absent: hi
 import re
 
 from hpcpar.checkpoint.gpt2 import Architecture, check_tensors, read_config_json, read_header, weights_file
-from hpcpar.data import check_value
-from hpcpar.nn.gpt import ARCHITECTURES
+from hpcpar.data.values import check_value
+from hpcpar.nn.architectures import ARCHITECTURES
 from hpcpar.runtime import UsageError
 
 PREFIX = ARCHITECTURES["llama"].hf_prefix

@@ -4,7 +4,8 @@ What a rank saves: the parameters it holds, once per model - rank 0 of the DP x 
 and context-parallel ranks hold identical parameters; an expert's: rank 0 of its expert-data-parallel
 group, ``Trainer.replica_comm``, so each ep rank's experts are written once), TP rank 0 only for a
 parameter TP does not cut, never the last stage's copy of a tied embedding - and, for
-each, the optimizer state of the same numbers (AdamW's two moments, SGD's momentum).  With ZeRO the
+each, the optimizer state of the same numbers (AdamW's two moments, SGD's momentum; Muon's momentum for
+a matrix it orthogonalises, AdamW's moments for the rest: ``optimizer.holds``).  With ZeRO the
 optimizer state (ZeRO-3: the parameters too) is spread over the DP x CP group, so it is gathered first.
 
 What a rank loads: for every parameter it holds, the full tensor (assembled by the reader from
@@ -14,7 +15,6 @@ its flat buffers (and cut to its ZeRO slice).
 import numpy as np
 
 from hpcpar import backend
-from hpcpar.comm import wait_all
 from hpcpar.checkpoint.files import CheckpointError
 
 
@@ -25,7 +25,7 @@ def writes(trainer, p):
 
 def _whole_state(trainer, i):
     """{state name: array over the whole flat buffer i} (gathered over its group under ZeRO), or None."""
-    state = trainer.optimizer.state.get(i)
+    state = trainer.optimizer.flat_state(i)
     if state is None:
         return None
     return {name: trainer.dp.whole(i, owned) for name, owned in state.items()}
@@ -47,7 +47,8 @@ def rank_tensors(trainer, optimizer=True, every=False):
             tensors[p.name] = master[a:b].reshape(p.data.shape).copy()
             layout[p.name] = (p.shard, p.full_shape)
             for name, arr in (state or {}).items():
-                tensors[f"optimizer/{name}/{p.name}"] = backend.to_numpy(arr[a:b]).reshape(p.data.shape).copy()
+                if trainer.optimizer.holds(p, name):          # (Muon: a matrix's momentum, AdamW's moments else)
+                    tensors[f"optimizer/{name}/{p.name}"] = backend.to_numpy(arr[a:b]).reshape(p.data.shape).copy()
     return tensors, layout
 
 
@@ -67,12 +68,13 @@ def apply(trainer, read_full, state_names):
     for i, flat in enumerate(dp.flats):
         dp.load(i, xp.asarray(_flat(flat, lambda p: read_full(p.name), dp.dtype)))
     if not state_names:
-        opt.state.clear()
+        opt.clear_state()
         return
     for i, flat in enumerate(dp.flats):
         lo, hi = dp.owned_range(i)
-        opt.state[i] = {n: xp.asarray(_flat(flat, lambda p: read_full(f"optimizer/{n}/{p.name}"), dp.dtype)[lo:hi])
-                        for n in state_names}
+        read = lambda n: lambda p: read_full(f"optimizer/{n}/{p.name}") if opt.holds(p, n) else \
+            np.zeros(p.full_shape, dp.dtype)            # noqa: E731 (a state the parameter has not: zero)
+        opt.load_flat_state(i, {n: xp.asarray(_flat(flat, read(n), dp.dtype)[lo:hi]) for n in state_names})
 
 
 def _flat(flat, read, dtype):

@@ -50,7 +50,7 @@ class _Parser(argparse.ArgumentParser):
 
 
 def build_parser():
-    parser = _Parser(prog="hpcpar", description="A teachable 3D-parallel training engine on MPI.")
+    parser = _Parser(prog="hpcpar", description="A teachable training engine on MPI: tensor, pipeline, data, context and expert parallelism on one grid.")
     parser.add_argument("--debug", action="store_true", help="show full tracebacks on errors")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
     for name, module in COMMANDS.items():

@@ -14,7 +14,7 @@ HELP = "benchmarks against raw MPI, the BLAS peak and PyTorch -> JSON and BENCHM
 
 
 def add_arguments(p):
-    from hpcpar.bench import BENCHMARKS
+    from hpcpar.tools.bench import BENCHMARKS
     names = ", ".join(f"{n} ({s.label})" for n, s in BENCHMARKS.items())
     p.add_argument("--only", metavar="NAMES", help=f"comma-separated benchmarks to run, of: {names}")
     p.add_argument("--quick", action="store_true", help="tiny sizes and few rounds (a smoke test)")
@@ -25,8 +25,8 @@ def add_arguments(p):
 def run(args):
     import sys
 
-    from hpcpar.bench import BENCHMARKS
-    from hpcpar.bench import driver
+    from hpcpar.tools.bench import BENCHMARKS
+    from hpcpar.tools.bench import driver
     from hpcpar.runtime import EXIT_FAILURE, UsageError, launched_by_mpi
     if launched_by_mpi():
         raise UsageError("hpcpar bench starts its own MPI jobs: run it from a shell, not under mpiexec")

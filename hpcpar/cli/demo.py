@@ -75,7 +75,7 @@ def exactness():
     True on every rank when they agree to 1e-10."""
     from mpi4py import MPI
     from hpcpar.training.config import TrainConfig
-    from hpcpar.training.train import Trainer
+    from hpcpar.training.step import Trainer
     world = MPI.COMM_WORLD
     eight = Trainer(TrainConfig(tp=2, pp=2, dp=2, microbatches=2, **EXACT), world)
     losses8 = [eight.step(s)[0] for s in range(EXACT_STEPS)]

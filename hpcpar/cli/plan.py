@@ -6,13 +6,13 @@
               [--recompute none|selective|full] [--schedule gpipe|1f1b|interleaved|zb-h1|zb-h2|zb-v|dualpipev]
               [--overlap-tp | --no-overlap-tp] [--fp8] [--fp8-param-gather] [--cp-allgather]
               [--intra-gbps 450 --inter-gbps 50 --memory-gib 80]
-  hpcpar plan --validate [MATCH]               predicted vs published runs (hpcpar/plan/runs/*.toml)
+  hpcpar plan --validate [MATCH]               predicted vs published runs (hpcpar/tools/plan/runs/*.toml)
   hpcpar plan calibrate [--out local.toml]      measure this machine into a hardware profile
   hpcpar plan local --hardware local.toml --model small --dtype fp32 --global-batch 16 [--tp 2]
               [--pp 2 --microbatches 4] [--dp 2] [--cp 2] [--recompute selective] [--zero 1]
                                                 every term of one hpcpar train step on this machine
 
---model: gpt2, gpt3-175b, llama-70b, ... (the files in hpcpar/plan/models), a .toml file, or dims such
+--model: gpt2, gpt3-175b, llama-70b, ... (the files in hpcpar/tools/plan/models), a .toml file, or dims such
 as l=24,h=2048,a=16,V=50257[,kv=8,f=5632,gated=1,tied=0].  --hardware: a100, h100, h200, h800 or a profile
 .toml (e.g. from `hpcpar plan calibrate`).  A LAYOUT is written tp8-pp8-dp16-mb1-v1-1f1b[-cp2[-ulysses]]
 [-ep8][-sp][-z1|-z2|-z3][-rcsel|-rcfull]: tensor, pipeline and data parallel sizes, micro-batch size,
@@ -52,6 +52,10 @@ def add_arguments(p):
     p.add_argument("--dp-shard", type=int, metavar="N",
                    help="pin HSDP: ZeRO over groups of N dp ranks, replicated across them (0: over every dp rank; "
                         "default: on several nodes both tried, the groups filling part of a node)")
+    p.add_argument("--optimizer", default="adamw", choices=["adamw", "muon"],
+                   help="muon: one momentum for the blocks' matrices, Newton-Schulz and its TP messages in the step")
+    p.add_argument("--muon-tp", default="duplicated", choices=["duplicated", "distributed", "blockwise"],
+                   help="Muon's tensor-parallel mode (hpcpar train's --muon-tp)")
     p.add_argument("--recompute", choices=["none", "selective", "full"], help="pin the recomputation")
     p.add_argument("--cp", type=int, default=1, help="context-parallel size (default 1)")
     p.add_argument("--ep", type=int, default=0,
@@ -88,10 +92,10 @@ def add_arguments(p):
 
 
 def _job(args):
-    from hpcpar.plan.hardware import load_hardware
-    from hpcpar.plan.flops import packed_keys
-    from hpcpar.plan.job import Engine, Job
-    from hpcpar.plan.models import load_model
+    from hpcpar.tools.plan.hardware import load_hardware
+    from hpcpar.tools.plan.flops import packed_keys
+    from hpcpar.tools.plan.job import Engine, Job
+    from hpcpar.tools.plan.models import load_model
     from hpcpar.runtime import UsageError
     missing = [f"--{n.replace('_', '-')}" for n in ("model", "gpus", "global_batch", "seq_len")
                if getattr(args, n) is None]
@@ -111,7 +115,8 @@ def _job(args):
     return Job(load_model(args.model), hw, args.gpus, min(gpn, args.gpus), args.global_batch, args.seq_len,
                dtype=dtype, engine=Engine(flash_attention=args.flash_attention, overlap_tp=args.overlap_tp,
                                           fp8=args.fp8, cp_allgather=args.cp_allgather,
-                                          fp8_param_gather=args.fp8_param_gather),
+                                          fp8_param_gather=args.fp8_param_gather, optimizer=args.optimizer,
+                                          muon_tp=args.muon_tp),
                keys=packed_keys(args.seq_len, args.doc_len, args.window))
 
 
@@ -134,7 +139,7 @@ def with_overrides(hw, args):
 
 def _space(args):
     """The search space with the pinned parts of the layout (--tp, --pp, --dp, --cp, --zero, --recompute)."""
-    from hpcpar.plan.search import Space
+    from hpcpar.tools.plan.search import Space
     from hpcpar.runtime import UsageError
     fixed = {k: getattr(args, k) for k in ("tp", "pp", "dp") if getattr(args, k)}
     if args.cp < 1 or any(v < 1 for v in fixed.values()):
@@ -181,7 +186,7 @@ def _table(estimates):
 def _calibrate(args):
     from pathlib import Path
 
-    from hpcpar.plan.calibrate import measure
+    from hpcpar.tools.plan.calibrate import measure
     text = measure(gpus_per_node=args.gpus_per_node or 2)
     Path(args.out).write_text(text)
     print(text, end="")
@@ -190,7 +195,7 @@ def _calibrate(args):
 
 
 def _local(args):
-    from hpcpar.plan.local import explain_local, predict_local
+    from hpcpar.tools.plan.local import explain_local, predict_local
     dtype = {"fp32": "float32", "fp64": "float64", None: "float32"}.get(args.dtype, args.dtype)
     print(explain_local(predict_local(args.hardware, model=args.model or "tiny", tp=args.tp or 1, pp=args.pp or 1,
                                       dp=args.dp or 1, schedule=args.schedule or "1f1b", microbatches=args.microbatches,
@@ -208,17 +213,17 @@ def run(args):
     if args.action == "local":
         return _local(args)
     if args.validate is not None:
-        from hpcpar.plan.published import RUNS
-        from hpcpar.plan.validate import report
+        from hpcpar.tools.plan.published import RUNS
+        from hpcpar.tools.plan.validate import report
         runs = [r for r in RUNS if args.validate.lower() in r.name.lower()]
         if not runs:
             raise UsageError(f"--validate {args.validate}: no published run's name contains it")
         print(report(runs))
         return 0
-    from hpcpar.plan.explain import explain
-    from hpcpar.plan.layout import parse_layout
-    from hpcpar.plan.search import search
-    from hpcpar.plan.step import estimate
+    from hpcpar.tools.plan.explain import explain
+    from hpcpar.tools.plan.layout import parse_layout
+    from hpcpar.tools.plan.search import search
+    from hpcpar.tools.plan.step import estimate
     job = _job(args)
     if args.ep > 1 and not job.model.experts:
         raise UsageError(f"--ep {args.ep}: model {job.model.name} has no experts")
@@ -248,7 +253,7 @@ def run(args):
     if args.explain == "top":
         print("\n" + explain(shown[0]))
     if args.plot:
-        from hpcpar.plan.plot import plot_layouts
+        from hpcpar.tools.plan.plot import plot_layouts
         plot_layouts(shown, args.plot)
         print(f"\nwrote {args.plot}")
     return 0

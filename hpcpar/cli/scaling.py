@@ -23,8 +23,8 @@ HELP = "a strong or weak scaling sweep of hpcpar train -> JSON per run, CSV and 
 
 def add_arguments(p):
     from hpcpar.cli import train
-    from hpcpar.scaling.layouts import MODES
-    from hpcpar.scaling.sweep import LAUNCHERS
+    from hpcpar.tools.scaling.layouts import MODES
+    from hpcpar.tools.scaling.sweep import LAUNCHERS
     p.add_argument("action", nargs="?", choices=["report"], help="report DIR: redraw the CSV and plots of DIR")
     p.add_argument("directory", nargs="?", metavar="DIR", help="the output directory of a sweep (for report)")
     g = p.add_argument_group("the sweep")
@@ -51,7 +51,7 @@ def _under_mpi():
 
 
 def _show(rows, paths):
-    from hpcpar.scaling.report import table
+    from hpcpar.tools.scaling.report import table
     print(table(rows))
     print("wrote " + ", ".join(str(p) for p in paths))
 
@@ -62,7 +62,7 @@ def _sweep(args):
     from pathlib import Path
 
     from hpcpar.runtime import EXIT_FAILURE, UsageError
-    from hpcpar.scaling import layouts, report, sweep
+    from hpcpar.tools.scaling import layouts, report, sweep
     if args.directory:
         raise UsageError(f"unexpected argument {args.directory!r} (to redraw: hpcpar scaling report {args.directory})")
     if not args.ranks:
@@ -92,7 +92,7 @@ def _sweep(args):
 
 def run(args):
     from hpcpar.runtime import UsageError
-    from hpcpar.scaling.report import report
+    from hpcpar.tools.scaling.report import report
     if args.action != "report":
         return _sweep(args)
     if not args.directory:

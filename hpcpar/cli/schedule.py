@@ -130,7 +130,8 @@ def compare(p, m, costs):
 
 
 def run(args):
-    from hpcpar.pipeline.simulate import DeadlockError, ascii_timeline, simulate
+    from hpcpar.pipeline.simulate import DeadlockError, simulate
+    from hpcpar.pipeline.timeline import ascii_timeline
     costs = _costs(args.costs, args.latency, args.fb)
     if args.compare:
         from hpcpar.runtime import UsageError

@@ -7,7 +7,7 @@
   hpcpar trace plot out.json --annotate       ... with the communication lanes, the pipeline messages'
                                               arrows, and notes on a TP all-reduce, a send and the bubble
   hpcpar trace plot out.json --zero          ZeRO-3's gathers, waits, per-unit compute, frees and
-                                              reduce-scatters instead (hpcpar/trace/zero_plot.py)
+                                              reduce-scatters instead (hpcpar/tools/trace/zero_plot.py)
   hpcpar trace why RUN/flight                 after a hang or a dead rank: who stopped, who waited for whom
                                               (from the flight records, hpcpar/watch/why.py)
 
@@ -35,7 +35,7 @@ def add_arguments(p):
 def run(args):
     from pathlib import Path
 
-    from hpcpar.trace import report as trace_report
+    from hpcpar.tools.trace import report as trace_report
     from hpcpar.runtime import UsageError
     if args.action == "why":
         from hpcpar.watch.why import explain
@@ -50,7 +50,7 @@ def run(args):
         else:
             out = args.output or str(Path(args.path).with_suffix(".png"))
             if args.zero:
-                from hpcpar.trace.zero_plot import plot_zero
+                from hpcpar.tools.trace.zero_plot import plot_zero
                 print(f"wrote {plot_zero(args.path, out, args.step)}")
             else:
                 print(f"wrote {trace_report.plot(args.path, out, args.step, args.annotate)}")

@@ -17,7 +17,7 @@ HELP = "train a model on a tp x cp x pp x dp grid"
 
 
 def add_arguments(p):
-    from hpcpar.training.config import GROUPS, TrainConfig
+    from hpcpar.training.options import GROUPS, TrainConfig
     p.add_argument("--config", default=None, help="TOML file of options (flags given here override it)")
     groups = {key: p.add_argument_group(title) for key, title in GROUPS.items()}
     for f in fields(TrainConfig):
@@ -38,7 +38,7 @@ def add_arguments(p):
 
 def run(args):
     from hpcpar.watch import rank_guard
-    from hpcpar.training.config import config_from
+    from hpcpar.training.options import config_from
     from hpcpar.watch.watchdog import flight_dir
     cfg = config_from(args)
     shrink = cfg.on_failure == "shrink"
@@ -49,7 +49,7 @@ def run(args):
     from hpcpar.training.loop import Loop
     relayout = None
     if shrink:
-        from hpcpar.plan.survivors import choose
+        from hpcpar.tools.plan.survivors import choose
         from hpcpar.training.recovery import relayout_with
         relayout = relayout_with(choose)   # the planner's layout for the survivors of a failure
     try:

@@ -19,7 +19,8 @@ which hand MPI a pointer to contiguous memory - no pickling.  The wrappers add e
 
 A communicator of size 1 is a no-op for every collective (nothing is counted, nothing is copied).
 
-communicator.py   Communicator: the collectives and point-to-point calls
+communicator.py   Communicator: the collectives
+point_to_point.py its point-to-point calls (send, receive, non-blocking, send-receive)
 stats.py          Stats: the counters of calls, bytes and seconds per operation
 requests.py       Request, wait_all and test_all (non-blocking operations)
 staging.py        pinned host buffers for device arrays when MPI is not CUDA-aware

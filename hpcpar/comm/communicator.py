@@ -18,9 +18,10 @@ from mpi4py import MPI
 
 from hpcpar import backend
 from hpcpar.comm import flight
-from hpcpar.trace import tracer as trace
+from hpcpar import tracer as trace
 from hpcpar.comm import hooks
 from hpcpar.comm.buffers import IN_PLACE, Buffers
+from hpcpar.comm.point_to_point import PointToPoint, refuse_strided
 from hpcpar.comm.requests import Request
 from hpcpar.comm.stats import Stats
 
@@ -28,12 +29,9 @@ OPS = {"sum": MPI.SUM, "max": MPI.MAX, "min": MPI.MIN}
 perf_counter = time.perf_counter
 
 
-def _refuse_strided(x, what):
-    raise ValueError(f"{what} must be a C-contiguous array (got strides {x.strides})")
-
-
-class Communicator:
-    """An MPI communicator with counted, buffer-based collectives and point-to-point calls."""
+class Communicator(PointToPoint):
+    """An MPI communicator with counted, buffer-based collectives and point-to-point calls (those:
+    point_to_point.py)."""
 
     def __init__(self, mpi_comm, name="comm"):
         self.mpi = mpi_comm
@@ -92,7 +90,7 @@ class Communicator:
         """Elementwise reduction over the group, into ``out`` (contiguous, x's shape and dtype) when
         given, else into a new array (x itself when size is 1)."""
         if out is not None and not out.flags.c_contiguous:
-            _refuse_strided(out, "all_reduce output")
+            refuse_strided(out, "all_reduce output")
         if self.size == 1:
             if out is None:
                 return x
@@ -108,7 +106,7 @@ class Communicator:
     def all_reduce_(self, x, op="sum"):
         """In-place all-reduce of a contiguous array."""
         if not x.flags.c_contiguous:
-            _refuse_strided(x, "all_reduce_ target")
+            refuse_strided(x, "all_reduce_ target")
         if self.size == 1:
             return x
         return self._collective("all_reduce", self.mpi.Allreduce, IN_PLACE, x, OPS[op])
@@ -116,7 +114,7 @@ class Communicator:
     def iall_reduce_(self, x, op="sum"):
         """Start an in-place all-reduce of a contiguous array; returns a Request (or None if size 1)."""
         if not x.flags.c_contiguous:
-            _refuse_strided(x, "iall_reduce_ target")
+            refuse_strided(x, "iall_reduce_ target")
         if self.size == 1:
             return None
         _, buf, finish = self.buffers.pair(IN_PLACE, x, "iall_reduce_", summed=True)
@@ -181,9 +179,9 @@ class Communicator:
     def ireduce_scatter(self, x, y, op="sum"):
         """Start a reduce-scatter of flat x (size * len(y)) into flat y; returns a Request."""
         if not x.flags.c_contiguous:
-            _refuse_strided(x, "ireduce_scatter input")
+            refuse_strided(x, "ireduce_scatter input")
         if not y.flags.c_contiguous:
-            _refuse_strided(y, "ireduce_scatter output")
+            refuse_strided(y, "ireduce_scatter output")
         if x.size != y.size * self.size:
             raise ValueError(f"ireduce_scatter: input of {x.size} elements is not {self.size} x {y.size}")
         if self.size == 1:
@@ -197,7 +195,7 @@ class Communicator:
         """Start an in-place all-gather of flat y: rank i's block y[i*k:(i+1)*k] (k = len(y) / size) is
         already in place and every block is filled in on completion. Returns a Request."""
         if not y.flags.c_contiguous:
-            _refuse_strided(y, "iall_gather_ buffer")
+            refuse_strided(y, "iall_gather_ buffer")
         if y.size % self.size:
             raise ValueError(f"iall_gather_: {y.size} elements do not split into {self.size} blocks")
         if self.size == 1:
@@ -262,7 +260,7 @@ class Communicator:
     def bcast_(self, x, root=0):
         """In-place broadcast of a contiguous array from ``root``."""
         if not x.flags.c_contiguous:
-            _refuse_strided(x, "bcast_ target")
+            refuse_strided(x, "bcast_ target")
         if self.size == 1:
             return x
         buf, finish = self.buffers.writing(x, "bcast")
@@ -277,52 +275,3 @@ class Communicator:
         if self.size == 1:
             return
         self._blocking("barrier", 0, None, self.mpi.Barrier, ())
-
-    # --- point to point -----------------------------------------------------------------------
-
-    def send(self, x, dest, tag=0):
-        if not x.flags.c_contiguous:
-            x = self._copy(x)
-        self._blocking("send", x.nbytes, dest, self.mpi.Send, (self.buffers.reading(x, "p2p_send"), dest, tag))
-
-    def recv_(self, out, source, tag=0):
-        """Receive into ``out`` (contiguous, of the sender's shape and dtype)."""
-        if not out.flags.c_contiguous:
-            _refuse_strided(out, "receive buffer")
-        buf, finish = self.buffers.writing(out, "p2p_recv")
-        self._blocking("recv", out.nbytes, source, self.mpi.Recv, (buf, source, tag))
-        if finish:
-            finish()
-        return out
-
-    def isend(self, x, dest, tag=0):
-        """Start sending x; the Request keeps x alive until it completes (do not modify x before)."""
-        if not x.flags.c_contiguous:
-            x = self._copy(x)
-        buf = self.buffers.reading(x, ("isend", dest, tag))
-        return self._posted("send", x.nbytes, dest,
-                            Request(self.mpi.Isend(buf, dest, tag), (x, buf), stats=self.stats))
-
-    def irecv_(self, out, source, tag=0):
-        """Post a receive into ``out``; its values are valid after the Request's wait()."""
-        if not out.flags.c_contiguous:
-            _refuse_strided(out, "receive buffer")
-        buf, finish = self.buffers.writing(out, ("irecv", source, tag))
-        return self._posted("recv", out.nbytes, source,
-                            Request(self.mpi.Irecv(buf, source, tag), (out, buf), finish, self.stats))
-
-    def sendrecv(self, x, dest, out, source, tag=0):
-        """Send x to ``dest`` and receive ``out`` from ``source`` in one deadlock-free call.  Counted as
-        a send and a receive; the seconds it blocks, the flight recorder and the trace see the receive
-        (what it waits for: the send of a small message completes at once)."""
-        if not x.flags.c_contiguous:
-            x = self._copy(x)
-        if not out.flags.c_contiguous:
-            _refuse_strided(out, "receive buffer")
-        self.stats.add("send", x.nbytes)
-        buf, finish = self.buffers.writing(out, "sendrecv")
-        send = self.buffers.reading(x, "sendrecv_send")
-        self._blocking("recv", out.nbytes, source, self.mpi.Sendrecv, (send, dest, tag, buf, source, tag))
-        if finish:
-            finish()
-        return out

@@ -12,7 +12,7 @@ micro-batch), and data-parallel replicas fill the rest (one gradient all-reduce 
 The grid knows its axes only from ``AXES``: a new one is one more word there, and sizes, orders,
 coordinates, groups and communicators follow; an axis that lives inside a group is a *fold* of it
 (``fold``: expert parallelism inside dp x cp, HSDP's shard groups inside the replicas).  The axes of
-``NAMED`` - the 3D grid - are in every order, map and coordinate; another axis is left out of them
+``NAMED`` - tp, pp and dp - are in every order, map and coordinate; another axis is left out of them
 while its size is 1 (the grid is then the smaller one, rank for rank), and an order may leave it out:
 it then sits right after the axis before it in ``AXES`` (cp right after tp).  ``GridLayout`` is the pure arithmetic (usable
 without MPI, for teaching and planning); ``ParallelGrid`` adds the communicators.

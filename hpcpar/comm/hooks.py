@@ -1,4 +1,4 @@
-"""What may watch a Communicator's calls: the tracer (hpcpar/trace/tracer.py) and the flight recorder
+"""What may watch a Communicator's calls: the tracer (hpcpar/tracer.py) and the flight recorder
 (hpcpar/comm/flight.py).  A plain run has neither: Communicator._blocking then checks two globals and
 calls MPI, and nothing here runs.  With either on, these two functions do the call's bookkeeping.
 
@@ -12,7 +12,7 @@ A group of one rank calls nothing and records nothing.
 import time
 
 from hpcpar.comm import flight
-from hpcpar.trace import tracer as trace
+from hpcpar import tracer as trace
 
 
 def watching():

@@ -5,7 +5,7 @@ nothing; every copy is counted in ``bytes`` and shown in a trace as a "staging" 
 """
 import time
 
-from hpcpar.trace import tracer as trace
+from hpcpar import tracer as trace
 
 
 class Staging:

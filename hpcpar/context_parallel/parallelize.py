@@ -1,7 +1,7 @@
 """Context parallelism around the model: the checks that refuse a bad size, swapping in the cp core.
 
 Rank r of a cp group holds chunks r and 2cp-1-r of every sequence (ops/ring_attention.py,
-``balanced_positions``; train.py cuts the inputs and targets), so the loss on its tokens is a part of
+``balanced_positions``; training/batches.py cuts the inputs and targets), so the loss on its tokens is a part of
 the sum over the sequence, and the usual 1 / (tokens in the batch) normalisation stays exact.  Both
 kinds take the same cut: the ring because it balances the causal work, Ulysses because its transpose
 puts any cut back in sequence order.

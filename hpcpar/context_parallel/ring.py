@@ -25,9 +25,10 @@ each block on the compute track (``tracer.span``); waits that were not hidden la
 """
 import time
 
-from hpcpar.trace import tracer as trace
+from hpcpar import tracer as trace
 from hpcpar.backend import array_module
 from hpcpar.comm import wait_all
+from hpcpar.nn.attention_core import recorder
 from hpcpar.ops.gqa import repeat_kv_backward, repeat_kv_forward
 from hpcpar.ops.ring_attention import block_backward, block_forward, cp_positions, merge, ring_source, scale
 
@@ -76,6 +77,8 @@ class RingAttention:
     nn/attention_core.LocalAttention.  It keeps no probabilities whatever ``selective`` says: its backward
     recomputes them block by block anyway.  No dropout on them (the configuration refuses it)."""
 
+    logits = None           # QK-clip's (NH,) largest logits (nn/attention_core.recorder)
+
     def __init__(self, comm):
         self.comm = comm
 
@@ -85,10 +88,10 @@ class RingAttention:
         pos = cp_positions(ctx, q.shape[2], self.comm.size)
         qs = scale(q)                                                        # Qs = Q / sqrt(HS)
         k, v = repeat_kv_forward(k, rep), repeat_kv_forward(v, rep)
-        o, lse = self.ring_forward(qs, k, v, pos, attn_mask)
+        o, lse = self.ring_forward(qs, k, v, pos, attn_mask, recorder(self, ctx))
         return o, (qs, k, v, o, lse, pos, rep, attn_mask)
 
-    def ring_forward(self, qs, k, v, pos, attn_mask=None):
+    def ring_forward(self, qs, k, v, pos, attn_mask=None, logits=None):
         """O (B, NH, T/cp, HS) and lse (B, NH, T/cp) of this rank's queries over every rank's block, the
         blocks passed round the ring (what `hpcpar train --plug` lets a student write: training/plug.py)."""
         n, r = self.comm.size, self.comm.rank
@@ -97,7 +100,7 @@ class RingAttention:
         for step in range(n):
             j = ring_source(r, step, n)
             hop = Hop(self.comm, kv, KV_TAG, f"kv {j}->{(r + 1) % n}") if step < n - 1 else None
-            part = _block(f"attn q{r} kv{j}", block_forward, qs, kv[0], kv[1], pos[r], pos[j], attn_mask)
+            part = _block(f"attn q{r} kv{j}", block_forward, qs, kv[0], kv[1], pos[r], pos[j], attn_mask, logits)
             o, lse = part if o is None else merge(o, lse, *part)             # (B, NH, T/cp, HS), (B, NH, T/cp)
             if hop is not None:
                 kv = hop.wait()

@@ -4,7 +4,7 @@ group's ``Communicator.all_to_all`` in ulysses.py, or ``exchange`` below for a l
 
 Legend: cp ranks; B sequences; H heads of one array held before the transpose (this tp rank's);
 T the whole sequence, Tl = T / cp the tokens a rank holds, at the global positions ``positions[r]``
-(any cut: train.py's causal balance, or contiguous runs); HS the head size; h = H / cp.
+(any cut: training/batches.py's causal balance, or contiguous runs); HS the head size; h = H / cp.
 
     seq_to_heads_forward    rank r holds x_r (B, H, Tl, HS) - its tokens, every head
                             rank j gets  y_j (B, h, T, HS)  - every token in sequence order, heads j h .. (j+1) h - 1

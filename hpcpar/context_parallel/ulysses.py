@@ -14,17 +14,17 @@ micro-batch, each handing MPI a buffer of B (T/n) HS x (heads moved) elements:
     forward  (NH + 2 NKV) + NH,   backward  NH + (NH + 2 NKV)   ->   4 B (T/n) HS (NH + NKV) elements
 
 (``ulysses_bytes``; the ring's are ring.py's.)  Every all-to-all is a span on the "cp" track carrying
-its bytes; the positions of this rank's tokens are train.py's (the causal balance, or with documents the
+its bytes; the positions of this rank's tokens are training/batches.py's (the causal balance, or with documents the
 micro-batch's deal), put back in sequence order by the transpose - where the core sees the whole window
 in order and applies ops/masks.py's rule (documents, window) as one rank would.
 """
 import time
 
 from hpcpar.context_parallel.transpose import seq_to_heads_backward, seq_to_heads_forward
-from hpcpar.nn.attention_core import core_backward, core_forward
+from hpcpar.nn.attention_core import core_backward, core_forward, recorder
 from hpcpar.ops.gqa import repeat_kv_backward, repeat_kv_forward
 from hpcpar.ops.ring_attention import cp_positions
-from hpcpar.trace import tracer as trace
+from hpcpar import tracer as trace
 
 
 def ulysses_bytes(batch, seq_len, cp, head_size, heads, kv_heads, itemsize):
@@ -35,6 +35,8 @@ def ulysses_bytes(batch, seq_len, cp, head_size, heads, kv_heads, itemsize):
 class UlyssesAttention:
     """The attention core over the ranks of ``comm`` (a cp group); the interface of
     nn/attention_core.LocalAttention, whose functions it calls on the whole sequence of its heads."""
+
+    logits = None           # QK-clip's (NH,) largest logits: this rank fills its heads' (nn/attention_core.recorder)
 
     def __init__(self, comm):
         self.comm = comm
@@ -54,8 +56,9 @@ class UlyssesAttention:
         """q (B, NH, T/cp, HS), k, v (B, NH/rep, T/cp, HS) of this rank's tokens -> O (B, NH, T/cp, HS), cache."""
         pos = cp_positions(ctx, q.shape[2], self.comm.size)
         qh, kh, vh = seq_to_heads_forward([q, k, v], pos, self._exchange("qkv"))   # (B, NH/cp | NKV/cp, T, HS)
+        h = qh.shape[1]                                                            # heads a cp rank takes
         oh, c_core = core_forward(qh, repeat_kv_forward(kh, rep), repeat_kv_forward(vh, rep), mask, selective,
-                                  attn_mask)
+                                  attn_mask, recorder(self, ctx, slice(self.comm.rank * h, (self.comm.rank + 1) * h)))
         (o,) = seq_to_heads_backward([oh], pos, self._exchange("o"))             # (B, NH, T/cp, HS)
         return o, (c_core, pos, rep)
 

@@ -2,8 +2,8 @@
 answer (hidden from the student's file) and its hints.  Numbered in the order they joined the course;
 lessons.py says which lesson holds which.  How to add one: the package docstring (__init__.py)."""
 from hpcpar.course import (check_3d, check_a2a, check_attention, check_cp, check_dp, check_fp8, check_hangs,
-                           check_llama, check_measure, check_memory, check_pp, check_precision, check_state, check_tp,
-                           check_v, check_zero)
+                           check_llama, check_measure, check_memory, check_muon, check_pp, check_precision, check_state,
+                           check_tp, check_v, check_zero)
 from hpcpar.course import check_deepseek, check_documents, check_recovery
 from hpcpar.course.collectives import ring_allreduce
 from hpcpar.course.exercise import Exercise as E
@@ -86,13 +86,13 @@ EXERCISES = [
           "the new number of parts, and make new piece i from part i of every group - along dim, which need "
           "not be the last axis")),
     E(11, "08-tracing.md", "tracing", "the bubble of a traced step", "bubble", check_state.check_bubble,
-      check_state.bubble, hidden=("hpcpar.pipeline.bubble", "hpcpar.trace"), hints=(
+      check_state.bubble, hidden=("hpcpar.pipeline.bubble", "hpcpar.tools.trace"), hints=(
           "idle time is the device time nobody computed, over the whole pipeline",
           "the step does not start at 0, and every rank is counted from the pipeline's first start to its "
           "last end",
           "method: 1 minus the sum of all intervals' lengths over p times (latest end minus earliest start)")),
     E(12, "08-tracing.md", "tracing", "the share of communication hidden behind compute", "hidden_share",
-      check_state.check_hidden_share, check_state.hidden_share, hidden=("hpcpar.trace",), hints=(
+      check_state.check_hidden_share, check_state.hidden_share, hidden=("hpcpar.tools.trace",), hints=(
           "a moment counts once, however many transfers or computations cover it",
           "turn each kind into a union of disjoint intervals first",
           "method: merge the sorted intervals of each kind, add up the overlaps of every merged communication "
@@ -291,7 +291,7 @@ EXERCISES = [
           "one query")),
     E(39, "10-llama.md", "DeepSeek", "MLA's KV cache a token against grouped-query attention's", "kv_cache_bytes",
       check_deepseek.check_kv_cache_bytes, check_deepseek.kv_cache_bytes,
-      hidden=("hpcpar.shape", "hpcpar.plan", "hpcpar.nn", "hpcpar.ops.mla", "hpcpar.training.generate"), hints=(
+      hidden=("hpcpar.shape", "hpcpar.tools.plan", "hpcpar.nn", "hpcpar.ops.mla", "hpcpar.training.generate"), hints=(
           "the keys and values of every head are a function of what MLA keeps of a token: keep that, not them",
           "the latent makes the keys and the values alike; the rotary key is not made from it, and one serves "
           "every head",
@@ -317,5 +317,30 @@ EXERCISES = [
           "method: renumber the survivors in order, place the first ones on the new grid, list what each holds "
           "(its old stage's keys, the part of its old tp index), then walk destinations, sorted keys and parts, "
           "taking each piece from the destination or the least-used holder")),
+    E(42, "17-muon.md", "optimizers", "Newton-Schulz, Muon's orthogonalisation", "newton_schulz",
+      check_muon.check_newton_schulz, check_muon.newton_schulz,
+      hidden=("hpcpar.optim.newton_schulz", "hpcpar.optim.muon", "hpcpar.tensor_parallel.muon"), hints=(
+          "the iteration acts on each singular value alone; it is only a polynomial if every one starts "
+          "inside the interval where the polynomial pulls it towards 1",
+          "the Frobenius norm is at least the largest singular value; a tall matrix's Gram X X^T would be "
+          "the large one",
+          "method: transpose a tall G, divide by its Frobenius norm floored at eps, then each step form A = "
+          "X X^T, B = b A + c A A and X = a X + B X; transpose back")),
+    E(43, "17-muon.md", "optimizers", "predict: the singular values of blockwise's update at tp 2 and 4",
+      "ANSWER", check_muon.check_blockwise, check_muon.blockwise_singular_values, hints=(
+          "an orthogonal block with more columns than rows has O_r O_r^T equal to the identity",
+          "the Gram of blocks side by side is the sum of the blocks' Grams",
+          "method: [O_0 | ... ] [O_0 | ... ]^T = sum over the tp blocks of I; the singular values are the square "
+          "roots of that Gram's eigenvalues"),
+      after="See it with Newton-Schulz's five steps instead of exact orthogonalisation: .venv/bin/mpiexec -n 2 "
+            ".venv/bin/python -m hpcpar.examples.muon_tp (the last line: blockwise's halves put together)"),
+    E(44, "17-muon.md", "optimizers", "which rank owns which matrix under ZeRO, and what each hands MPI",
+      "ownership", check_muon.check_ownership, check_muon.ownership,
+      hidden=("hpcpar.data_parallel", "hpcpar.optim.muon"), hints=(
+          "a rank that took the longest matrix of one buffer has the most numbers when the next buffer starts",
+          "the ranges of a buffer are equal, so the fullest rank sets everyone's, and the others pad",
+          "method: keep one count per rank across the buffers; in each buffer, in decreasing size, give each "
+          "matrix to the rank with the lowest count; a rank hands n times the fullest share plus the share "
+          "itself, buffer by buffer")),
 ]
 BY_NUMBER = {e.number: e for e in EXERCISES}

@@ -1,11 +1,11 @@
 """All-to-all exercises: the MoE's dispatch and combine (hpcpar/ops/moe.py, expert_parallel/dispatch.py,
 docs/moe.md), the Ulysses transpose, the sequence cut of a cp group turned into a head cut
 (hpcpar/context_parallel/transpose.py, docs/context_parallel.md), and the bytes of expert parallelism's
-all-to-alls as the planner counts them (hpcpar/plan/experts.py)."""
+all-to-alls as the planner counts them (hpcpar/tools/plan/experts.py)."""
 import numpy as np
 
 from hpcpar.context_parallel.transpose import simulate_seq_to_heads
-from hpcpar.course.wrong import Wrong
+from hpcpar.course.wrong import Wrong, check_pair
 from hpcpar.ops.moe import combine_forward, route_order, slots
 from hpcpar.ops.ring_attention import balanced_positions
 
@@ -83,10 +83,10 @@ def ep_rows_bytes():
     rank's tokens x top_k rows of d_model numbers, its own included)."""
     from dataclasses import replace
 
-    from hpcpar.plan.experts import dispatch_bytes
-    from hpcpar.plan.measured import planner_view
+    from hpcpar.tools.plan.experts import dispatch_bytes
+    from hpcpar.tools.plan.measured import planner_view
     from hpcpar.training.config import TrainConfig, check
-    from hpcpar.training.train import model_config
+    from hpcpar.training.models import model_config
     out = []
     for ep in (2, 4):
         cfg = check(TrainConfig(**EP_RUN, ep=ep), 4)
@@ -98,14 +98,8 @@ def ep_rows_bytes():
 
 
 def check_ep_rows_bytes(answer):
-    want = ep_rows_bytes()
-    if not (isinstance(answer, tuple) and len(answer) == 2 and
-            all(isinstance(a, (int, float)) and not isinstance(a, bool) for a in answer)):
-        raise Wrong(f"ANSWER is a pair of numbers of bytes (at ep 2, at ep 4), got {answer!r}")
-    for ep, got, right in zip((2, 4), answer, want):
-        if abs(got - right) > 0.01 * right:
-            raise Wrong(f"the bytes at ep {ep}, {got!r}, are too {'many' if got > right else 'few'} "
-                        "(within 1 % passes)")
+    check_pair(answer, ep_rows_bytes(), ("ep 2", "ep 4"), "a pair of numbers of bytes (at ep 2, at ep 4)",
+               "the bytes")
 
 
 # --- exercise 32: the experts' all-to-alls, in the trainer ----------------------------------------------

@@ -1,14 +1,14 @@
 """DeepSeek-V3: what multi-head latent attention caches a token against grouped-query attention
 (hpcpar/shape.py, docs/deepseek.md "What generation caches"), and where a pipeline puts the multi-token
 prediction modules and which gradients it sums between its ends (pipeline/schedules.py, nn/gpt.py,
-training/train.py; docs/deepseek.md "Multi-token prediction")."""
+training/step.py; docs/deepseek.md "Multi-token prediction")."""
 from dataclasses import replace
 from functools import lru_cache
 
 from hpcpar.course.wrong import Wrong
 from hpcpar.nn.gpt import GPT, preset
 from hpcpar.pipeline.schedules import build
-from hpcpar.plan.models import load_model
+from hpcpar.tools.plan.models import load_model
 from hpcpar.shape import ModelShape
 
 FIELDS = ("layers", "heads", "kv_heads", "head_dim", "v_head_dim", "kv_lora_rank", "qk_rope_dim")

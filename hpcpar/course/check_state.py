@@ -5,7 +5,7 @@ import numpy as np
 from hpcpar.course.wrong import Wrong
 from hpcpar.nn.parameter import Shard
 from hpcpar.pipeline.bubble import pipeline_bubble
-from hpcpar.trace.report import _overlap, _union
+from hpcpar.tools.trace.report import _overlap, _union
 
 
 def reshard(pieces, dim, new_parts, groups=1):

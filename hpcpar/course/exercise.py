@@ -34,7 +34,7 @@ class Exercise:
     number: int
     lesson: str         # docs/course/ page
     topic: str          # TP, PP, DP, 3D, checkpoints, tracing, CP, Llama, precision, hangs, memory, MoE,
-                        # attention, measuring, documents, DeepSeek, reliability
+                        # attention, measuring, documents, DeepSeek, reliability, optimizers
     title: str
     name: str           # the function to write, or "ANSWER"
     check: object       # check(value) raises Wrong (None: an MPI exercise checked on its ranks only)

@@ -6,7 +6,7 @@ whose checks hold the references.  ``load`` runs the student's file with an ``__
 (its module's builtins; every function of the file imports through it, then and later) that refuses
 
 * a hidden module, or a module inside one:      import hpcpar.precision
-* a name whose object a hidden module defines:  from hpcpar.training.train import precision
+* a name whose object a hidden module defines:  from hpcpar.training.step import precision
                                                 (a re-export is the same object)
 * the way round an import statement:            importlib, sys (sys.modules), builtins
 

@@ -116,6 +116,22 @@ LESSONS = [
          "change only how many leave the rank and how evenly the receivers are loaded."),
         ("What is the backward of the Ulysses transpose?",
          "Its inverse: the head cut back to the sequence cut (it only moves numbers)."))),
-    Lesson(17, "17-next.md", "what comes next", 20, "", ()),
+    Lesson(17, "17-muon.md", "Muon", 75, "", (
+        ("Why may every rank of a tensor-parallel group run Newton-Schulz on the whole matrix (duplicated), and "
+         "when is the distributed mode cheaper?",
+         "The whole update is a few kilobytes to megabytes, gathered once, and every rank then computes the same "
+         "numbers, so their shards of the result agree. Distributed sends steps + 1 small Grams instead of the "
+         "matrix and does 1/tp of the long side's products on each rank: cheaper when the cut side is the long "
+         "one (the Gram is the short side squared), dearer when the Gram is the long side's."),
+        ("Why does every rank hand MPI the same numbers under whole-tensor ownership, however unevenly the "
+         "matrices fall?",
+         "A buffer is cut into n equal ranges, each as long as the fullest rank's share: every rank hands the "
+         "reduce-scatter the whole buffer and the all-gather one range - the others' ranges end in padding. "
+         "Uneven matrices cost padding (memory and bytes), not unequal messages."),
+        ("Why does Muon give Q, K and V of a fused c_attn a Newton-Schulz each?",
+         "They are three maps with unrelated scales; orthogonalised together, the largest of them sets the "
+         "normalisation and the coupling between them in the Gram mixes their directions - the published recipes "
+         "hold them as three matrices, and hpcpar's result must equal theirs."))),
+    Lesson(18, "18-next.md", "what comes next", 20, "", ()),
 ]
 BY_PAGE = {lesson.page: lesson for lesson in LESSONS}

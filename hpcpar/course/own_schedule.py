@@ -16,7 +16,8 @@ import re
 
 from hpcpar.course.wrong import Wrong
 from hpcpar.pipeline.schedules import Action, Schedule, validate
-from hpcpar.pipeline.simulate import Costs, ascii_timeline, simulate
+from hpcpar.pipeline.simulate import Costs, simulate
+from hpcpar.pipeline.timeline import ascii_timeline
 
 _WORD = re.compile(r"^(?:(?P<op>[FBW])(?P<mb>\d+)(?:\.(?P<chunk>\d+))?"
                    r"|(?P<verb>send|recv)(?P<what>[FB])(?P<mb2>\d+)(?P<dir>[<>])(?P<peer>\d+))$")

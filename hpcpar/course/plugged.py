@@ -23,7 +23,7 @@ RTOL = 1e-9
 def _train(options, comm):
     """(loss, gradient norm) of each step of ``options`` on the mpi4py communicator ``comm``."""
     from hpcpar.training.config import TrainConfig
-    from hpcpar.training.train import Trainer
+    from hpcpar.training.step import Trainer
     trainer = Trainer(TrainConfig(**options), comm)
     return [(r.loss, r.grad_norm) for r in (trainer.step(s) for s in range(STEPS))]
 

@@ -47,26 +47,28 @@ class FlatSlice:
                 for p, a, b in self.segments]
 
 
-def owners(sizes, n):
+def owners(sizes, n, load=None):
     """The rank of n that owns each of ``sizes`` whole: the longest first, each to the rank that owns the
-    fewest numbers so far (the lowest rank on a tie) - LPT, within 4/3 of the best balance."""
-    owner, load = [0] * len(sizes), [0] * n
+    fewest numbers so far (the lowest rank on a tie) - LPT, within 4/3 of the best balance.  ``load``:
+    the numbers each rank owns already in the group's other buffers, updated in place - so that the
+    group is balanced, not each buffer (which would hand every buffer's longest to rank 0)."""
+    owner, load = [0] * len(sizes), [0] * n if load is None else load
     for i in sorted(range(len(sizes)), key=lambda i: -sizes[i]):
         owner[i] = min(range(n), key=lambda r: load[r])
         load[owner[i]] += sizes[i]
     return owner
 
 
-def layout(sizes, n, whole_tensors=False):
+def layout(sizes, n, whole_tensors=False, load=None):
     """(starts, size): where each of ``sizes`` begins in a flat array of ``size`` numbers cut into n
-    equal ranges - end to end and padded, or each whole in its owner's range."""
+    equal ranges - end to end and padded, or each whole in its owner's range (``load``: owners')."""
     if not whole_tensors or n == 1:
         starts, at = [], 0
         for s in sizes:
             starts.append(at)
             at += s
         return starts, -(-at // n) * n
-    owner = owners(sizes, n)
+    owner = owners(sizes, n, load)
     k = max(sum(s for s, o in zip(sizes, owner) if o == r) for r in range(n))
     starts, fill = [], [r * k for r in range(n)]
     for s, o in zip(sizes, owner):
@@ -83,19 +85,21 @@ def placeholder(like):
 
 
 class FlatBuffer:
-    def __init__(self, params, shard, compute_dtype=None, across=None, gathered=False, whole_tensors=False):
-        """``shard``: the group the buffer is cut over (a Communicator, or anything with ``size`` and
+    def __init__(self, params, group, compute_dtype=None, across=None, gathered=False, whole_tensors=False,
+                 load=None):
+        """``group``: its shard group, the ranks the buffer is cut over (a Communicator, or anything with ``size`` and
         ``rank``); ``across``: the group its owned range is all-reduced over after the reduce-scatter,
         or None; ``gathered``: the values are kept only in the owned range and gathered when used
-        (ZeRO-3) - unless n = 1."""
+        (ZeRO-3) - unless n = 1; ``load``: with ``whole_tensors``, the numbers each rank of the shard
+        group owns in its earlier buffers (``owners``), shared by all of them."""
         xp = backend.array_module(params[0].data)
         dtype = params[0].data.dtype
-        self.shard, self.across, self.params = shard, across, list(params)
+        self.group, self.across, self.params = group, across, list(params)
         self.compute_dtype = compute_dtype if compute_dtype is not None else dtype
-        n = shard.size
-        starts, self.size = layout([p.data.size for p in params], n, whole_tensors)
+        n = group.size
+        starts, self.size = layout([p.data.size for p in params], n, whole_tensors, load)
         self.segments = sorted(((p, a, a + p.data.size) for p, a in zip(params, starts)), key=lambda s: s[1])
-        self.lo, self.hi = self.owned_range(shard.rank, n)
+        self.lo, self.hi = self.owned_range(group.rank, n)
         k = self.hi - self.lo
         self.resident = not gathered or n == 1
         flat = xp.zeros(self.size, dtype=dtype)                 # (size,)
@@ -127,7 +131,7 @@ class FlatBuffer:
 
     def owner(self, p):
         """The rank of the shard group that owns ``p`` whole, or None where it straddles two ranges."""
-        k = self.size // self.shard.size
+        k = self.size // self.group.size
         for q, a, b in self.segments:
             if q is p:
                 return a // k if (b - 1) // k == a // k else None
@@ -157,7 +161,7 @@ class FlatBuffer:
         xp = backend.array_module(self.master)
         self.compute = xp.empty(self.size, dtype=self.compute_dtype)
         self.compute[self.lo:self.hi] = self.master             # (rounded to the compute dtype)
-        self.gathering = self.shard.iall_gather_(self.compute)
+        self.gathering = self.group.iall_gather_(self.compute)
 
     def finish_gather(self):
         if self.gathering is not None:
@@ -180,7 +184,7 @@ class FlatBuffer:
     def share_update(self):
         """ZeRO-1/2: start the all-gather that gives every rank of the shard group the others' updated
         ranges of the masters (in place); None when there is nothing to gather."""
-        return None if self.shard.size == 1 else self.shard.iall_gather_(self.master)
+        return None if self.group.size == 1 else self.group.iall_gather_(self.master)
 
     def refresh(self):
         """Round the kept compute copy again from the master values (mixed precision; else nothing)."""
@@ -208,7 +212,7 @@ class FlatBuffer:
     def reduce_inside(self):
         """Start the reduce-scatter of the full gradient into ``owned_grad`` over the shard group;
         None when n = 1 (the owned gradient is the full one)."""
-        return None if self.shard.size == 1 else self.shard.ireduce_scatter(self.grad, self.owned_grad)
+        return None if self.group.size == 1 else self.group.ireduce_scatter(self.grad, self.owned_grad)
 
     def reduce_across(self):
         """Start the all-reduce of ``owned_grad`` over ``across`` (None without one)."""
@@ -216,11 +220,11 @@ class FlatBuffer:
 
     def whole(self, owned):
         """Collective over the shard group: the flat array whose owned range on each rank is its ``owned``."""
-        if self.shard.size == 1:
+        if self.group.size == 1:
             return owned
         full = backend.array_module(owned).zeros(self.size, dtype=owned.dtype)
         full[self.lo:self.hi] = owned
-        self.shard.iall_gather_(full).wait()
+        self.group.iall_gather_(full).wait()
         return full
 
     # --- bytes ------------------------------------------------------------------------------------

@@ -30,8 +30,8 @@ class Fp8Unit(FlatBuffer):
     """A ZeRO-3 unit (flat.py's FlatBuffer, gathered) of weights that travel as E4M3 codes."""
     fmt = E4M3
 
-    def __init__(self, params, shard, compute_dtype=None, across=None, gathered=True, whole_tensors=False):
-        super().__init__(params, shard, compute_dtype, across, gathered, whole_tensors)
+    def __init__(self, params, group, compute_dtype=None, across=None, gathered=True, whole_tensors=False, load=None):
+        super().__init__(params, group, compute_dtype, across, gathered, whole_tensors, load)
         self.acc = accumulator(self.compute_dtype)
         self.scales = None                      # (len(params),) fp32: each segment's multiplier s this step
         self.codes = None                       # (size,) uint8 while gathered
@@ -74,7 +74,7 @@ class Fp8Unit(FlatBuffer):
         self.codes[self.lo:self.hi] = xp.asarray(codes(self.fmt, backend.to_numpy(q)))
         self.compute = xp.empty(self.size, dtype=self.acc)      # gathered: decoded when the codes are in
         self.decoded = False
-        self.gathering = self.shard.iall_gather_(self.codes)
+        self.gathering = self.group.iall_gather_(self.codes)
 
     def finish_gather(self):
         if self.gathering is not None:

@@ -45,8 +45,8 @@ ranges: the sums commute.
 """
 import time
 
-from hpcpar import backend, progress
-from hpcpar.trace import tracer as trace
+from hpcpar import backend, inflight
+from hpcpar import tracer as trace
 from hpcpar.data_parallel.flat import FlatBuffer
 from hpcpar.data_parallel.protocol import Replicas, self_group
 from hpcpar.comm import test_all, wait_all
@@ -87,15 +87,18 @@ class FullyShardedDataParallel(Replicas):
                 for p in m.parameters():
                     holders[id(p)] = holders.get(id(p), 0) + 1
         separate = {id(p) for p in alone} | {k for k, v in holders.items() if v > 1}
-        flats, unit_of, coded = [], {}, {id(p) for p in fp8}
+        flats, unit_of, coded, loads = [], {}, {id(p) for p in fp8}, {}
 
-        def add(params):
+        def add(params, alone=False):
+            """A unit of ``params`` (per group); whole tensors balanced over the group's units - but a unit of
+            its own (``alone``: the tied copies on two stages) laid out alone, so that its slices line up."""
             kinds = {}                                  # the parameters of each (shard, across, in fp8), in order
             for p in params:
                 kinds.setdefault(tuple(map(id, groups_of(p))) + (id(p) in coded,), (groups_of(p), []))[1].append(p)
             for key, ((shard, across), mine) in kinds.items():
+                load = None if alone else loads.setdefault(id(shard), [0] * shard.size)
                 flats.append((fp8_unit if key[-1] else FlatBuffer)(mine, shard, compute_dtype, across, gathered=True,
-                                                                    whole_tensors=whole_tensors))
+                                                                    whole_tensors=whole_tensors, load=load))
                 flats[-1].counted = flats[-1].counted and (comm.rank == 0 or shard is not one)
                 unit_of.update((id(p), flats[-1]) for p in mine)
         for chunk in chunks:
@@ -103,7 +106,7 @@ class FullyShardedDataParallel(Replicas):
                 params = [p for m in group for p in m.parameters() if id(p) not in unit_of]
                 for p in params:
                     if id(p) in separate:
-                        add([p])
+                        add([p], alone=True)
                 add([p for p in params if id(p) not in separate])
         super().__init__(flats, uses)
         self._module_units = {}
@@ -202,7 +205,7 @@ class FullyShardedDataParallel(Replicas):
     def start_step(self):
         super().start_step()
         self.gathers, self.waits = 0, []
-        progress.install(self._poll)
+        inflight.install(self._poll)
 
     def grads_ready(self, params):
         super().grads_ready(params)
@@ -220,11 +223,11 @@ class FullyShardedDataParallel(Replicas):
 
     def _launch(self, i):
         u = self.flats[i]
-        if super()._launch(i) and (u.shard.size > 1 or u.across is not None):     # something to send
+        if super()._launch(i) and (u.group.size > 1 or u.across is not None):     # something to send
             self._posted["reduce", id(u)] = time.perf_counter()
 
     def _poll(self):
-        """MPICH moves non-blocking collectives on only inside MPI calls (progress.py): between the
+        """MPICH moves non-blocking collectives on only inside MPI calls (inflight.py): between the
         GEMMs, test the gathers and reduce-scatters in flight."""
         test_all([u.gathering for u in self.flats if u.gathering is not None] + self.sums.requests())
 
@@ -234,7 +237,7 @@ class FullyShardedDataParallel(Replicas):
         for i in range(len(self.flats)):
             self._launch(i)
         start = time.perf_counter()
-        progress.install(None)
+        inflight.install(None)
         wait_all(self.sums.requests())
         self._reap(keep=0)
         for u in self.flats:

@@ -6,7 +6,7 @@ buckets, summed as the backward finishes them) and ``FullyShardedDataParallel`` 
 rank keeps a range of every unit, gathered around each module's forward and backward).  Both hold
 their parameters in flat buffers (flat.py ``FlatBuffer``, ``flats``) and enter the model through one
 door: they are the stages' hooks (nn/stage.py ``StageHooks``, set by ``attach``).  A step, as the
-trainer (training/train.py) calls it:
+trainer (training/step.py) calls it:
 
     start_step()               a new step: the full gradients back (ZeRO-2), the counters reset
     ... the pipeline runs ...  the stages call the hooks; ``grads_ready(params)`` as gradients are final

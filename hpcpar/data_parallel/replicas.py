@@ -31,8 +31,8 @@ summed and reduced in ``finish``.
 """
 import time
 
-from hpcpar import progress
-from hpcpar.trace import tracer as trace
+from hpcpar import inflight
+from hpcpar import tracer as trace
 from hpcpar.data_parallel.flat import FlatBuffer
 from hpcpar.data_parallel.protocol import Replicas, self_group
 from hpcpar.comm import test_all, wait_all
@@ -91,22 +91,24 @@ class DataParallel(Replicas):
             groups_of = lambda p: (one, cut(p)[0])                          # noqa: E731
         self._late_ids = {id(p) for p in late}
         kinds = list({tuple(map(id, groups_of(p))): groups_of(p) for p in params}.values())
-        flats, self.lates = [], []
+        flats, self.lates, loads = [], [], {}
         for shard, across in kinds:
             mine = lambda p: tuple(map(id, groups_of(p))) == (id(shard), id(across))     # noqa: E731
-            make = lambda ps: FlatBuffer(ps, shard, compute_dtype, across, whole_tensors=whole_tensors)  # noqa: E731
+            load = loads.setdefault(id(shard), [0] * shard.size)       # whole tensors: the group's balance
+            make = lambda ps, load=load: FlatBuffer(ps, shard, compute_dtype, across,        # noqa: E731
+                                                    whole_tensors=whole_tensors, load=load)
             backward_order = [[p for p in reversed(g) if id(p) not in self._late_ids and mine(p)] for g in groups]
             flats += [make(ps) for ps in cut_buckets(backward_order, int(bucket_mb * 2**20))]
-            if any(mine(p) for p in late):
-                flats.append(make([p for p in late if mine(p)]))
+            if any(mine(p) for p in late):               # laid out alone: as on the stage it is tied to
+                flats.append(make([p for p in late if mine(p)], None))
                 self.lates.append(flats[-1])
         super().__init__(flats, uses)
         # HSDP: a sum's all-reduce across follows its reduce-scatter, posted by a poll that sees it done
-        self._two_phases = any(f.shard.size > 1 and f.across is not None for f in flats)
+        self._two_phases = any(f.group.size > 1 and f.across is not None for f in flats)
         self.launch_times = []          # perf_counter() of each bucket launch (overlap is measurable)
         # MPICH moves a non-blocking all-reduce on only inside MPI calls, and it needs several of them
         # (one per round of its algorithm): the buckets in flight are tested (MPI_Testall) so that
-        # they progress during the backward too - "gemms": between the backward's GEMMs (progress.py)
+        # they progress during the backward too - "gemms": between the backward's GEMMs (inflight.py)
         # and whenever it reports gradients; "reports": only when it reports; "off": never
         self.poll = "gemms"
         self.start_step()
@@ -121,9 +123,9 @@ class DataParallel(Replicas):
     def grads_ready(self, params):
         super().grads_ready([p for p in params if id(p) not in self._late_ids])
         if self.poll != "off":
-            self._progress()
+            self._poll()
 
-    def _progress(self):
+    def _poll(self):
         test_all(self.sums.requests())
         if self._two_phases:
             self.sums.poll()
@@ -132,7 +134,7 @@ class DataParallel(Replicas):
         if super()._launch(i):
             self.launch_times.append(time.perf_counter())
             if self.poll == "gemms":
-                progress.install(self._progress)
+                inflight.install(self._poll)
 
     def _late_grads(self, params):
         """The late buckets' gradients of ``params``: one view per run of them lying side by side."""
@@ -157,7 +159,7 @@ class DataParallel(Replicas):
         for i in range(len(self.flats)):
             self._launch(i)
         start = time.perf_counter()
-        progress.install(None)
+        inflight.install(None)
         wait_all(self.sums.requests())
         self.sums.poll(keep=0)                          # HSDP: the all-reduces across, in order
         tracer = trace.active()

@@ -1,5 +1,5 @@
 """The model state a rank holds under ZeRO 0-3: the one table of it (``per_rank``, which the planner's
-plan/memory.py uses too), the engine's run put into it (``formula``: what --memory-budget checks before
+tools/plan/memory.py uses too), the engine's run put into it (``formula``: what --memory-budget checks before
 anything is allocated), and the same counted from the engine's own arrays (``held``).
 
 Per rank, P numbers of its pipeline stage (its TP shard), n = dp x cp the ranks ZeRO cuts the state
@@ -21,9 +21,11 @@ ZeRO 0-2), which every rank keeps whole and moves by a rule (data_parallel/fsdp.
     ZeRO working set  0         0               P g        2 U c + 2 U g
 
 hpcpar: m = g = b (the dtype's bytes), r = 2 under --precision bf16/fp16, o = 2 b for AdamW (its two
-moments; SGD b with momentum, else 0).  With --fp8-param-gather a ZeRO-3 unit's quantised weights
-(shape.py ``quantised_params``) are gathered - held and sent - as FP8 codes, one byte each: c is then
-``gathered_number_bytes``, the compute dtype's bytes and one byte weighed by their share.  The update's one scratch block (optim.py: 256 KB on a host, a
+moments; SGD b with momentum, else 0); Muon keeps b (its momentum) for each number of the blocks'
+matrices (optim/matrices.py ``matrix_split``) and AdamW's 2 b for the rest.  With --fp8-param-gather a
+ZeRO-3 unit's quantised weights (shape.py ``quantised_params``) are gathered - held and sent - as FP8
+codes, one byte each: c is then ``gathered_number_bytes``, the compute dtype's bytes and one byte
+weighed by their share.  The update's one scratch block (optim.py: 256 KB on a host, a
 slice on a GPU) is work space, not state, and not counted.  ZeRO-1's second gradient term is the
 slice its reduce-scatter fills (an engine that reduce-scatters into the full buffer has none).  The
 working set is what a step adds at once: ZeRO-2's full gradient buffers during the backward;
@@ -35,6 +37,7 @@ reduce-scatters once, after the last) the whole stage's: P g instead of 2 U g.
 ``hpcpar bench --only zero`` sets ``held``, ``formula`` and the planner side by side.
 """
 from hpcpar.optim import state_arrays
+from hpcpar.optim.matrices import matrix_split
 from hpcpar.runtime import UsageError
 
 GB = 1e9
@@ -67,7 +70,7 @@ def held(trainer):
 def shard_size(dp, cp, dp_shard=0):
     """n: the ranks ZeRO cuts a parameter's state over - dp x cp, or under HSDP a shard group's
     dp-shard x cp (the state is then replicated across the dp / dp-shard groups); the engine's and the
-    planner's (plan/layout.Layout.shard)."""
+    planner's (tools/plan/layout.Layout.shard)."""
     return (dp_shard or dp) * cp
 
 
@@ -76,19 +79,15 @@ def rank_params(cfg, mcfg, pp_rank):
     TP shard, replicated norms and biases counted as cut too; a mixture of experts' router and shared
     experts whole: the MoE layer is not cut over TP), those of its routed experts (E/ep of each
     block's, whole on every TP rank), its largest ZeRO-3 unit, and of P its routing biases (E a block)."""
-    from hpcpar.pipeline.partition import partition
-    from hpcpar.pipeline.schedules import build
-    schedule = build(cfg.schedule, cfg.pp, cfg.microbatches, cfg.chunks)
     S = cfg.pp * cfg.chunks
-    ranges = partition(mcfg.n_layer, S, cfg.partition, mcfg)
-    stages = [schedule.stage(pp_rank, c) for c in range(cfg.chunks)]
     shape = mcfg.shape
     dense, routed = shape.block_split(cfg.tp, cfg.ep)              # a block's numbers outside / in its experts
     bias = shape.routing_bias_params()                             # the routing bias: never gathered
     block = shape.gathered_block_params(cfg.tp, cfg.ep, shard_size(cfg.dp, cfg.cp, cfg.dp_shard))     # a block's ZeRO-3 unit
     total, experts, unit, biases = 0, 0, 0, 0
-    for s in stages:
-        blocks = len(ranges[s])
+    held = rank_blocks(cfg, mcfg, pp_rank)
+    stages = [s for s, _ in held]
+    for s, blocks in held:
         total += blocks * dense
         experts += blocks * routed
         biases += blocks * bias
@@ -103,12 +102,23 @@ def rank_params(cfg, mcfg, pp_rank):
     return total, experts, unit, biases
 
 
+def rank_blocks(cfg, mcfg, pp_rank):
+    """[(virtual stage, its blocks)] of the chunks a rank of pipeline rank ``pp_rank`` holds."""
+    from hpcpar.pipeline.partition import partition
+    from hpcpar.pipeline.schedules import build
+    schedule = build(cfg.schedule, cfg.pp, cfg.microbatches, cfg.chunks)
+    ranges = partition(mcfg.n_layer, cfg.pp * cfg.chunks, cfg.partition, mcfg)
+    return [(s, len(ranges[s])) for s in (schedule.stage(pp_rank, c) for c in range(cfg.chunks))]
+
+
 def per_rank(zero, n, params, unit, *, master, grad, optimizer, compute, copy=0, slice_buffer=True,
-             reshard=True, whole_grads=False):
+             reshard=True, whole_grads=False, matrices=0, matrix_optimizer=None):
     """{term: bytes} of the table above: ``params`` P and ``unit`` U numbers, the rest bytes a number
     (``slice_buffer``: ZeRO-1 reduce-scatters into a slice of its own; ``reshard``: ZeRO-3 frees a
-    unit after its forward; ``whole_grads``: ZeRO-3 holds the stage's whole gradient)."""
+    unit after its forward; ``whole_grads``: ZeRO-3 holds the stage's whole gradient).  ``matrices`` of
+    the P numbers keep ``matrix_optimizer`` bytes of state a number instead (Muon's one momentum)."""
     P, U = params, unit
+    state = P * optimizer + (matrices * (matrix_optimizer - optimizer) if matrix_optimizer is not None else 0)
     weights = P * master / n if zero >= 3 else P * (master + copy)
     if zero >= 2:
         grads = P * grad / n
@@ -119,7 +129,7 @@ def per_rank(zero, n, params, unit, *, master, grad, optimizer, compute, copy=0,
         working = P * grad
     elif zero >= 3:
         working = (2 * U if reshard else P) * compute + (P if whole_grads else 2 * U) * grad
-    return {"weights": weights, "gradients": grads, "optimizer state": P * optimizer / (n if zero else 1),
+    return {"weights": weights, "gradients": grads, "optimizer state": state / (n if zero else 1),
             "ZeRO working set": working}
 
 
@@ -130,24 +140,29 @@ def formula(cfg, mcfg, pp_rank=0):
     P, X, U, R = rank_params(cfg, mcfg, pp_rank)
     b = np.dtype(cfg.dtype).itemsize
     c = {"fp16": 2, "bf16": 2}.get(elsewhere(cfg.precision, cfg.fp8_rest), b)
-    k = state_arrays(cfg.optimizer, cfg.momentum)
+    k, km = (state_arrays(cfg.optimizer, cfg.momentum, matrix) for matrix in (False, True))
     n = shard_size(cfg.dp, cfg.cp, cfg.dp_shard)
     gathered = gathered_number_bytes(c, fp8_gather_share(mcfg.shape, cfg.tp, cfg.ep, n)) if cfg.fp8_param_gather else c
-    return with_experts(cfg.zero, n, cfg.ep, P, X, U, R, master=b, copy=c if c != b else 0, grad=b,
-                        optimizer=k * b, compute=gathered, reshard=cfg.reshard_after_forward,
+    blocks = sum(b for _, b in rank_blocks(cfg, mcfg, pp_rank))
+    matrices = tuple(blocks * m for m in matrix_split(mcfg.shape, cfg.tp, cfg.ep))     # Muon's (dense, routed)
+    return with_experts(cfg.zero, n, cfg.ep, P, X, U, R, matrices, master=b, copy=c if c != b else 0, grad=b,
+                        optimizer=k * b, matrix_optimizer=km * b, compute=gathered, reshard=cfg.reshard_after_forward,
                         whole_grads=cfg.microbatches > 1)
 
 
-def with_experts(zero, n, ep, params, experts, unit, resident=0, **numbers):
+def with_experts(zero, n, ep, params, experts, unit, resident=0, matrices=(0, 0), **numbers):
     """``per_rank`` of a rank holding ``params`` numbers replicated over ``n`` ranks (``resident`` of
     them kept whole on every rank even under ZeRO-3: the routing biases) and ``experts`` routed-expert
     numbers over their own group, the n / ep ranks holding the same experts.  Under ZeRO-3 ``unit``
     counts a block's gathered experts already; over a group of one rank they stay whole, as under ZeRO-0
-    (flat.FlatBuffer.resident).  The engine's formula and the planner (plan/experts.py) both."""
-    parts = [per_rank(zero, n, params - resident, unit, **numbers), per_rank(0, n, resident, 0, **numbers)] \
-        if zero == 3 and resident else [per_rank(zero, n, params, unit, **numbers)]
+    (flat.FlatBuffer.resident).  ``matrices``: Muon's (dense, routed) numbers among them (per_rank).  The
+    engine's formula and the planner (tools/plan/experts.py) both."""
+    dense, routed = matrices
+    parts = [per_rank(zero, n, params - resident, unit, matrices=dense, **numbers),
+             per_rank(0, n, resident, 0, **numbers)] \
+        if zero == 3 and resident else [per_rank(zero, n, params, unit, matrices=dense, **numbers)]
     if experts:
-        parts.append(per_rank(experts_stage(zero, n, ep), max(1, n // ep), experts, 0, **numbers))
+        parts.append(per_rank(experts_stage(zero, n, ep), max(1, n // ep), experts, 0, matrices=routed, **numbers))
     return {term: sum(part[term] for part in parts) for term in TERMS}
 
 

@@ -34,3 +34,15 @@ def require_size(comm, n, module):
     from hpcpar.runtime import UsageError
     if comm.size != n:
         raise UsageError(f"run this example on {n} ranks: mpiexec -n {n} python -m hpcpar.examples.{module}")
+
+
+def traffic(comm, before):
+    """Collective calls made on ``comm`` since the snapshot ``before``, as 'all_gather x1 (32 B)'."""
+    now = {op: (comm.stats.calls[op], comm.stats.bytes[op]) for op in comm.stats.calls}
+    parts = [f"{op} x{n - before.get(op, (0, 0))[0]} ({b - before.get(op, (0, 0))[1]} B)"
+             for op, (n, b) in sorted(now.items()) if n > before.get(op, (0, 0))[0]]
+    return ", ".join(parts) or "none"
+
+
+def snapshot(comm):
+    return {op: (comm.stats.calls[op], comm.stats.bytes[op]) for op in comm.stats.calls}

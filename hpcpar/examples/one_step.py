@@ -5,7 +5,7 @@
 
 The step that `hpcpar train --model tiny --dtype float64` takes first, written out:
 
- 1. data     step 0's batch of the synthetic Markov language: 32 sequences of 64 tokens (data.py)
+ 1. data     step 0's batch of the synthetic Markov language: 32 sequences of 64 tokens (data/synthetic.py)
  2. model    the `tiny` GPT (2 blocks, 4 heads, width 64), initialised from seed 0 (nn/gpt.py)
  3. forward  every module returns its output and a cache; the last one returns the summed loss
  4. backward starts from dloss = 1 / (tokens in the batch) and runs the caches in reverse
@@ -188,7 +188,7 @@ def main(argv=None):
 
     # the same step through the Trainer (flat buckets, the pipeline engine with one stage, AdamW)
     from hpcpar.training.config import TrainConfig
-    from hpcpar.training.train import Trainer
+    from hpcpar.training.step import Trainer
     t = Trainer(TrainConfig(model="tiny", dtype="float64", steps=100, progress=False, seed=SEED))
     r0, r1 = t.step(0), t.step(1)
     print(f"check    Trainer: step 0 loss {r0.loss:.12f}, grad norm {r0.grad_norm:.6f}; step 1 loss {r1.loss:.12f}")

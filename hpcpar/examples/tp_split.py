@@ -20,7 +20,7 @@ import sys
 
 import numpy as np
 
-from hpcpar.examples._common import once, rank_by_rank, require_size, vec
+from hpcpar.examples._common import once, rank_by_rank, require_size, snapshot, traffic, vec
 
 W = np.array([[1.0, 2.0, 3.0, 4.0],
               [5.0, 6.0, 7.0, 8.0]])
@@ -33,18 +33,6 @@ def full_layer(name):
     lin = Linear(name, 2, 4, 0.02, 0, np.float64)
     lin.weight.data[...] = W
     return lin
-
-
-def traffic(comm, before):
-    """Collective calls made on ``comm`` since the snapshot ``before``, as 'all_gather x1 (32 B)'."""
-    now = {op: (comm.stats.calls[op], comm.stats.bytes[op]) for op in comm.stats.calls}
-    parts = [f"{op} x{n - before.get(op, (0, 0))[0]} ({b - before.get(op, (0, 0))[1]} B)"
-             for op, (n, b) in sorted(now.items()) if n > before.get(op, (0, 0))[0]]
-    return ", ".join(parts) or "none"
-
-
-def snapshot(comm):
-    return {op: (comm.stats.calls[op], comm.stats.bytes[op]) for op in comm.stats.calls}
 
 
 def main():

@@ -24,7 +24,7 @@ def main():
     from mpi4py import MPI
 
     from hpcpar.training.config import TrainConfig
-    from hpcpar.training.train import Trainer
+    from hpcpar.training.step import Trainer
     from hpcpar.data_parallel.zero_memory import held
     world = MPI.COMM_WORLD
     require_size(world, 2, "zero_timeline")

@@ -25,6 +25,7 @@ class Attention(Module):
         self.n_head = n_head            # heads of the whole layer
         self.head_offset = 0            # first head on this rank (tensor parallelism moves it)
         self.c_attn = Linear(f"{prefix}.c_attn", d_model, 3 * d_model, 0.02, seed, dtype)
+        self.c_attn.weight.fused = 3                                   # [Q | K | V]: three matrices to Muon
         self.c_proj = Linear(f"{prefix}.c_proj", d_model, d_model, 0.02 / math.sqrt(2 * n_layer), seed, dtype)
         self.attn_drop = Dropout(f"{prefix}.attn_dropout", dropout)
         self.resid_drop = Dropout(f"{prefix}.resid_dropout", dropout)
@@ -47,6 +48,19 @@ class Attention(Module):
         y, c_proj = self.c_proj.forward(merge_heads(o), ctx)  # (B, T, C)
         y, mask = self.resid_drop.forward_tokens(y, ctx)
         return y, (c_attn, c_core, c_proj, mask, nh)
+
+    def heads_here(self):
+        """The heads this rank holds (all of them, or its share under tensor parallelism)."""
+        return self.c_attn.weight.data.shape[-1] // (3 * self.head_size)
+
+    def qk_scales(self, gamma, alpha=0.5):
+        """QK-clip (training/qk_clip.py): [(parameter, a multiplier per output column)] that scale head h's
+        logits by gamma[h] (gamma: this rank's heads): its query columns by gamma^alpha, its key columns by
+        gamma^(1 - alpha) - weight and bias alike, both make q and k."""
+        xp, HS = array_module(gamma), self.head_size
+        cols = xp.concatenate([xp.repeat(gamma ** alpha, HS), xp.repeat(gamma ** (1 - alpha), HS),
+                               xp.ones(len(gamma) * HS)])                   # [Q | K | V]
+        return [(self.c_attn.weight, cols), (self.c_attn.bias, cols)]
 
     def forward_cached(self, x, kv, start):
         """Forward only, for generation: x (B, T, C) of the tokens at positions [start, start + T);

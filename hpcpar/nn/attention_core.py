@@ -47,9 +47,10 @@ def attention_mask(ctx, window=0):
     return None if docs is None and not window else Mask(docs, window)
 
 
-def core_forward(q, k, v, mask, selective=False, attn_mask=None):
-    """q, k, v (B, NH, T, HS), mask () -> dropout mask or None -> o (B, NH, T, HS), cache"""
-    o, cache = attention_forward(q, k, v, mask(), None, attn_mask)              # block None: the engine's
+def core_forward(q, k, v, mask, selective=False, attn_mask=None, logits=None):
+    """q, k, v (B, NH, T, HS), mask () -> dropout mask or None -> o (B, NH, T, HS), cache; ``logits``
+    (NH,) takes each head's largest score (ops/attention.py)"""
+    o, cache = attention_forward(q, k, v, mask(), None, attn_mask, logits)     # block None: the engine's
     return o, (CoreInputs(q, k, v, mask, attn_mask) if selective else cache)
 
 
@@ -60,12 +61,24 @@ def core_backward(do, cache, out=None):
     return attention_backward(do, cache, out=out)
 
 
+def recorder(core, ctx, heads=slice(None)):
+    """Where a core records its heads' largest pre-softmax logits in this forward: its ``logits`` array
+    (the attention module's heads on this rank; QK-clip sets it, training/qk_clip.py), ``heads`` of it,
+    in training only - None otherwise."""
+    if core.logits is None or ctx is None or not ctx.training:
+        return None
+    return core.logits[heads]
+
+
 class LocalAttention:
     """The core over the whole sequence held on this rank: ``core_forward`` / ``core_backward``."""
 
+    logits = None           # QK-clip: (NH,) each head's largest logit this step (``recorder``)
+
     def forward(self, q, k, v, mask, selective, ctx, rep=1, attn_mask=None):
         """q (B, NH, T, HS), k, v (B, NH/rep, T, HS) -> o (B, NH, T, HS), cache"""
-        o, cache = core_forward(q, repeat_kv_forward(k, rep), repeat_kv_forward(v, rep), mask, selective, attn_mask)
+        o, cache = core_forward(q, repeat_kv_forward(k, rep), repeat_kv_forward(v, rep), mask, selective, attn_mask,
+                                recorder(self, ctx))
         return o, (cache, rep)
 
     def backward(self, do, cache, out=None):

@@ -83,7 +83,7 @@ class Embedding(Module):
 
 def embedding_copy(cfg, seed, dtype):
     """The last pipeline stage's copy of the token embedding (a tied head's, the MTP modules' lookup): drawn
-    like the first stage's, its gradient summed with it every step (train.py), not counted in the norm,
+    like the first stage's, its gradient summed with it every step (training/gradient_sums.py), not counted in the norm,
     not saved twice."""
     name = cfg.parts.tokens
     weight = Parameter(name, init_full(name, (cfg.vocab_size, cfg.d_model), 0.02, seed, dtype))

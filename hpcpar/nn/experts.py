@@ -69,6 +69,7 @@ class SwiGLUExperts(Module):
         E, C, F = n_expert, d_model, d_ff
         self.d_ff = F
         self.gate_up = _param(f"{prefix}.gate_up_proj", (E, C, 2 * F), std, seed, dtype)
+        self.gate_up.fused = 2                                         # [gate | up]: two matrices to Muon
         self.down = _param(f"{prefix}.down_proj", (E, F, C), std, seed, dtype)
 
     @staticmethod

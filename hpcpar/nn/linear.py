@@ -1,10 +1,10 @@
 """nn.Linear: y = x W + b with W (in, out) as in GPT-2's Conv1D; Projections: several of one input.
 
-Each GEMM is followed by a ``progress.poll()`` (hpcpar/progress.py): in the backward the gradient
+Each GEMM is followed by a ``inflight.poll()`` (hpcpar/inflight.py): in the backward the gradient
 all-reduces and reduce-scatters of data parallelism move on between the GEMMs; in the forward,
 ZeRO-3's prefetched all-gather of the next unit, which otherwise would wait untouched until its own
 wait."""
-from hpcpar import progress
+from hpcpar import inflight
 from hpcpar.nn.module import Module, run_or_defer
 from hpcpar.nn.parameter import Parameter, init_full
 from hpcpar.ops.linear import linear_backward_input, linear_backward_weight, linear_forward
@@ -23,19 +23,19 @@ class Linear(Module):
         """x (..., in) -> y (..., out); the cache is x itself (all dW needs).  ``fp32``: y is the fp32
         sum of a low precision, unrounded (ops/linear.py)."""
         y = linear_forward(x, self.weight.data, self.bias.data if self.bias else None, fp32, self.mm)
-        progress.poll()
+        inflight.poll()
         return y, x
 
     def backward(self, dy, x, defer=None, fp32=False):
         run_or_defer(lambda: self.accumulate_weight_grad(dy, x), defer)
         dx = linear_backward_input(dy, self.weight.data, fp32, self.mm)
-        progress.poll()
+        inflight.poll()
         return dx
 
     def accumulate_weight_grad(self, dy, x):
         linear_backward_weight(dy, x, bias=self.bias is not None,
                                into=(self.weight.grad, self.bias.grad if self.bias else None), mm=self.mm)
-        progress.poll()
+        inflight.poll()
 
 
 class Projections(Module):

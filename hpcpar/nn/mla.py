@@ -14,7 +14,7 @@ dq = dn + dr (qk_nope_head_dim + qk_rope_head_dim, our ``head_size``), dv = v_he
 stored interleaved (``rope_interleave``) and its frequencies may be YaRN's (ops/yarn.py).  The heads'
 assembly and its backward are ops/mla.py's; everything else is a Linear or an RMSNorm.
 
-Tensor parallelism cuts the heads (``Parts.tp`` in nn/gpt.py): the up-projections q_b_proj (or q_proj) and
+Tensor parallelism cuts the heads (``Parts.tp`` in nn/architectures.py): the up-projections q_b_proj (or q_proj) and
 kv_b_proj by columns, o_proj by rows; the down-projections and the latent norms stay whole on every rank.
 The region is entered once, on x (``enter``: f, or sequence parallelism's all-gather; its backward the
 one all-reduce or reduce-scatter of dx), so every rank computes the same latents and then its own heads
@@ -58,6 +58,24 @@ class MLAttention(Module):
         self.selective = False          # recompute the core's probabilities in backward (attention_core.py)
         self.core = LocalAttention()    # context parallelism swaps in its ring or Ulysses
         self.window = 0                 # no sliding window (check_latent refuses one): all the cache holds
+
+    def heads_here(self):
+        """The heads this rank holds (all of them, or its share under tensor parallelism)."""
+        return self.kv_b_proj.weight.data.shape[-1] // (self.dims[0] + self.dims[2])
+
+    def qk_scales(self, gamma, alpha=0.5):
+        """QK-clip (training/qk_clip.py), as Kimi K2's MuonClip treats MLA: head h's query and key parts of
+        its own (q_nope, k_nope) scaled by gamma^alpha and gamma^(1 - alpha), its rotary query by all of
+        gamma, the rotary key that every head shares left alone.  [(parameter, a multiplier per column)]."""
+        xp, (dn, dr, dv) = array_module(gamma), self.dims
+
+        def per_head(*parts):               # [(exponent or None for 1, width)] -> a multiplier per column
+            return xp.concatenate([xp.repeat(gamma ** e if e is not None else xp.ones_like(gamma), w).reshape(-1, w)
+                                   for e, w in parts], axis=1).reshape(-1)
+        q_cols = per_head((alpha, dn), (1, dr))                      # per head [q_nope | q_rope]
+        kv_cols = per_head((1 - alpha, dn), (None, dv))              # per head [k_nope | v]
+        proj = self.q_proj if self.q_b_proj is None else self.q_b_proj
+        return [(proj.weight, q_cols), (self.kv_b_proj.weight, kv_cols)]
 
     def _queries_latent(self, x, ctx=None):
         """q (B, T, nh*dq), the normalised latent c (B, T, r), k_rope (B, T, dr) of x (B, T, C); the caches."""

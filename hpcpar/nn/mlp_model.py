@@ -51,3 +51,4 @@ class MLPModel(Stage):
         self.blocks = [MLP(f"layers.{i}", cfg.d_model, cfg.d_ff, cfg.n_layer, 0.0, seed, dtype,
                            std=cfg.d_model ** -0.5) for i in layers]
         self.head = SquaredErrorHead(cfg, seed, dtype) if last else None
+        self.mark_matrices()

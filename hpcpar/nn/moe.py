@@ -99,6 +99,7 @@ class MoE(Module):
         self.groups, self.scale = (cfg.n_group, cfg.topk_group), cfg.routed_scale      # DeepSeek-V3's (ops/router.py)
         self.aux_coef, self.capacity_factor, self.bias_rate = cfg.aux_loss_coef, cfg.capacity_factor, cfg.bias_rate
         self.gate = Linear(f"{prefix}.gate", C, E, std, seed, dtype, bias=False)
+        self.gate.weight.router = True          # AdamW's, not Muon's (optim/muon.py)
         self.bias = None
         if cfg.routing_bias:
             name = f"{prefix}.gate.e_score_correction_bias"              # DeepSeek-V3's name

@@ -17,7 +17,7 @@ cuts it, so a rank's positions find their shifted tokens wherever they sit in th
 
 On a pipeline the modules sit on the last stage, with the head.  Their embedding is the model's: the
 first stage's when the same rank holds it, else a copy whose gradient is summed with the first
-stage's (train.py, the tied embedding's sum between the two ends).  Names are DeepSeek's: module k's
+stage's (training/gradient_sums.py, the tied embedding's sum between the two ends).  Names are DeepSeek's: module k's
 parameters are those of layer n_layer + k - 1 (layers.61 in V3), with its enorm, hnorm, eh_proj and
 shared_head.norm; the embedding and head copies a checkpoint holds there are the model's
 (checkpoint/deepseek_v3.py).

@@ -82,6 +82,10 @@ class Parameter:
                  ranks of its expert-data-parallel group, over which its gradient is summed
     master       under mixed precision the fp32 values the optimizer updates (``data`` is then their
                  low-precision compute copy, hpcpar/data_parallel/flat.py); None otherwise
+    matrix       Muon orthogonalises it (hpcpar/optim/muon.py): a block's weight of two or more dimensions,
+                 not a router (``router``); set by the stage (nn/stage.py ``mark_matrices``)
+    fused        how many matrices lie side by side along its output dimension, orthogonalised apart
+                 (GPT-2's c_attn [Q | K | V]: 3; an expert's [gate | up]: 2)
     """
 
     def __init__(self, name, data, decay=None):
@@ -96,6 +100,9 @@ class Parameter:
         self.tied_copy = False
         self.expert = False
         self.master = None
+        self.matrix = False
+        self.router = False
+        self.fused = 1
 
     def master_data(self):
         """The values that are saved, loaded and updated: the master copy if there is one, else data."""

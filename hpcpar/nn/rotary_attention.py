@@ -72,6 +72,22 @@ class RotaryAttention(Module):
         y, c_o = self.o_proj.forward(merge_heads(o), ctx)             # (B, T, C)
         return y, (c_in, c_core, c_o, cos, sin, nh)
 
+    def heads_here(self):
+        """The query heads this rank holds (all of them, or its share under tensor parallelism)."""
+        return self.qkv.parts[0].weight.data.shape[-1] // self.head_size
+
+    def qk_scales(self, gamma, alpha=0.5):
+        """QK-clip (training/qk_clip.py): [(parameter, a multiplier per output column)] that scale query head
+        h's logits by gamma[h] (this rank's heads).  One key head per query head: W_q's head by gamma^alpha,
+        W_k's by gamma^(1 - alpha).  Grouped keys (NH / NKV query heads share one): the key is left alone
+        and the query head takes all of gamma_h, as Kimi K2's MuonClip treats the key MLA shares between
+        heads - so clipping one head never moves its neighbours' logits."""
+        xp, HS = array_module(gamma), self.head_size
+        q, k = self.qkv.parts[0].weight, self.qkv.parts[1].weight
+        if k.data.shape[-1] // HS == len(gamma):
+            return [(q, xp.repeat(gamma ** alpha, HS)), (k, xp.repeat(gamma ** (1 - alpha), HS))]
+        return [(q, xp.repeat(gamma, HS))]
+
     def forward_cached(self, x, kv, start):
         """Forward only, for generation: x (B, T, C) of the tokens at positions [start, start + T);
         ``kv`` = (k_cache, v_cache), each (B, NKV, T_max, HS), gains their rotated keys and their values.

@@ -18,7 +18,7 @@ class StageHooks:
     final.  This default does nothing; data parallelism's two implementations
     (hpcpar/data_parallel/protocol.py ``Replicas``) override it: DataParallel starts each bucket's sum in
     ``grads_ready``, FullyShardedDataParallel also gathers and frees its units around each module.  The
-    one other way in is a global, for the communication in flight between GEMMs: hpcpar/progress.py."""
+    one other way in is a global, for the communication in flight between GEMMs: hpcpar/inflight.py."""
 
     def before_forward(self, modules, i):
         pass
@@ -50,6 +50,15 @@ class Stage(Module):
         """Every transformer block of the stage: its run, and the MTP modules' (nn/mtp.py) on the last."""
         mtp = getattr(self.head, "mtp", None)
         return list(self.blocks) + (mtp.blocks() if mtp is not None else [])
+
+    def mark_matrices(self):
+        """Flag the weights Muon orthogonalises (``Parameter.matrix``): every weight of a block with two or
+        more dimensions (an expert's (E, in, out): one matrix an expert), but a router's - Moonlight's
+        and Kimi's split; the embeddings, the head, the norms and the biases stay AdamW's.  Weights are
+        what decays: the experts' biases (E, out) are 2-D and no matrices."""
+        for b in self.transformer_blocks():
+            for p in b.parameters():
+                p.matrix = p.decay and p.data.ndim >= 2 and not p.router
 
     def set_recompute(self, on, attention=False):
         """Full recomputation (each block keeps only its input), or ``attention``: selective, each

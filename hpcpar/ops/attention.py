@@ -15,7 +15,9 @@ own diagonal square needs the mask.  The four T x T GEMMs and the softmax then d
 the work for n blocks (0.75 at T = 128 in blocks of 64).  dV and dK sum over query blocks: the last
 block (every key) writes them, the earlier ones add into their first z rows.  Each block's numbers
 are the plain ones, summed in a different order: equal to rounding (tests/test_fast_ops.py, float64
-to 1e-12); ``block=T`` is the plain full-matrix attention, one block.
+to 1e-12); ``block=T`` is the full-matrix attention, one block.  ``attention_forward_plain`` and
+``attention_backward_plain`` are the lines above on whole (B, NH, T, T) matrices, masks included:
+read them first (tests/test_fast_ops.py holds the engine's pair to them, float64 to 1e-12).
 
 Documents and sliding windows (``attn_mask``, ops/masks.py's rule).  A query block's keys are one run
 [lo, z), lo the start of its first query's document (or its window's edge): the block skips the keys
@@ -101,10 +103,32 @@ def _whole(block, T):
     return z == T and lo == 0
 
 
-def attention_forward(q, k, v, drop=None, block=None, attn_mask=None):
+def attention_forward_plain(q, k, v, drop=None, attn_mask=None):
+    """q, k, v (B, NH, T, HS) -> o (B, NH, T, HS), cache: the textbook lines, in the inputs' dtype."""
+    T, HS = q.shape[-2:]
+    s = q @ k.swapaxes(-1, -2) / math.sqrt(HS)                                    # (B, NH, T, T)
+    s += (attn_mask or Mask()).additive(range(T), range(T), s.dtype, array_module(q))
+    p = softmax_forward(s)
+    return (p if drop is None else p * drop) @ v, (q, k, v, p, drop)
+
+
+def attention_backward_plain(do, cache):
+    """do (B, NH, T, HS) -> dq, dk, dv (B, NH, T, HS)"""
+    q, k, v, p, drop = cache
+    dv = (p if drop is None else p * drop).swapaxes(-1, -2) @ do
+    dp = do @ v.swapaxes(-1, -2)
+    if drop is not None:
+        dp = dp * drop
+    ds = p * (dp - (dp * p).sum(axis=-1, keepdims=True)) / math.sqrt(q.shape[-1])    # softmax's backward
+    return ds @ k, ds.swapaxes(-1, -2) @ q, dv
+
+
+def attention_forward(q, k, v, drop=None, block=None, attn_mask=None, logits=None):
     """q, k, v (B, NH, T, HS) -> o (B, NH, T, HS), cache. ``drop``: dropout mask like P, or None.
     ``block``: query rows per block (default: engine_block; T: the plain one-block attention).
     ``attn_mask``: ops/masks.Mask (documents, sliding window), or None: plain causal.
+    ``logits``: an (NH,) array that takes each head's largest score S (the masked ones are -inf) - what
+    QK-clip watches (training/qk_clip.py); None: not asked (the one pass over S it costs).
 
     The 1/sqrt(HS) scale is applied to Q (T x HS) rather than to S (T x T): fewer multiplications.
     The softmax overwrites S (not needed again).  o is written as a (B, NH, T, HS) view of a
@@ -122,6 +146,8 @@ def attention_forward(q, k, v, drop=None, block=None, attn_mask=None):
             s[..., a:] += causal_mask(z - a, s.dtype, xp)    # the block's diagonal square
         else:
             s += attn_mask.additive(range(a, z), range(lo, z), s.dtype, xp)   # the rule, (B, 1, z - a, z - lo)
+        if logits is not None:
+            xp.maximum(logits, s.max(axis=(0, 2, 3)), out=logits)
         p = softmax_forward_fast(s, out=s)                   # P of the block, over S
         ps.append(p)
         gemm(_dropped(p, drop, a, z, lo, v.dtype), v[:, :, lo:z], out=o[:, :, a:z])

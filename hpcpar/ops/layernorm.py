@@ -7,7 +7,10 @@ Backward, with dxhat = dy g (each row independently; C the normalised size):
     dx = rstd (dxhat - mean(dxhat) - xhat mean(dxhat xhat))
     dg = sum over rows of dy xhat,    db = sum over rows of dy
 
-The cache keeps xhat and rstd, not x: that is all the backward needs.  Rows are independent, so the
+The cache keeps xhat and rstd, not x: that is all the backward needs.  ``layernorm_forward_plain`` and
+``layernorm_backward_plain`` are these lines as written, on whole arrays: read them first.  The
+engine's pair below computes the same numbers tuned for the cache (tests/test_fast_ops.py holds
+them equal, float64 to 1e-12).  Rows are independent, so the
 forward and the backward run one cache-sized block of rows at a time (ops/blocks.py).  Row means are
 matrix-vector products with a vector of 1/C (BLAS gemv: several times faster than numpy's reduction
 over rows this short).  The backward gives dx, dg and db in one pass (as llm.c's layernorm_backward):
@@ -17,6 +20,24 @@ in cache, instead of a second pass that read dy and xhat from memory again and e
 """
 from hpcpar.backend import array_module
 from hpcpar.ops.blocks import row_blocks
+
+
+def layernorm_forward_plain(x, g, b, eps=1e-5):
+    """x (..., C), g, b (C,) -> y (..., C), cache (xhat (..., C), rstd (..., 1))"""
+    xp = array_module(x)
+    mean = x.mean(axis=-1, keepdims=True)
+    rstd = 1.0 / xp.sqrt(((x - mean) ** 2).mean(axis=-1, keepdims=True) + eps)
+    xhat = (x - mean) * rstd
+    return xhat * g + b, (xhat, rstd)
+
+
+def layernorm_backward_plain(dy, g, cache):
+    """-> dx (..., C), dg (C,), db (C,)"""
+    xhat, rstd = cache
+    C = dy.shape[-1]
+    dxhat = dy * g
+    dx = rstd * (dxhat - dxhat.mean(axis=-1, keepdims=True) - xhat * (dxhat * xhat).mean(axis=-1, keepdims=True))
+    return dx, (dy * xhat).reshape(-1, C).sum(axis=0), dy.reshape(-1, C).sum(axis=0)
 
 
 def layernorm_forward(x, g, b, eps=1e-5):

@@ -96,9 +96,10 @@ def _scores(qs, k, q_pos, k_pos, attn_mask):
     return s
 
 
-def block_forward(qs, k, v, q_pos, k_pos, attn_mask=None):
+def block_forward(qs, k, v, q_pos, k_pos, attn_mask=None, logits=None):
     """qs (B, NH, Tq, HS) scaled queries, k, v (B, NH, Tk, HS) -> (O_b (B, NH, Tq, HS), lse_b (B, NH, Tq)).
-    Rows that see no key of the block get O_b = 0 and lse_b = -inf (they merge as nothing)."""
+    Rows that see no key of the block get O_b = 0 and lse_b = -inf (they merge as nothing).  ``logits``
+    (NH,) takes each head's largest score of the block (QK-clip), the rows' maxima m already at hand."""
     xp = array_module(qs)
     o = xp.zeros(qs.shape, dtype=qs.dtype)
     lse = xp.full(qs.shape[:-1], -xp.inf, dtype=qs.dtype)
@@ -107,6 +108,8 @@ def block_forward(qs, k, v, q_pos, k_pos, attn_mask=None):
         return o, lse
     s = _scores(qs[:, :, rows], k[:, :, cols], q_pos[rows], k_pos[cols], attn_mask)    # (B, NH, tq, tk)
     m = s.max(axis=-1, keepdims=True)                   # a row that sees nothing in one sequence: -inf
+    if logits is not None:
+        xp.maximum(logits, m.max(axis=(0, 2, 3)), out=logits)
     m = xp.where(xp.isfinite(m), m, 0)
     p = xp.exp(s - m, out=s)
     l = p.sum(axis=-1, keepdims=True)                                        # (B, NH, tq, 1)

@@ -8,7 +8,9 @@ Backward, with silu'(a) = s + a s (1 - s) = s + silu(a) (1 - s):
     du = dh silu(a),      da = dh u (s + silu(a) (1 - s))
 
 The sigmoid is written 0.5 (1 + tanh(a / 2)): the same function, with no exp(-a) to overflow for
-very negative a.  The cache keeps s only: the backward has a (the caller keeps it) and remakes
+very negative a.  ``swiglu_forward_plain`` and ``swiglu_backward_plain`` are these lines on whole
+arrays: read them first; the engine's pair below computes the same numbers block by block
+(tests/test_fast_ops.py holds them equal, float64 to 1e-12).  The cache keeps s only: the backward has a (the caller keeps it) and remakes
 silu(a) = a s, one product, rather than read a cached copy back from memory.  Both directions are
 chains of six or seven passes, run one cache-sized block of rows at a time (ops/blocks.py): a and u
 are usually the two halves of one GEMM's output, megabytes that no L2 holds, and blocked the chain
@@ -16,6 +18,18 @@ reads them from memory about once.
 """
 from hpcpar.backend import array_module
 from hpcpar.ops.blocks import row_blocks
+
+
+def swiglu_forward_plain(a, u):
+    """a, u (..., F) -> h (..., F), cache s = sigmoid(a)"""
+    s = 0.5 * (1.0 + array_module(a).tanh(0.5 * a))
+    return a * s * u, s
+
+
+def swiglu_backward_plain(dh, a, u, s):
+    """dh (..., F) -> da, du (..., F)"""
+    silu = a * s
+    return dh * u * (s + silu * (1.0 - s)), dh * silu
 
 
 def swiglu_forward(a, u):

@@ -20,7 +20,8 @@ import csv
 import io
 import re
 
-from hpcpar.pipeline.schedules import Action, Schedule, v_stage, virtual_stage
+from hpcpar.pipeline.actions import Action, Schedule, virtual_stage
+from hpcpar.pipeline.v_schedules import v_stage
 
 _CELL = re.compile(r"(\d+)(F|I|B|W)(\d+)$")
 _PAIR = re.compile(r"\(([^;]+);([^;]+)\)OVERLAP_F_B$")

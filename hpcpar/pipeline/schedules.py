@@ -25,138 +25,15 @@ rank between its first and last action, nothing at F = B = W: the makespan's (p 
 ramp of the ranks' start times, which the next step's forwards fill.  Memory: the activations rank 0
 holds at most, in whole stages (interleaved: for m a multiple of p).  Details and pictures:
 docs/pipeline.md.
+
+The V schedules (zb-v, dualpipev: two chunks per rank placed as a V) are v_schedules.py's; an action,
+a schedule's data and its messages, actions.py.
 """
 from collections import Counter, deque
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
-COMPUTE = ("F", "B", "W")
-
-
-@dataclass(frozen=True)
-class Action:
-    """One instruction of a rank: compute (F, B, W) or communication (SEND_F, RECV_F, SEND_B,
-    RECV_B) of micro-batch ``mb`` for the rank's local model chunk ``chunk``; ``peer`` is the
-    rank at the other end of a message.  ``overlap`` marks an F that runs as one F&B pair with the
-    B right after it (DualPipe): both receives are taken before the pair, and F's activation is
-    sent before B computes, so one's communication hides behind the other's compute.  It is not
-    part of the action's identity: F3 paired is still F3."""
-    op: str
-    mb: int
-    chunk: int = 0
-    peer: int | None = None
-    overlap: bool = field(default=False, compare=False)
-
-    def __str__(self):
-        chunk = f".{self.chunk}" if self.chunk else ""   # chunk 0 unmarked: "F3", chunk 1: "F3.1"
-        if self.peer is None:
-            return f"{self.op}{self.mb}{chunk}"
-        verb, what = self.op.split("_")
-        arrow = ">" if verb == "SEND" else "<"
-        return f"{verb.lower()}{what}{self.mb}{chunk}{arrow}{self.peer}"   # "sendF3>2", "recvB0<1"
-
-
-def virtual_stage(rank, chunk, stages):
-    """The model block held by ``rank`` as its chunk ``chunk`` (0..S-1): Megatron's placement, chunk c
-    of rank r is virtual stage c*p + r, so consecutive stages sit on consecutive ranks round the ring."""
-    return chunk * stages + rank
-
-
-def v_stage(rank, chunk, stages):
-    """The V placement of two chunks per rank: rank r holds stage r on the way down and stage
-    2p-1-r on the way back up, so the last rank runs stages p-1 and p back to back (no message) and
-    rank 0 holds both the first stage (inputs) and the last (loss)."""
-    return rank if chunk == 0 else 2 * stages - 1 - rank
-
-
-def holders(placement, stages, chunks):
-    """Virtual stage -> the (rank, chunk) that runs it, for ``placement`` on p = ``stages`` ranks of
-    ``chunks`` chunks each (a Schedule's, or a Kind's before any order is built: the planner's)."""
-    return {placement(r, c, stages): (r, c) for r in range(stages) for c in range(chunks)}
-
-
-def ends(placement, stages, chunks):
-    """(the rank holding virtual stage 0, the rank holding the last one) under ``placement``."""
-    held = holders(placement, stages, chunks)
-    return held[0][0], held[stages * chunks - 1][0]
-
-
-@dataclass
-class Schedule:
-    name: str
-    stages: int            # p: pipeline ranks
-    microbatches: int      # m
-    chunks: int            # v: model chunks per rank
-    split_backward: bool   # True: B = input gradient and W = weight gradient; False: B does both
-    forward_only: bool
-    actions: list          # per rank, the compute actions in execution order
-    placement: object = virtual_stage     # (rank, chunk, p) -> virtual stage: where each chunk sits
-
-    def stage(self, rank, chunk):
-        """The virtual stage ``rank`` runs as its local chunk ``chunk``."""
-        return self.placement(rank, chunk, self.stages)
-
-    def holders(self):
-        """Virtual stage -> the (rank, chunk) that runs it: the placement read backwards."""
-        return holders(self.placement, self.stages, self.chunks)
-
-    def ends(self):
-        """(the rank holding virtual stage 0, the rank holding the last one): who reads the inputs, and
-        who reads the targets and computes the loss.  The same rank under a V placement."""
-        return ends(self.placement, self.stages, self.chunks)
-
-    def embedding_ranks(self, last_uses_embedding):
-        """The pipeline ranks whose copies of the token embedding have their gradients summed every step:
-        the first stage's and the last stage's, when the last one uses the embedding too (a tied head, the
-        MTP modules' lookups) and another rank holds it; () when one rank holds both ends (a V: it uses the
-        embedding itself) or the last stage does not use it."""
-        first, last = self.ends()
-        return (first, last) if last_uses_embedding and first != last else ()
-
-    def table(self):
-        """The action lists, one row per rank, in aligned columns."""
-        cell = lambda a: f"{a}&" if a.overlap else str(a)     # "F3& B1.1": one F&B pair
-        width = max((len(cell(a)) for acts in self.actions for a in acts), default=1)
-        head = (f"{self.name}: p={self.stages} stages, m={self.microbatches} micro-batches"
-                + (f", v={self.chunks} chunks per rank (X.c = chunk c)" if self.chunks > 1 else "")
-                + (", forward only" if self.forward_only else ""))
-        rows = [f"rank {r}: " + " ".join(cell(a).ljust(width) for a in acts).rstrip()
-                for r, acts in enumerate(self.actions)]
-        return "\n".join([head] + rows)
-
-    def with_communication(self):
-        """The same lists with the messages inserted: the activation is received right before the
-        F that needs it and sent right after the F that made it, the gradient likewise around B.
-        W never communicates.  Virtual stage 0 reads the input and the last one computes the loss,
-        so they receive (respectively send) nothing; neither does a hop between two stages of one
-        rank (the turn of a V), which stays in memory.  An F&B pair (``Action.overlap``) is one
-        group: both receives first, then F and its send, so that the activation travels while B
-        computes, then B and its send."""
-        last = self.stages * self.chunks - 1
-        holder = {s: r for s, (r, _) in self.holders().items()}
-        programs = []
-        for rank, acts in enumerate(self.actions):
-            program, group = [], []
-            stage_of = [self.stage(rank, c) for c in range(self.chunks)]     # local chunk -> virtual stage
-            for a in acts:
-                group.append(a)
-                if a.overlap:
-                    continue                      # its B comes next: exchange their messages together
-                recvs, sends, computes = [], [], []
-                for g in group:
-                    s = stage_of[g.chunk]
-                    if g.op == "F" and s > 0 and holder[s - 1] != rank:
-                        recvs.append(Action("RECV_F", g.mb, g.chunk, holder[s - 1]))
-                    if g.op == "B" and s < last and holder[s + 1] != rank:
-                        recvs.append(Action("RECV_B", g.mb, g.chunk, holder[s + 1]))
-                    computes.append(g)
-                    if g.op == "F" and s < last and holder[s + 1] != rank:
-                        computes.append(Action("SEND_F", g.mb, g.chunk, holder[s + 1]))
-                    if g.op == "B" and s > 0 and holder[s - 1] != rank:
-                        sends.append(Action("SEND_B", g.mb, g.chunk, holder[s - 1]))
-                program += recvs + computes + sends
-                group = []
-            programs.append(program + group)
-        return programs
+from hpcpar.pipeline.actions import COMPUTE, Action, Schedule, virtual_stage
+from hpcpar.pipeline.v_schedules import dualpipev, v_stage, zb_v
 
 
 # ---- the schedules: each returns rank r's action list ---------------------------------------
@@ -252,99 +129,6 @@ def _zb_h2(rank, p, m, v):
                                                  [Action("B", i) for i in range(m)], warmup), 2 * rank)
 
 
-class _Counters:
-    """The next micro-batch of each (op, chunk) on one rank: V schedules run every op of a chunk in
-    micro-batch order, so an order is a sequence of (op, chunk) and this numbers them."""
-
-    def __init__(self):
-        self.next = Counter()
-
-    def __call__(self, op, chunk, overlap=False):
-        mb = self.next[op, chunk]
-        self.next[op, chunk] += 1
-        return Action(op, mb, chunk, overlap=overlap)
-
-
-def _zb_v(rank, p, m, v):
-    # Qi et al. 2024, section 6.  Chunk 0 is stage r going down, chunk 1 stage 2p-1-r coming back.
-    # Micro-batch 0 reaches rank r's chunk 1 after the 2p-1-r stages before it, so rank r fills
-    # that wait with 2(p-r)-1 chunk-0 forwards and then r (F.1, F) pairs as the first F.1 arrive.
-    # From then on every forward is followed by its chunk's B and W (F B W per chunk, chunk 1
-    # first in warm-up), which keeps at most 2p chunk activations alive: p whole stages, as 1F1B.
-    # In the cool-down the Ws are kept back to fill the gaps while the last Bs travel down the V.
-    # With m < 2p-1 the order is the one for 2p-1 with the micro-batches that do not exist left
-    # out (the survivors keep their relative order, so no dependency turns round).
-    n = max(m, 2 * p - 1)
-    nxt, acts = _Counters(), []
-    acts += [nxt("F", 0) for _ in range(2 * (p - rank) - 1)]
-    for _ in range(rank):
-        acts += [nxt("F", 1), nxt("F", 0)]
-    for _ in range(p - rank):
-        acts += [nxt("F", 1), nxt("B", 1), nxt("W", 1)]
-    while nxt.next["F", 0] < n or nxt.next["F", 1] < nxt.next["F", 0]:
-        if nxt.next["F", 0] < n:
-            acts.append(nxt("F", 0))
-        acts += [nxt("B", 0), nxt("W", 0), nxt("F", 1), nxt("B", 1), nxt("W", 1)]
-    for _ in range(rank):
-        acts += [nxt("B", 0), nxt("B", 1)]
-    for _ in range(p - rank):
-        acts += [nxt("B", 0), nxt("W", 0)]
-    for c in (1, 0):
-        acts += [nxt("W", c) for _ in range(nxt.next["B", c] - nxt.next["W", c])]
-    return [a for a in acts if a.mb < m]
-
-
-def _dualpipev(rank, p, m, v):
-    # DeepSeek's DualPipe cut in half (Sea AI Lab), in eight phases; "F.1&B" is one F&B pair, a
-    # forward of one micro-batch overlapped with a backward of another, so that each one's
-    # messages hide behind the other's compute.  A B that needs no W soon is followed by its W at
-    # once (a full backward); the Ws of the Bs marked "zb" below wait in a queue and fill gaps.
-    nxt, acts, queue = _Counters(), [], deque()
-
-    def backward(c, zero_bubble=False, paired=False):
-        """B of chunk c (after a forward of the other chunk when ``paired``), its W now or queued."""
-        if paired:
-            acts.append(nxt("F", 1 - c, overlap=True))
-        b = nxt("B", c)
-        acts.append(b)
-        if zero_bubble:
-            queue.append(b)
-        else:
-            acts.append(Action("W", b.mb, c))
-
-    def weight():
-        b = queue.popleft()
-        acts.append(Action("W", b.mb, b.chunk))
-
-    acts += [nxt("F", 0) for _ in range(2 * (p - rank - 1))]          # 1: chunk-0 warm-up
-    for _ in range(rank + 1):                                          # 2: both chunks fill
-        acts += [nxt("F", 0), nxt("F", 1)]
-    for _ in range(p - rank - 1):                                      # 3: first backwards, W at once
-        backward(1, zero_bubble=True)
-        weight()
-        acts.append(nxt("F", 1))
-    for i in range(m - 2 * p + rank + 1):                              # 4: steady, pairs
-        if i == 0 and rank == p - 1:
-            acts.append(nxt("F", 0))                                   # its B.1 waits for this F: no pair
-            backward(1)
-        else:
-            backward(1, paired=True)
-        backward(0, paired=True)
-    for _ in range(p - rank - 1):                                      # 5: chunk 0's forwards are done
-        backward(1)
-        backward(0, paired=True)
-    for i in range(rank + 1):                                          # 6: backwards only, W deferred
-        half = i >= (rank + 1) // 2                                    # from half-way
-        backward(1, zero_bubble=half and (rank % 2 == 1 or i > (rank + 1) // 2))
-        backward(0, zero_bubble=half)
-    for _ in range(p - rank - 1):                                      # 7: deferred Ws fill the wait
-        weight()
-        backward(0, zero_bubble=True)
-    while queue:                                                       # 8: the rest of the Ws
-        weight()
-    return acts
-
-
 @dataclass(frozen=True)
 class Kind:
     """What a schedule declares about itself: its order, whether its backward is split in two, and
@@ -373,8 +157,8 @@ class Kind:
 KINDS = {"gpipe": Kind(_gpipe, all_forwards_first=True), "1f1b": Kind(_1f1b),
          "interleaved": Kind(_interleaved, chunked=True), "zb-h1": Kind(_zb_h1, split_backward=True),
          "zb-h2": Kind(_zb_h2, split_backward=True),
-         "zb-v": Kind(_zb_v, split_backward=True, chunked=True, placement=v_stage),
-         "dualpipev": Kind(_dualpipev, split_backward=True, chunked=True, placement=v_stage,
+         "zb-v": Kind(zb_v, split_backward=True, chunked=True, placement=v_stage),
+         "dualpipev": Kind(dualpipev, split_backward=True, chunked=True, placement=v_stage,
                            min_microbatches=lambda p: 2 * p)}
 SCHEDULES = tuple(KINDS)                # the names every other part of the package offers
 

@@ -23,8 +23,8 @@ MoE block:   attention cut as above; the mixture of experts (router, experts, sh
 GPT ends:    embedding -> vocab-parallel; LM head -> vocab-parallel logits and loss
 Deep MLP:    each block column + row; the input and output layers stay replicated.
 
-Which attribute of a block is cut how is the family's tensor-parallel plan (``Parts.tp`` in nn/gpt.py's
-``ARCHITECTURES``); this module only applies it.
+Which attribute of a block is cut how is the family's tensor-parallel plan (``Parts.tp`` in
+nn/architectures.py's ``ARCHITECTURES``); this module only applies it.
 """
 from operator import attrgetter
 

@@ -42,7 +42,7 @@ def _checkpoint_model(path):
     from hpcpar.checkpoint.convert import open_checkpoint
     from hpcpar.training.config import TrainConfig
     from hpcpar.training.text import tokenizer_of
-    from hpcpar.training.train import model_config
+    from hpcpar.training.models import kind_of, model_config
     reader = open_checkpoint(path)
     saved = reader.manifest.get("config") or {}
     if not saved.get("model"):
@@ -51,7 +51,7 @@ def _checkpoint_model(path):
     one_rank = dict(tp=1, pp=1, dp=1, chunks=1, microbatches=1, schedule="1f1b", sequence_parallel=False,
                     partition="uniform")
     cfg = TrainConfig(**{**{f.name: saved[f.name] for f in fields(TrainConfig) if f.name in saved}, **one_rank})
-    if cfg.model == "mlp":
+    if not kind_of(cfg).sequences:
         raise UsageError(f"{path} holds the MLP model, which does not generate text")
     weights = {n: reader.full(n) for n in reader.names() if not n.startswith("optimizer/")}
     mcfg = model_config(cfg)

@@ -8,15 +8,12 @@ axes (fp8/layout.py ``axes``), so that the scales are those of the whole tensor 
 Under delayed scaling, ``end_step`` reduces the step's amax of every operand over the ranks that ran
 the layer (tp x cp x dp: every replica and micro-batch of the step) and appends it to the history.
 
-``Fp8Report`` (an observer of the loop): every step, the figures of every rank merged on rank 0
+``Fp8Report`` (an observer of the loop, training/observers.py): every step, the figures of every rank merged on rank 0
 (fp8/stats.py) - into the metrics record (``fp8``), into a warning the first time an operand's amax
 leaves its format's range, and at the end into a summary line and, with ``--profile``, the table.
 """
-import contextlib
-
 import numpy as np
 
-from hpcpar.fp8 import stats
 from hpcpar.fp8.gemm import AmaxHistory, QuantisedGemms
 from hpcpar.fp8.layout import axes
 from hpcpar.fp8.recipes import OPERANDS, RECIPES, high_precision_blocks, with_block
@@ -88,7 +85,7 @@ class LowPrecision:
         units = [u for u in getattr(sharding, "flats", ()) if hasattr(u, "set_scales")]
         if not units:
             return
-        amax = units[0].shard.all_reduce(np.concatenate([u.local_amax() for u in units]), op="max")
+        amax = units[0].group.all_reduce(np.concatenate([u.local_amax() for u in units]), op="max")
         amax = self.tp_comm.all_reduce(amax, op="max")
         at = 0
         for u in units:
@@ -114,41 +111,3 @@ class LowPrecision:
 
     def scalings(self):
         return {o: self.recipe.scaling(o).describe() for o in ("x", "w", "dy")}
-
-
-class Fp8Report:
-    """An observer of the loop (training/loop.py's hooks): the quantisation figures of every step."""
-
-    def __init__(self, loop):
-        self.loop, self.cfg = loop, loop.cfg
-        self.low = loop.trainer.low_precision
-        self.seen, self.run = set(), {}
-
-    def open(self, first_step):
-        pass
-
-    def step(self, step):
-        return contextlib.nullcontext()
-
-    def after_step(self, step, record):
-        """Collective: every rank's figures of the step, merged on rank 0."""
-        if self.low is None:
-            return
-        everyone = self.loop.grid.world_comm.mpi.gather(self.low.take_figures(), root=0)
-        if not self.loop.root:
-            return
-        merged = stats.merge(everyone)
-        self.run = stats.merge([self.run, merged])
-        record["fp8"] = stats.metrics(merged)
-        for line in stats.warnings(merged, self.seen):
-            self.loop._print(line, err=True)
-
-    def close(self):
-        pass
-
-    def report(self):
-        if self.low is None or not self.loop.root or not self.run:
-            return
-        self.loop._print(stats.summary_line(self.cfg.precision, self.run))
-        if self.cfg.profile:
-            self.loop._print(stats.table(self.cfg.precision, self.low.scalings(), self.run))

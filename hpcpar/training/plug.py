@@ -156,7 +156,7 @@ def _ring_attention(m, put):
     from hpcpar.context_parallel.ring import RingAttention
     from hpcpar.ops.ring_attention import block_forward
     put(RingAttention, "ring_forward",                  # documents' masks ride along, unseen by the student
-        lambda self, qs, k, v, pos, attn_mask=None: m.ring_attention_forward(
+        lambda self, qs, k, v, pos, attn_mask=None, logits=None: m.ring_attention_forward(
             qs, k, v, pos, self.comm, functools.partial(block_forward, attn_mask=attn_mask)))
 
 

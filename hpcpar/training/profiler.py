@@ -8,7 +8,8 @@
                     (ring attention's blocks and grouped-query K/V repeats too)
     elementwise     LayerNorm, GELU, softmax, dropout, residual sums - every other op of hpcpar/ops
     embedding/loss  table lookups and their scatter-add, cross-entropy
-    optimizer       the update, the gradient norm (clipping), zeroing the gradients
+    optimizer       the update (Muon's Newton-Schulz iterations; QK-clip), the gradient norm (clipping),
+                    zeroing the gradients
     data            drawing the batch
     comm <axis>     time inside a communicator of that axis (tp, pp, dp, world, ...), waits included:
                     a pipeline stage waiting for its neighbour (the bubble: idle) counts under pp
@@ -157,7 +158,7 @@ class Profiler:
         wrapped[precision.gemm] = self._gemm(precision.gemm)
         wait_all = requests.wait_all
         wrapped[wait_all] = self._timed(wait_all, lambda args: _axis_of_requests(args[0]))
-        from hpcpar.training.train import Trainer
+        from hpcpar.training.step import Trainer
         wrapped[Trainer._contexts_and_batches] = self._timed(Trainer._contexts_and_batches, "data")
         for name, module in list(sys.modules.items()):
             if name.startswith("hpcpar") and module is not None:
@@ -165,7 +166,9 @@ class Profiler:
                     if inspect.isfunction(value) and value in wrapped:
                         self._replace(module, attr, wrapped[value])
         self._replace(Trainer, "_contexts_and_batches", wrapped[Trainer._contexts_and_batches])
-        for cls in (optim.SGD, optim.AdamW):
+        from hpcpar.optim.muon import Muon
+        from hpcpar.training.qk_clip import QKClip
+        for cls in (optim.SGD, optim.AdamW, Muon, QKClip):          # (Muon's Newton-Schulz included)
             self._replace(cls, "step", self._timed(cls.step, "optimizer"))
         self._replace(QuantisedGemms, "quantise", self._timed(QuantisedGemms.quantise, "fp8 quantise"))
         for method in ("norm_sq", "zero_grad"):

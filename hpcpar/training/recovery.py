@@ -6,7 +6,7 @@ The loop (loop.py) runs its steps; when MPI reports a failure in any call, every
  2. shrink the world to the survivors; their launch ranks and hosts, and how far each had got
  3. finish the interrupted step where it can: a survivor the world's all-reduce of step k let through has
     applied it; one it stopped holds its final gradients and applies step k with the survivor's totals
- 4. the planner's layout for the survivors (plan/survivors.py, the rule of jobs/resilient.sbatch);
+ 4. the planner's layout for the survivors (tools/plan/survivors.py, the rule of jobs/resilient.sbatch);
     survivors no layout uses wait, idle, for the job to end
  5. a Trainer for that layout on the shrunken world: every communicator of the grid made anew by
     comm/grid.py, the model built for its shard
@@ -33,8 +33,9 @@ from hpcpar.comm import ulfm
 from hpcpar.data_parallel.zero_memory import check_budget
 from hpcpar.runtime import UsageError
 from hpcpar.training import restore
-from hpcpar.training.config import check
-from hpcpar.training.train import Trainer, model_config
+from hpcpar.training.config import check_options
+from hpcpar.training.models import kind_of, model_config
+from hpcpar.training.step import Trainer
 from hpcpar.watch import alarm
 from hpcpar.watch.watchdog import flight_dir
 
@@ -55,10 +56,10 @@ def layout_config(cfg, tp, pp, dp, mcfg):
                   zero=cfg.zero if dp > 1 or cfg.zero < 2 else 0,
                   partition=cfg.partition if cfg.partition in ("uniform", "params", "flops") else "uniform")
     try:
-        checked = check(replace(new), tp * pp * dp)
+        checked = check_options(replace(new), tp * pp * dp)
     except UsageError:               # the schedule may need a longer pipeline: hpcpar train's default then
-        checked = check(replace(new, schedule="1f1b"), tp * pp * dp)
-    model_config(checked)
+        checked = check_options(replace(new, schedule="1f1b"), tp * pp * dp)
+    model_config(checked)            # the data and the files are the run's, checked when it started
     check_budget(checked, mcfg)
     return checked
 
@@ -252,7 +253,7 @@ def _trim_metrics(path, step):
 
 
 def relayout_with(choose):
-    """The recovery's layout rule from the planner's ``choose`` (plan/survivors.py): (ranks, config) or None."""
+    """The recovery's layout rule from the planner's ``choose`` (tools/plan/survivors.py): (ranks, config) or None."""
     def relayout(mcfg, survivors, per_node, cfg):
         def accept(tp, pp, dp):
             try:
@@ -260,7 +261,7 @@ def relayout_with(choose):
                 return True
             except UsageError:
                 return False
-        shape = None if cfg.model == "mlp" else mcfg.shape
+        shape = kind_of(cfg).shape(mcfg)
         seq = getattr(mcfg, "seq_len", 1)
         pick = choose(shape, survivors, per_node, cfg.batch_size, seq, accept)
         return None if pick is None else (pick[0], layout_config(cfg, *pick[1], mcfg))

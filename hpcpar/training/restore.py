@@ -13,7 +13,6 @@ some survivor holds, in this order on a tie:
 sends whom what) and cuts its shard, as a resume would.  When no layout fits the survivors at all,
 ``save_and_end`` writes what they hold as a checkpoint and ends the job.
 """
-import contextlib
 import sys
 from types import SimpleNamespace
 
@@ -26,6 +25,7 @@ from hpcpar.checkpoint.memory import Buddies, MemoryReader, exchange, live_piece
 from hpcpar.checkpoint.pieces import apply
 from hpcpar.comm import ulfm
 from hpcpar.runtime import EXIT_FAILURE
+from hpcpar.training.observers import Observer
 
 SOURCES = ("memory", "copies", "checkpoint", "start")     # the preference on a tie of steps
 
@@ -92,7 +92,7 @@ def save_and_end(old, comm, live_step, copies, run=None):
     checkpoint (when it is newer than the last one; as run ``run``'s), and the job ends, saying where it is."""
     cfg = old.cfg
     directory = cfg.save or cfg.resume
-    names = sorted(expected_shapes(old.mcfg)) if cfg.model != "mlp" else []
+    names = sorted(expected_shapes(old.mcfg)) if old.kind.sequences else []      # the MLP's: not a family's
     everyone = comm.allgather(status(old, live_step is not None, copies, names if comm.rank == 0 else []))
     source, step = choose(everyone, live_step, directory)
     where = f"its last checkpoint stays ({directory})" if directory else "and it saved no checkpoint (--save)"
@@ -120,9 +120,9 @@ def with_state(needs, pieces):
     return {r: set(keys) | {f"optimizer/{n}/{k}" for n in states for k in keys} for r, keys in needs.items()}
 
 
-class Copies:
+class Copies(Observer):
     """--buddy-every K: every K steps each rank's snapshot goes to its buddy on another node (checkpoint/
-    memory.py).  An observer of the loop (loop.Observer's hooks)."""
+    memory.py).  An observer of the loop (observers.py), made by the recovery before the loop."""
 
     def __init__(self, recovery):
         self.recovery = recovery
@@ -169,19 +169,10 @@ class Copies:
         if not any(s.step == first_step for s in self.buddies.own):
             self.buddies.refresh(self.recovery.loop.trainer, first_step)
 
-    def step(self, step):
-        return contextlib.nullcontext()
-
     def after_step(self, step, record):
         b, every = self.buddies, self.recovery.loop.cfg.buddy_every
         b.confirm()                       # this step's all-reduce went through: every rank holds the last copies
         if (step + 1) % every == 0:
             b.refresh(self.recovery.loop.trainer, step + 1)
-
-    def close(self):
-        pass
-
-    def report(self):
-        pass
 
 

@@ -12,7 +12,6 @@ import socket
 import statistics
 
 from hpcpar import blas, launch
-from hpcpar.flops import gpt_step_flops, mlp_step_flops
 from hpcpar.pipeline.bubble import mean_costs, pipeline_bubble, simulated_bubble
 from hpcpar.comm.placement import describe_boundary, world_ranks
 
@@ -39,8 +38,7 @@ def summarize(loop, peak):
     step_time = statistics.median(times)
     loss = loop.history[-1][1]
     docs = t.doc_figures                                   # --documents: attention within each (documents.py)
-    flops = gpt_step_flops(t.mcfg, t.tokens_per_step, docs and docs.mean_span()) if cfg.model != "mlp" else \
-        mlp_step_flops(t.mcfg, cfg.batch_size)
+    flops = t.kind.step_flops(t.mcfg, cfg, t.tokens_per_step, docs and docs.mean_span())
     groups = {}
     for r in everyone:
         for name, b in r["volume"].items():

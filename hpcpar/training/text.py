@@ -25,7 +25,7 @@ from pathlib import Path
 import numpy as np
 
 from hpcpar.checkpoint.files import write_atomic, write_json
-from hpcpar.data import starts_file, window_tokens
+from hpcpar.data.tokens import starts_file, window_tokens
 from hpcpar.runtime import UsageError
 
 EOT = "<|endoftext|>"
