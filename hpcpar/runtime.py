@@ -116,6 +116,35 @@ def keep_freed_memory():
     libc.mallopt(M_TRIM_THRESHOLD, 2**30)
 
 
+def start_mpi():
+    """Start MPI (mpi4py.MPI's import calls MPI_Init_thread) with glibc filling each new heap block with
+    one byte meanwhile, and then no more.
+
+    MPICH hands the launcher each rank's address card at start-up, the unused tail of its buffer
+    included, hex-encoded with runs shortened.  That buffer comes from the heap, where a Python rank
+    has freed its modules' bytecode before MPI starts: a tail of text encodes long, and under Slurm's
+    pmi2 a put longer than its line is cut in two - the address arrives broken and MPI_Init fails
+    ("mpi/pmi2: value not properly terminated", "UCX ERROR failed to unpack address").  A tail of
+    zeros encodes to a few characters (a run of one hex digit; 0xA5... would not shorten).  glibc's
+    M_PERTURB fills each new block with the complement of its byte: 0xFF gives zeros.  Elsewhere
+    nothing is done.
+    """
+    import ctypes
+    import importlib
+    try:
+        mallopt = ctypes.CDLL("libc.so.6").mallopt if sys.platform == "linux" else None
+    except (OSError, AttributeError):          # not glibc
+        mallopt = None
+    M_PERTURB = -6
+    if mallopt:
+        mallopt(M_PERTURB, 0xFF)
+    try:
+        importlib.import_module("mpi4py.MPI")
+    finally:
+        if mallopt:
+            mallopt(M_PERTURB, 0)
+
+
 def mpi_initialized():
     """True when mpi4py.MPI has been imported (which initialises MPI) and MPI is not yet finalised."""
     mod = sys.modules.get("mpi4py.MPI")

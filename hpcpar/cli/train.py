@@ -46,6 +46,8 @@ def run(args):
         from hpcpar.comm import ulfm
         ulfm.prepare()                     # before MPI starts
     rank_guard.split(flight_dir(cfg), shrink)      # under a launcher: a parent that names this rank if it dies
+    from hpcpar.runtime import start_mpi
+    start_mpi()                            # after the fork, and with the heap's freed text kept out of it
     from hpcpar.training.loop import Loop
     relayout = None
     if shrink:
