@@ -25,7 +25,7 @@ moments; SGD b with momentum, else 0); Muon keeps b (its momentum) for each numb
 matrices (optim/matrices.py ``matrix_split``) and AdamW's 2 b for the rest.  With --fp8-param-gather a
 ZeRO-3 unit's quantised weights (shape.py ``quantised_params``) are gathered - held and sent - as FP8
 codes, one byte each: c is then ``gathered_number_bytes``, the compute dtype's bytes and one byte
-weighed by their share.  The update's one scratch block (optim.py: 256 KB on a host, a
+weighed by their share.  The update's one scratch block (optim/__init__.py: 256 KB on a host, a
 slice on a GPU) is work space, not state, and not counted.  ZeRO-1's second gradient term is the
 slice its reduce-scatter fills (an engine that reduce-scatters into the full buffer has none).  The
 working set is what a step adds at once: ZeRO-2's full gradient buffers during the backward;

@@ -19,5 +19,5 @@ arrays, named ``*_plain`` (``layernorm_forward_plain``, ``swiglu_forward_plain``
 ``attention_forward_plain``), or, beside a ``*_fast`` one, the unsuffixed (``gelu_forward``,
 ``softmax_forward``).  Read the plain one first: the tuned one computes the same numbers in another
 order, and tests/test_fast_ops.py holds each pair equal in float64 to 1e-12 (the optimizers' blocked
-updates likewise: hpcpar/optim.py's sgd_plain and adamw_plain).
+updates likewise: hpcpar/optim/__init__.py's sgd_plain and adamw_plain).
 """

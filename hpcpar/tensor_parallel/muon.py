@@ -83,11 +83,11 @@ class TensorParallelMuon:
 def muon_costs(shape, blocks, tp, ep, mode, steps, itemsize, gram_itemsize=None, owners=(1, 1)):
     """(Newton-Schulz FLOPs, bytes this rank hands the TP group) of one Muon step on a rank holding
     ``blocks`` blocks of ``shape`` (optim/matrices.py ``block_matrices``) in ``mode``: what the engine
-    counts (NewtonSchulz.flops, the tp communicator's bytes) and what the planner charges (plan/step.py).
+    counts (NewtonSchulz.flops, the tp communicator's bytes) and what the planner charges (tools/plan/step.py).
     ``itemsize``: of an update (the master dtype); ``gram_itemsize``: of a Gram's sum (the iteration's
     accumulator; default the same).  ``owners``: under ZeRO each matrix is orthogonalised by its owner
     alone, so the ranks of a group share the work - (the dense matrices' group, the experts'): the
-    result is then a rank's mean share (the owners' balance: bench/muon.py)."""
+    result is then a rank's mean share (the owners' balance: tools/bench/muon.py)."""
     flops = sent = 0
     for rows, cols, n, cut, routed in block_matrices(shape):
         n = n * blocks / (ep if routed else 1) / owners[routed]
