@@ -427,12 +427,35 @@ check_lost_node_ranks_shrink() {
 # check NAME: run check_NAME in a subshell, so that a failed expectation ends only that check.
 # The subshell runs in the background because bash runs a trap (an interrupt, below) only when
 # the foreground command is done, but at once when it is in `wait`.
+# pmi2_start_failed SINCE: a job log written since the file SINCE shows MPI_Init failing in Slurm pmi2's
+# address exchange - the MPICH wheel's known start-up fault across nodes (docs/slurm.md, "srun or mpiexec"),
+# not the behaviour a check is about.
+pmi2_start_failed() {
+    find "$LOGS" -name '*.out' -newer "$1" -exec grep -l "mpi/pmi2: value not properly terminated" {} + \
+        2>/dev/null | grep -q .
+}
+
 check() {
-    local name=$1 start=$SECONDS status=0
-    ( "check_$name" ) &
-    CHECK_PID=$!
-    wait "$CHECK_PID" || status=$?
-    CHECK_PID=
+    local name=$1 start=$SECONDS status=0 attempt since entry
+    for attempt in 1 2; do
+        since=$WORK/.check-$name-$attempt
+        touch "$since"
+        ls "$WORK" >"$since"
+        status=0
+        ( "check_$name" ) &
+        CHECK_PID=$!
+        wait "$CHECK_PID" || status=$?
+        CHECK_PID=
+        if (( status == 0 || status == EXIT_SKIP || attempt == 2 )) || ! pmi2_start_failed "$since"; then
+            break
+        fi
+        # once more from a clean slate: the check's own folders and logs go, the cluster stays
+        echo "RETRY $name: a job's MPI_Init failed in Slurm pmi2's address exchange (the MPICH wheel's start-up fault)"
+        for entry in $(ls "$WORK"); do
+            grep -qx "$entry" "$since" || rm -rf "${WORK:?}/$entry"
+        done
+        find "$LOGS" -newer "$since" -type f -exec mv {} {}.attempt1 \;
+    done
     case $status in
         0) PASSED+=("$name"); echo "PASS $name ($(( SECONDS - start )) s)" ;;
         "$EXIT_SKIP") SKIPPED+=("$name"); echo "SKIP $name" ;;
