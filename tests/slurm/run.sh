@@ -456,6 +456,12 @@ check() {
         done
         find "$LOGS" -newer "$since" -type f -exec mv {} {}.attempt1 \;
     done
+    if (( status != 0 && status != EXIT_SKIP )) && pmi2_start_failed "$since"; then
+        # twice the same fault of MPICH's and Slurm's before hpcpar ran a step: this check's behaviour was
+        # never reached - counted and named as skipped, not passed
+        echo "    MPI_Init failed twice in Slurm pmi2's address exchange (docs/slurm.md): not reached"
+        status=$EXIT_SKIP
+    fi
     case $status in
         0) PASSED+=("$name"); echo "PASS $name ($(( SECONDS - start )) s)" ;;
         "$EXIT_SKIP") SKIPPED+=("$name"); echo "SKIP $name" ;;
