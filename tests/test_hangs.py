@@ -64,14 +64,19 @@ class Job:
             assert wait_for_lines(metrics, 2), "the run did not start"
             self.ranks = rank_processes(str(metrics))
         except BaseException:               # no job left running: its ranks sit in sessions of their own
-            for pid in subprocess.run(["pgrep", "-f", str(metrics)], capture_output=True, text=True).stdout.split():
-                try:
-                    os.kill(int(pid), signal.SIGKILL)
-                except ProcessLookupError:
-                    pass
-            self.proc.kill()
-            self.proc.communicate()
+            self.kill(map(int, subprocess.run(["pgrep", "-f", str(metrics)], capture_output=True,
+                                              text=True).stdout.split()))
             raise
+
+    def kill(self, pids):
+        """SIGKILL to ``pids`` and to the launcher, and wait for the launcher."""
+        for pid in pids:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        self.proc.kill()
+        self.proc.communicate()
 
     def finish(self, limit):
         """(exit status, stderr, seconds from now until the job ended); fails after ``limit`` seconds."""
@@ -79,13 +84,7 @@ class Job:
         try:
             _, err = self.proc.communicate(timeout=limit)
         except subprocess.TimeoutExpired:
-            for pid in self.ranks.values():
-                try:
-                    os.kill(pid, signal.SIGKILL)
-                except ProcessLookupError:
-                    pass
-            self.proc.kill()
-            self.proc.communicate()
+            self.kill(self.ranks.values())
             pytest.fail(f"the job outlived its deadline of {limit} s")
         return self.proc.returncode, err, time.monotonic() - start
 
