@@ -92,7 +92,7 @@ def test_a_capacity_factor_not_above_zero_is_refused(factor):
                     f"computed, is the default: leave the option out)")
 
 
-# --- every file and number checked before the first step (issue 46): in this process, through main() ----
+# --- every file and number checked before the first step: in this process, through main() ----
 
 TINY = ["--layers", "2", "--hidden", "16", "--heads", "2", "--seq-len", "8", "--batch-size", "4", "--steps", "2",
         "--no-progress", "--hang-timeout", "0", "--shutdown-timeout", "0"]
