@@ -436,7 +436,7 @@ pmi2_start_failed() {
 }
 
 check() {
-    local name=$1 start=$SECONDS status=0 attempt since entry
+    local name=$1 start=$SECONDS status=0 attempt since path
     for attempt in 1 2; do
         since=$WORK/.check-$name-$attempt
         touch "$since"
@@ -451,8 +451,9 @@ check() {
         fi
         # once more from a clean slate: the check's own folders and logs go, the cluster stays
         echo "RETRY $name: a job's MPI_Init failed in Slurm pmi2's address exchange (the MPICH wheel's start-up fault)"
-        for entry in $(ls "$WORK"); do
-            grep -qx "$entry" "$since" || rm -rf "${WORK:?}/$entry"
+        for path in "$WORK"/*; do
+            [[ -e $path ]] || continue
+            grep -qxF "${path##*/}" "$since" || rm -rf "$path"
         done
         find "$LOGS" -newer "$since" -type f -exec mv {} {}.attempt1 \;
     done
