@@ -182,6 +182,9 @@ def test_nan_weights_are_refused_before_the_first_step(said, tmp_path, solo):
     (["train", *TINY, "--pp", "1", "--partition", "a,b"], "--partition a,b: need 1 non-negative block counts"),
     (["train", *TINY, "--microbatches", "1000000000", "--batch-size", "1000000000"],
      "--microbatches 1000000000: a step runs at most 65,536 micro-batches per data-parallel rank"),
+    (["train", *TINY, "--batch-size", "1000000000000"],
+     "--batch-size 1000000000000: one micro-batch's activations need at least 953,674 GiB on a rank "
+     "(2 layers x 1,000,000,000,000 x 8 x 16 numbers of 4 bytes, each layer's input alone)"),
     (["generate", "{tmp}", "--temperature", "nan"], "argument --temperature: must be a finite number, not 'nan'"),
     (["generate", "{tmp}", "--seed", "-1"], "--seed must not be negative, got -1"),
     (["plan", "--model", "gpt3-175b", "--gpus", "1000000000000", "--global-batch", "1536", "--seq-len", "2048"],
@@ -195,7 +198,7 @@ def test_nan_weights_are_refused_before_the_first_step(said, tmp_path, solo):
     (["train", *TINY, "--save", "{tmp}/a-file/ck"], "--save: cannot write to {tmp}/a-file/ck: "),
     (["train", *TINY, "--metrics", "{tmp}/a-file/m.jsonl"], "--metrics: cannot write to {tmp}/a-file: "),
 ], ids=["lr-nan", "weight-decay-inf", "toml-lr-nan", "toml-eps-inf", "min-lr-above-lr", "capacity-nan", "seed",
-        "skip-limit", "partition-words", "microbatches", "temperature-nan", "generate-seed", "plan-gpus",
+        "skip-limit", "partition-words", "microbatches", "micro-batch-memory", "temperature-nan", "generate-seed", "plan-gpus",
         "plan-hbm-nan", "grid-world", "schedule-microbatches", "save-unwritable", "metrics-unwritable"])
 def test_every_number_and_output_is_checked_before_the_first_step(said, tmp_path, args, message):
     (tmp_path / "a-file").write_text("a file, not a directory")

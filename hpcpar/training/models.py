@@ -12,8 +12,12 @@ The rest of training/ asks a run's kind (``kind_of``) what differs - its stage c
 activation between two stages, what a sample adds to the loss, the options it has nothing for - and
 never tests the model's name.
 """
+import math
+import os
 from collections import namedtuple
 from dataclasses import replace
+
+import numpy as np
 
 from hpcpar import precision
 from hpcpar.checkpoint.hf import family as hf_family
@@ -223,4 +227,29 @@ def setup(cfg):
     val_data = validation_data(cfg, mcfg)
     mcfg = kind.with_vocab(cfg, mcfg, data)
     check_budget(cfg, mcfg)
+    check_micro_batch(cfg, mcfg)
     return Setup(mcfg, data, val_data)
+
+
+def check_micro_batch(cfg, mcfg):
+    """Refuse, before step 1 starts making its data, a micro-batch whose activations could not fit in
+    this machine's memory however the engine kept them.  The count is a floor, so it never refuses a
+    run that fits: every layer keeps at least its input (the activation two stages pass), a rank holds
+    at least ceil(layers / pp) layers, and a number takes at least 1 (FP8), 2 (fp16, bf16) or the
+    dtype's bytes.  The machine's physical memory is above any job's share of it (a Slurm cgroup's),
+    so no rank refuses what another would run.  Host memory only: with --backend cupy the
+    activations live on the GPU."""
+    if cfg.backend != "numpy":
+        return
+    micro = cfg.batch_size // (cfg.dp * cfg.microbatches)
+    shape = kind_of(cfg).activation(cfg, mcfg, micro)
+    layers = math.ceil(mcfg.n_layer / cfg.pp)
+    number = 1 if cfg.precision in precision.FP8 else 2 if cfg.precision != "fp32" else np.dtype(cfg.dtype).itemsize
+    floor = layers * math.prod(shape) * number
+    memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    if floor > memory:
+        numbers = " x ".join(f"{n:,}" for n in shape)
+        raise UsageError(f"--batch-size {cfg.batch_size}: one micro-batch's activations need at least "
+                         f"{floor / 2 ** 30:,.0f} GiB on a rank ({layers} layers x {numbers} numbers of "
+                         f"{number} bytes, each layer's input alone), more than this machine's "
+                         f"{memory / 2 ** 30:.0f} GiB; give a smaller --batch-size or more --microbatches")
