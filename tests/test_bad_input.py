@@ -219,8 +219,30 @@ def test_a_larger_tokenizer_than_the_model_is_refused(said, tmp_path, solo):
     export(t, tmp_path / "gpt")
     (tmp_path / "tokenizer.json").write_text(train_tokenizer(["some text " * 50], 300).to_str())
     line = said(["generate", tmp_path / "gpt", "--tokenizer", tmp_path / "tokenizer.json", "--max-tokens", "2"])
-    assert line.startswith(f"the tokenizer {tmp_path / 'tokenizer.json'} has 2") and "the model's vocabulary is 29" \
-        in line, line
+    assert line.startswith(f"--tokenizer: the tokenizer {tmp_path / 'tokenizer.json'} has 2") and \
+        "the model's vocabulary is 29" in line, line
+
+
+@pytest.mark.parametrize("swap", ["corrupt", "larger"])
+def test_a_tokenizer_export_would_copy_is_checked_before_the_first_step(said, tmp_path, swap):
+    pytest.importorskip("tokenizers")
+    from hpcpar.training.text import prepare, train_tokenizer
+    text = "Some text that repeats, with a few words.\n" * 60
+    (tmp_path / "t.txt").write_text(text)
+    vocab = prepare([tmp_path / "t.txt"], tmp_path / "data", vocab_size=300, seq_len=8, progress=False)["vocab_size"]
+    tokenizer = tmp_path / "data" / "tokenizer.json"
+    if swap == "corrupt":
+        tokenizer.write_text(tokenizer.read_text()[:100])          # a copy cut short
+    else:                                                           # another text's, with more tokens
+        other = train_tokenizer([text, "other words altogether, quite unlike the rest " * 40], 400)
+        tokenizer.write_text(other.to_str())
+        assert other.get_vocab_size() > vocab
+    line = said(["train", *TINY, "--data", tmp_path / "data", "--export", tmp_path / "out", "--save",
+                 tmp_path / "ck"])
+    assert line.startswith(f"cannot load the tokenizer {tokenizer}: " if swap == "corrupt" else
+                           f"--export {tmp_path / 'out'}: the tokenizer {tokenizer} has {other.get_vocab_size()} "
+                           f"tokens but the model's vocabulary is {vocab}"), line
+    assert not (tmp_path / "out").exists() and not (tmp_path / "ck").exists()
 
 
 def test_a_full_disk_under_metrics_is_one_sentence(said):

@@ -41,7 +41,7 @@ def run(args):
 
 def _generate(args):
     from hpcpar.runtime import UsageError
-    from hpcpar.training.text import EOT, load_tokenizer
+    from hpcpar.training.text import EOT, model_tokenizer
     from mpi4py import MPI
     if MPI.COMM_WORLD.size > 1:
         raise UsageError(f"hpcpar generate runs on one rank, not {MPI.COMM_WORLD.size}")
@@ -54,10 +54,8 @@ def _generate(args):
 
     from hpcpar.training.generate import cache_report, generate, load_model
     model, saved = load_model(args.model, args.dtype)
-    tok = load_tokenizer(args.tokenizer or saved) if (args.tokenizer or saved) else None
-    if tok is not None and tok.get_vocab_size() > model.cfg.vocab_size:
-        raise UsageError(f"the tokenizer {args.tokenizer or saved} has {tok.get_vocab_size()} tokens but the model's "
-                         f"vocabulary is {model.cfg.vocab_size}: it is not this model's tokenizer (--tokenizer)")
+    tok = model_tokenizer(args.tokenizer or saved, model.cfg.vocab_size, "--tokenizer" if args.tokenizer else
+                          f"the tokenizer saved with {args.model}") if (args.tokenizer or saved) else None
     if tok is None:
         if args.prompt is not None:
             raise UsageError(f"{args.model} has no saved tokenizer to encode --prompt: give --tokenizer")

@@ -12,6 +12,7 @@ The rest of training/ asks a run's kind (``kind_of``) what differs - its stage c
 activation between two stages, what a sample adds to the loss, the options it has nothing for - and
 never tests the model's name.
 """
+import importlib.util
 import math
 import os
 from collections import namedtuple
@@ -35,6 +36,7 @@ from hpcpar.pipeline.schedules import KINDS
 from hpcpar.runtime import UsageError
 from hpcpar.tensor_parallel.parallelize import check_divisible
 from hpcpar.training.low_precision import recipe_of
+from hpcpar.training.text import model_tokenizer, tokenizer_of
 
 Setup = namedtuple("Setup", "mcfg data val_data")      # what config.checked hands the trainer
 
@@ -228,7 +230,17 @@ def setup(cfg):
     mcfg = kind.with_vocab(cfg, mcfg, data)
     check_budget(cfg, mcfg)
     check_micro_batch(cfg, mcfg)
+    check_export_tokenizer(cfg, mcfg)
     return Setup(mcfg, data, val_data)
+
+
+def check_export_tokenizer(cfg, mcfg):
+    """--export copies the data's tokenizer.json beside the weights, for ``hpcpar generate``: one that
+    cannot load or is another model's is refused before step 1, not found after the run.  Without the
+    tokenizers library nothing here can read it, and it is copied as it is."""
+    path = tokenizer_of(cfg.data) if cfg.export and cfg.data != "synthetic" else None
+    if path is not None and importlib.util.find_spec("tokenizers") is not None:
+        model_tokenizer(path, mcfg.vocab_size, f"--export {cfg.export}")
 
 
 def check_micro_batch(cfg, mcfg):

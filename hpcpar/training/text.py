@@ -70,6 +70,17 @@ def load_tokenizer(path, merges=None):
         raise UsageError(f"cannot load the tokenizer {path}: {err}") from None
 
 
+def model_tokenizer(path, vocab_size, what):
+    """The tokenizer at ``path``, refused in one line when it cannot load or has more tokens than the
+    model's ``vocab_size`` rows (it is another model's: its ids past the vocabulary have no embedding);
+    ``what`` names the option it came from."""
+    tok = load_tokenizer(path)
+    if tok.get_vocab_size() > vocab_size:
+        raise UsageError(f"{what}: the tokenizer {path} has {tok.get_vocab_size()} tokens but the model's vocabulary "
+                         f"is {vocab_size}: it is not this model's tokenizer")
+    return tok
+
+
 def tokenizer_of(data):
     """The tokenizer.json of a prepared data directory (``data`` the directory or a file in it), or None."""
     path = Path(data)
