@@ -104,16 +104,23 @@ def keep_freed_memory():
     threshold (glibc's maximum) and no trimming, freed blocks are reused warm. The price: the process
     keeps its peak heap. A user's own MALLOC_MMAP_THRESHOLD_ / MALLOC_TRIM_THRESHOLD_ wins.
     """
-    if sys.platform != "linux" or "MALLOC_MMAP_THRESHOLD_" in os.environ or "MALLOC_TRIM_THRESHOLD_" in os.environ:
-        return
-    import ctypes
-    try:
-        libc = ctypes.CDLL("libc.so.6")
-    except OSError:                  # not glibc (musl, ...): nothing to tune
+    mallopt = _glibc_mallopt()
+    if mallopt is None or "MALLOC_MMAP_THRESHOLD_" in os.environ or "MALLOC_TRIM_THRESHOLD_" in os.environ:
         return
     M_TRIM_THRESHOLD, M_MMAP_THRESHOLD = -1, -3
-    libc.mallopt(M_MMAP_THRESHOLD, 32 * 2**20)
-    libc.mallopt(M_TRIM_THRESHOLD, 2**30)
+    mallopt(M_MMAP_THRESHOLD, 32 * 2**20)
+    mallopt(M_TRIM_THRESHOLD, 2**30)
+
+
+def _glibc_mallopt():
+    """glibc's ``mallopt`` (the malloc tunables), or None off Linux or under another C library (musl, ...)."""
+    if sys.platform != "linux":
+        return None
+    import ctypes
+    try:
+        return ctypes.CDLL("libc.so.6").mallopt
+    except (OSError, AttributeError):
+        return None
 
 
 def start_mpi():
@@ -129,12 +136,8 @@ def start_mpi():
     M_PERTURB fills each new block with the complement of its byte: 0xFF gives zeros.  Elsewhere
     nothing is done.
     """
-    import ctypes
     import importlib
-    try:
-        mallopt = ctypes.CDLL("libc.so.6").mallopt if sys.platform == "linux" else None
-    except (OSError, AttributeError):          # not glibc
-        mallopt = None
+    mallopt = _glibc_mallopt()
     M_PERTURB = -6
     if mallopt:
         mallopt(M_PERTURB, 0xFF)
