@@ -243,20 +243,24 @@ def check_export_tokenizer(cfg, mcfg):
         model_tokenizer(path, mcfg.vocab_size, f"--export {cfg.export}")
 
 
+def micro_batch(cfg):
+    """Sequences per micro-batch: the global batch over the dp replicas, then over --microbatches."""
+    return cfg.batch_size // (cfg.dp * cfg.microbatches)
+
+
 def check_micro_batch(cfg, mcfg):
     """Refuse, before step 1 starts making its data, a micro-batch whose activations could not fit in
     this machine's memory however the engine kept them.  The count is a floor, so it never refuses a
     run that fits: every layer keeps at least its input (the activation two stages pass), a rank holds
-    at least ceil(layers / pp) layers, and a number takes at least 1 (FP8), 2 (fp16, bf16) or the
-    dtype's bytes.  The machine's physical memory is above any job's share of it (a Slurm cgroup's),
-    so no rank refuses what another would run.  Host memory only: with --backend cupy the
-    activations live on the GPU."""
+    at least ceil(layers / pp) layers, and a number takes the compute dtype's bytes (precision.py),
+    at least 1 under an FP8 recipe.  The machine's physical memory is above any job's share of it (a
+    Slurm cgroup's), so no rank refuses what another would run.  Host memory only: with --backend cupy
+    the activations live on the GPU."""
     if cfg.backend != "numpy":
         return
-    micro = cfg.batch_size // (cfg.dp * cfg.microbatches)
-    shape = kind_of(cfg).activation(cfg, mcfg, micro)
+    shape = kind_of(cfg).activation(cfg, mcfg, micro_batch(cfg))
     layers = math.ceil(mcfg.n_layer / cfg.pp)
-    number = 1 if cfg.precision in precision.FP8 else 2 if cfg.precision != "fp32" else np.dtype(cfg.dtype).itemsize
+    number = 1 if cfg.precision in precision.FP8 else precision.compute_dtype(cfg.precision, np, cfg.dtype).itemsize
     floor = layers * math.prod(shape) * number
     memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
     if floor > memory:

@@ -37,7 +37,7 @@ from hpcpar.training.documents import DocumentFigures
 from hpcpar.training.expert_load import ExpertLoad
 from hpcpar.training.low_precision import LowPrecision
 from hpcpar.training.qk_clip import QKClip
-from hpcpar.training.models import kind_of
+from hpcpar.training.models import kind_of, micro_batch
 from hpcpar.expert_parallel.dispatch import expert_groups, parallelize_experts
 from hpcpar.ops.attention import engine_block
 from hpcpar.optim import clip_coefficient, learning_rate, make_optimizer
@@ -88,7 +88,7 @@ class Trainer(Batches, GradientSums):
         self.optimizer = make_optimizer(cfg.optimizer, cfg.lr, cfg.momentum, cfg.beta1, cfg.beta2, cfg.eps,
                                         cfg.weight_decay, **muon_options(cfg, g.tp_comm, self.xp))
         self.qk_clip = QKClip(cfg.qk_clip, self.chunks, g, mcfg.n_layer, mcfg.n_head, self.xp) if cfg.qk_clip else None
-        self.micro = cfg.batch_size // (cfg.dp * cfg.microbatches)      # sequences per micro-batch
+        self.micro = micro_batch(cfg)                                    # sequences per micro-batch
         self.engine = PipelineEngine(self.schedule, self.chunks, g.pp_comm, self._act_shape, self.compute)
         self.eval_engine = None                                          # built on the first evaluation
         # every token of the global batch: a DP rank sums over its sequences, a CP rank over its T/cp tokens

@@ -49,11 +49,12 @@ def planner_view(trainer_cfg, model_cfg):
     """(Job, Layout) of an hpcpar train run for memory.py (the hardware plays no part in memory): every
     option of the run that changes its memory - cp, the recomputation, the ZeRO stage - in the layout."""
     from hpcpar.tools.plan.local import engine_shape, recompute_policy, train_engine, zero_stage
+    from hpcpar.training.models import micro_batch
     c = trainer_cfg
     ranks = c.tp * c.cp * c.pp * c.dp
     job = Job(engine_shape(model_cfg, c.model), None, ranks, ranks, c.batch_size, model_cfg.seq_len,
               dtype=DTYPES[c.dtype], engine=replace(train_engine(**muon_engine(c)), fp8_param_gather=c.fp8_param_gather))
-    layout = Layout(c.tp, c.pp, c.dp, mb=c.batch_size // (c.dp * c.microbatches), v=c.chunks,
+    layout = Layout(c.tp, c.pp, c.dp, mb=micro_batch(c), v=c.chunks,
                     schedule=c.schedule, recompute=recompute_policy(c), zero=zero_stage(c),
                     sp=c.sequence_parallel, cp=c.cp, ep=c.ep, dp_shard=c.dp_shard)
     return job, layout
