@@ -238,7 +238,7 @@ def check_export_tokenizer(cfg, mcfg):
     """--export copies the data's tokenizer.json beside the weights, for ``hpcpar generate``: one that
     cannot load or is another model's is refused before step 1, not found after the run.  Without the
     tokenizers library nothing here can read it, and it is copied as it is."""
-    path = tokenizer_of(cfg.data) if cfg.export and cfg.data != "synthetic" else None
+    path = tokenizer_of(cfg.data) if cfg.export else None       # what loop.py's export copies
     if path is not None and importlib.util.find_spec("tokenizers") is not None:
         model_tokenizer(path, mcfg.vocab_size, f"--export {cfg.export}")
 
