@@ -424,9 +424,6 @@ check_lost_node_ranks_shrink() {
 
 # --- running them -------------------------------------------------------------------------------
 
-# check NAME: run check_NAME in a subshell, so that a failed expectation ends only that check.
-# The subshell runs in the background because bash runs a trap (an interrupt, below) only when
-# the foreground command is done, but at once when it is in `wait`.
 # pmi2_start_failed SINCE: a job log written since the file SINCE shows MPI_Init failing in Slurm pmi2's
 # address exchange - the MPICH wheel's known start-up fault across nodes (docs/slurm.md, "srun or mpiexec"),
 # not the behaviour a check is about.
@@ -435,11 +432,14 @@ pmi2_start_failed() {
         2>/dev/null | grep -q .
 }
 
+# check NAME: run check_NAME in a subshell, so that a failed expectation ends only that check.
+# The subshell runs in the background because bash runs a trap (an interrupt, below) only when
+# the foreground command is done, but at once when it is in `wait`.  A check whose job met pmi2's
+# start-up fault runs once more from a clean slate; met twice, it is skipped, not passed.
 check() {
     local name=$1 start=$SECONDS status=0 attempt since path
     for attempt in 1 2; do
-        since=$WORK/.check-$name-$attempt
-        touch "$since"
+        since=$WORK/.check-$name-$attempt      # its time marks the attempt's start; it lists what was there
         ls "$WORK" >"$since"
         status=0
         ( "check_$name" ) &
