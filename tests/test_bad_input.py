@@ -198,8 +198,8 @@ def test_nan_weights_are_refused_before_the_first_step(said, tmp_path, solo):
     (["train", *TINY, "--save", "{tmp}/a-file/ck"], "--save: cannot write to {tmp}/a-file/ck: "),
     (["train", *TINY, "--metrics", "{tmp}/a-file/m.jsonl"], "--metrics: cannot write to {tmp}/a-file: "),
 ], ids=["lr-nan", "weight-decay-inf", "toml-lr-nan", "toml-eps-inf", "min-lr-above-lr", "capacity-nan", "seed",
-        "skip-limit", "partition-words", "microbatches", "micro-batch-memory", "temperature-nan", "generate-seed", "plan-gpus",
-        "plan-hbm-nan", "grid-world", "schedule-microbatches", "save-unwritable", "metrics-unwritable"])
+        "skip-limit", "partition-words", "microbatches", "micro-batch-memory", "temperature-nan", "generate-seed",
+        "plan-gpus", "plan-hbm-nan", "grid-world", "schedule-microbatches", "save-unwritable", "metrics-unwritable"])
 def test_every_number_and_output_is_checked_before_the_first_step(said, tmp_path, args, message):
     (tmp_path / "a-file").write_text("a file, not a directory")
     args = [a.format(tmp=tmp_path) for a in args]
